@@ -1,0 +1,13 @@
+#!/usr/bin/env node
+// The `farebox` command: runs the compiled CLI (npm run build, done by npm ci / npm install).
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const cli = new URL('../dist/bin/cli.js', import.meta.url);
+if (!existsSync(fileURLToPath(cli))) {
+  process.stderr.write('farebox: not built yet; run `npm run build` in the checkout\n');
+  process.exit(1);
+}
+const { main } = await import(cli.href);
+const code = await main(process.argv.slice(2));
+if (code >= 0) process.exit(code);

@@ -1,0 +1,154 @@
+/**
+ * Accounts and API keys in Redis. An account is a 0x address (the wallet that funds it). A key is `sk_` plus
+ * 32 random bytes (base64url), shown once at creation and stored only as its SHA-256.
+ *
+ * Keys (under the deployment prefix):
+ *   account:<addr>        hash  status, default_chain, created_at
+ *   accounts              set   every account address
+ *   apikey:<sha256>       hash  id, account, created_at, revoked_at, last_used_at
+ *   apikey-id:<id>        string sha256 of the key with that id
+ *   account-keys:<addr>   set   key ids of the account
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+
+/** Access states of an account (SPEC: 403 when access is not active). */
+export const ACCOUNT_STATUSES = ['active', 'pending', 'suspended'] as const;
+/** One access state. */
+export type AccountStatus = (typeof ACCOUNT_STATUSES)[number];
+
+/** Channel on which key revocations and status changes are announced, so instances drop cached entries. */
+export const INVALIDATE_CHANNEL = 'invalidate';
+
+/** An account as stored. */
+export interface Account {
+  address: string;
+  status: AccountStatus;
+  default_chain: string;
+  created_at: number;
+}
+
+/** What a valid key resolves to. */
+export interface KeyIdentity {
+  keyId: string;
+  keyHash: string;
+  account: string;
+  status: AccountStatus;
+}
+
+const ADDRESS = /^0x[0-9a-fA-F]{40}$/;
+
+/** Whether `s` is a 0x address. */
+export function isAddress(s: string): boolean {
+  return ADDRESS.test(s);
+}
+
+/** The stored form of an API key. */
+export function hashKey(key: string): string {
+  return createHash('sha256').update(key).digest('hex');
+}
+
+/** Create an account (a random address when none is given); refuses an existing one. */
+export async function createAccount(
+  redis: Redis,
+  opts: { address?: string; status?: AccountStatus; defaultChain?: string } = {},
+): Promise<Account> {
+  const address = (opts.address ?? `0x${randomBytes(20).toString('hex')}`).toLowerCase();
+  if (!isAddress(address)) throw new Error(`not a 0x address: ${opts.address}`);
+  const account: Account = {
+    address,
+    status: opts.status ?? 'active',
+    default_chain: opts.defaultChain ?? 'chain_a',
+    created_at: Date.now(),
+  };
+  const created = await redis.hsetnx(`account:${address}`, 'created_at', String(account.created_at));
+  if (!created) throw new Error(`account ${address} exists already`);
+  await redis
+    .multi()
+    .hset(`account:${address}`, { status: account.status, default_chain: account.default_chain })
+    .sadd('accounts', address)
+    .exec();
+  return account;
+}
+
+/** The account at `address`, or null. */
+export async function getAccount(redis: Redis, address: string): Promise<Account | null> {
+  const h = await redis.hgetall(`account:${address.toLowerCase()}`);
+  if (!h.created_at) return null;
+  return {
+    address: address.toLowerCase(),
+    status: h.status as AccountStatus,
+    default_chain: h.default_chain ?? 'chain_a',
+    created_at: Number(h.created_at),
+  };
+}
+
+async function requireAccount(redis: Redis, address: string): Promise<string> {
+  const addr = address.toLowerCase();
+  if (!isAddress(addr)) throw new Error(`not a 0x address: ${address}`);
+  if (!(await redis.exists(`account:${addr}`))) throw new Error(`no account ${addr}`);
+  return addr;
+}
+
+/** Change an account's access state and tell every instance. */
+export async function setAccountStatus(redis: Redis, address: string, status: AccountStatus): Promise<void> {
+  if (!ACCOUNT_STATUSES.includes(status)) throw new Error(`status must be one of ${ACCOUNT_STATUSES.join(', ')}`);
+  const addr = await requireAccount(redis, address);
+  await redis.hset(`account:${addr}`, 'status', status);
+  await publishInvalidate(redis, `account:${addr}`);
+}
+
+/** Set the account's default billing chain. */
+export async function setDefaultChain(redis: Redis, address: string, chain: string): Promise<void> {
+  const addr = await requireAccount(redis, address);
+  await redis.hset(`account:${addr}`, 'default_chain', chain);
+  await publishInvalidate(redis, `account:${addr}`);
+}
+
+/** Create a key for an account; the key itself is returned only here. */
+export async function createKey(redis: Redis, address: string): Promise<{ id: string; key: string; account: string }> {
+  const account = await requireAccount(redis, address);
+  const key = `sk_${randomBytes(32).toString('base64url')}`;
+  const id = `key_${randomBytes(8).toString('hex')}`;
+  const hash = hashKey(key);
+  await redis
+    .multi()
+    .hset(`apikey:${hash}`, { id, account, created_at: String(Date.now()) })
+    .set(`apikey-id:${id}`, hash)
+    .sadd(`account-keys:${account}`, id)
+    .exec();
+  return { id, key, account };
+}
+
+/** Revoke a key by id; revoked keys answer 401 from then on. */
+export async function revokeKey(redis: Redis, id: string): Promise<void> {
+  const hash = await redis.get(`apikey-id:${id}`);
+  if (!hash) throw new Error(`no key ${id}`);
+  await redis.hset(`apikey:${hash}`, 'revoked_at', String(Date.now()));
+  await publishInvalidate(redis, `apikey:${hash}`);
+}
+
+/** Resolve a presented key to its account, or null when unknown or revoked. */
+export async function lookupKey(redis: Redis, key: string): Promise<KeyIdentity | null> {
+  const keyHash = hashKey(key);
+  const [id, account, revoked] = await redis.hmget(`apikey:${keyHash}`, 'id', 'account', 'revoked_at');
+  if (!id || !account || revoked) return null;
+  const status = (await redis.hget(`account:${account}`, 'status')) as AccountStatus | null;
+  if (!status) return null;
+  return { keyId: id, keyHash, account, status };
+}
+
+/** Record a key's last use (callers throttle this). */
+export async function touchKey(redis: Redis, keyHash: string, at = Date.now()): Promise<void> {
+  await redis.hset(`apikey:${keyHash}`, 'last_used_at', String(at));
+}
+
+/** The full channel name: ioredis prefixes keys, not channels, so the prefix is added here. */
+export function invalidateChannel(prefix: string): string {
+  return `${prefix}${INVALIDATE_CHANNEL}`;
+}
+
+async function publishInvalidate(redis: Redis, what: string): Promise<void> {
+  const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
+  await redis.publish(invalidateChannel(prefix), what);
+}

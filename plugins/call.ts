@@ -1,0 +1,47 @@
+/**
+ * The state of one call as it moves through the hooks (identify, police, gate, proxy, settle), and the seam
+ * through which billing sees it.
+ */
+import type { Readable } from 'node:stream';
+import type { KeyIdentity } from './accounts.js';
+import type { Protocol } from './errors.js';
+import type { Meter } from './metering.js';
+import type { ModelRoute, TextEndpoint } from '../policies/models.js';
+import type { RewriteResult } from '../policies/rewrite.js';
+
+/** One call: created in onRequest, final when the response closes. */
+export interface CallContext {
+  /** Request id, returned as x-request-id; also the call id billing charges once. */
+  readonly id: string;
+  readonly protocol: Protocol;
+  /** process.hrtime.bigint() at onRequest. */
+  readonly startedAt: bigint;
+  endpoint?: TextEndpoint;
+  identity?: KeyIdentity;
+  /** The parsed JSON body's size in bytes (bounds the input tokens). */
+  bodyBytes: number;
+  route?: ModelRoute;
+  rewrite?: RewriteResult;
+  /** HTTP status the upstream answered, or the proxy's own for connection failures. */
+  upstreamStatus?: number;
+  upstream?: Readable;
+  meter?: Meter;
+  /** The caller went away before the whole answer was written. */
+  clientAborted: boolean;
+  /** Billing's own state of the call (hold, chain). */
+  billing?: unknown;
+}
+
+/** What billing plugs into the call path (DESIGN "The path of one call", steps 3 and 5). */
+export interface CallObserver {
+  /** Gate: after policies, before the upstream is called; throws a GatewayError (402) to refuse. */
+  gate(call: CallContext, reply: import('fastify').FastifyReply): Promise<void>;
+  /** Settle: once, when the response has closed, whatever happened. Must not throw. */
+  settle(call: CallContext): Promise<void>;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    farebox: CallContext;
+  }
+}

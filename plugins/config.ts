@@ -1,0 +1,216 @@
+/**
+ * The gateway's configuration: one zod schema, read once from FAREBOX_CONFIG (a JSON file) plus the
+ * environment, validated, then frozen. No config file = the embedded default (simulated upstreams).
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+
+/** Reasoning levels in order; "nearest supported level" is measured on this scale. */
+export const REASONING_SCALE = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
+/** One reasoning level. */
+export type ReasoningLevel = (typeof REASONING_SCALE)[number];
+
+/** Model families of the spec; the first three are text. */
+export const FAMILIES = ['alpha', 'beta', 'gamma', 'img', 'vidA', 'vidB', 'vidC'] as const;
+/** One model family. */
+export type Family = (typeof FAMILIES)[number];
+
+const providerSchema = z.strictObject({
+  /** Wire protocol the provider speaks: Anthropic Messages or OpenAI chat completions. */
+  protocol: z.enum(['anthropic', 'openai']),
+  /** Anthropic: origin without /v1 (https://api.anthropic.com); OpenAI: API base with /v1. */
+  base_url: z.url({ protocol: /^https?$/ }).transform((u) => u.replace(/\/+$/, '')),
+  /** Name of the environment variable holding the operator's provider key. */
+  key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name'),
+  /** Upper bound on one upstream call, first byte to last. */
+  timeout_ms: z.number().int().positive().default(600_000),
+  /** OpenAI protocol: the output-limit field the provider reads. */
+  max_tokens_field: z.enum(['max_tokens', 'max_completion_tokens']).default('max_completion_tokens'),
+});
+
+const modelSchema = z.strictObject({
+  id: z.string().min(1),
+  family: z.enum(FAMILIES),
+  /** Provider of the model's native protocol (Anthropic for alpha on /v1/messages). */
+  provider: z.string().min(1),
+  /** Provider for /v1/chat/completions when it differs (an OpenAI-compatible endpoint). */
+  chat_provider: z.string().min(1).optional(),
+  /** The provider's own id for the model; defaults to `id`. */
+  upstream_model: z.string().min(1).optional(),
+  /** Output-token ceiling: larger max_tokens are clamped to it. */
+  max_tokens: z.number().int().positive().default(32_000),
+  /** Whether the model still accepts `temperature`; when false it is removed. */
+  temperature: z.boolean().default(true),
+  /** Reasoning levels the upstream supports; requested levels map to the nearest of these. */
+  reasoning_levels: z.array(z.enum(REASONING_SCALE)).default([]),
+});
+
+const serverSchema = z.strictObject({
+  port: z.number().int().min(0).max(65535).default(8080),
+  host: z.string().min(1).default('127.0.0.1'),
+  /** Request bodies up to this many bytes (Claude Code sends 80 KB and more). */
+  body_limit: z.number().int().positive().default(32 * 1024 * 1024),
+});
+
+const redisSchema = z.strictObject({
+  url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL').default('redis://127.0.0.1:6379'),
+  /** Prefix of every key, so several deployments (or tests) share one Redis. */
+  prefix: z.string().default('farebox:'),
+});
+
+/** The whole configuration as written in a FAREBOX_CONFIG file. */
+export const configSchema = z
+  .strictObject({
+    server: serverSchema.prefault({}),
+    redis: redisSchema.prefault({}),
+    providers: z.record(z.string().min(1), providerSchema),
+    models: z.array(modelSchema).min(1),
+  })
+  .superRefine((cfg, ctx) => {
+    const seen = new Set<string>();
+    cfg.models.forEach((m, i) => {
+      if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
+      seen.add(m.id);
+      for (const key of ['provider', 'chat_provider'] as const) {
+        const name = m[key];
+        if (name !== undefined && !cfg.providers[name]) {
+          ctx.addIssue({ code: 'custom', path: ['models', i, key], message: `unknown provider ${name}` });
+        }
+      }
+    });
+  });
+
+/** Configuration as written (input of the schema). */
+export type ConfigInput = z.input<typeof configSchema>;
+type Parsed = z.output<typeof configSchema>;
+/** One provider, with its key resolved from the environment. */
+export type ProviderConfig = Parsed['providers'][string] & { name: string; key: string };
+/** One model. */
+export type ModelConfig = Parsed['models'][number];
+
+/** The validated, frozen configuration the gateway runs on. */
+export interface FareboxConfig {
+  readonly server: Parsed['server'];
+  readonly redis: Parsed['redis'];
+  readonly providers: Readonly<Record<string, ProviderConfig>>;
+  readonly models: readonly ModelConfig[];
+  /** True when running on the embedded default (simulated upstreams). */
+  readonly embedded: boolean;
+}
+
+/** A configuration error that names the field at fault. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+function formatIssues(error: z.ZodError): string {
+  return error.issues
+    .map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`)
+    .join('; ');
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+}
+
+/** Environment variables the gateway reads; anything else in the environment is ignored. */
+export interface ConfigEnv {
+  PORT?: string;
+  HOST?: string;
+  REDIS_URL?: string;
+  FAREBOX_REDIS_PREFIX?: string;
+  [name: string]: string | undefined;
+}
+
+/** Validate a configuration object, apply the environment over it, resolve provider keys, freeze. */
+export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedded = false): FareboxConfig {
+  const raw = structuredClone(input) as Record<string, unknown> & { server?: Record<string, unknown>; redis?: Record<string, unknown> };
+  if (raw && typeof raw === 'object') {
+    if (env.PORT !== undefined || env.HOST !== undefined) {
+      raw.server = { ...(raw.server ?? {}) };
+      if (env.PORT !== undefined) raw.server.port = Number(env.PORT);
+      if (env.HOST !== undefined) raw.server.host = env.HOST;
+    }
+    if (env.REDIS_URL !== undefined || env.FAREBOX_REDIS_PREFIX !== undefined) {
+      raw.redis = { ...(raw.redis ?? {}) };
+      if (env.REDIS_URL !== undefined) raw.redis.url = env.REDIS_URL;
+      if (env.FAREBOX_REDIS_PREFIX !== undefined) raw.redis.prefix = env.FAREBOX_REDIS_PREFIX;
+    }
+  }
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(`invalid config: ${formatIssues(parsed.error)}`);
+  const providers: Record<string, ProviderConfig> = {};
+  for (const [name, p] of Object.entries(parsed.data.providers)) {
+    const key = env[p.key_env];
+    if (!key) throw new ConfigError(`invalid config: providers.${name}.key_env: environment variable ${p.key_env} is not set`);
+    providers[name] = { ...p, name, key };
+  }
+  return deepFreeze({ server: parsed.data.server, redis: parsed.data.redis, providers, models: parsed.data.models, embedded });
+}
+
+/** Read FAREBOX_CONFIG (a JSON file) if set, else the embedded default routed to `simulatorUrl`. */
+export function loadConfig(env: ConfigEnv = process.env, simulatorUrl?: string): FareboxConfig {
+  const file = env.FAREBOX_CONFIG;
+  if (!file) {
+    if (!simulatorUrl) throw new ConfigError('the embedded default needs the simulator URL');
+    return buildConfig(embeddedDefault(simulatorUrl), { ...env, FAREBOX_SIM_KEY: 'sim-key' }, true);
+  }
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read FAREBOX_CONFIG ${file}: ${(err as Error).message}`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw new ConfigError(`FAREBOX_CONFIG ${file} is not valid JSON: ${(err as Error).message}`);
+  }
+  return buildConfig(json, env, false);
+}
+
+const ALPHA_LEVELS: ReasoningLevel[] = ['low', 'medium', 'high'];
+const ALPHA_TOP_LEVELS: ReasoningLevel[] = ['low', 'medium', 'high', 'xhigh', 'max'];
+const BETA_LEVELS: ReasoningLevel[] = ['low', 'medium', 'high', 'xhigh', 'max'];
+
+/** The embedded default: every model id of the spec, routed to the simulator at `simulatorUrl`. */
+export function embeddedDefault(simulatorUrl: string): ConfigInput {
+  const alpha = (id: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[]) => ({
+    id, family: 'alpha' as const, provider: 'sim-anthropic', chat_provider: 'sim-anthropic-openai', max_tokens, temperature, reasoning_levels,
+  });
+  const openai = (id: string, family: 'beta' | 'gamma', provider: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[]) => ({
+    id, family, provider, max_tokens, temperature, reasoning_levels,
+  });
+  return {
+    providers: {
+      'sim-anthropic': { protocol: 'anthropic', base_url: simulatorUrl, key_env: 'FAREBOX_SIM_KEY' },
+      // Anthropic's OpenAI-compatible endpoint serves alpha models on chat completions.
+      'sim-anthropic-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
+      'sim-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' },
+      'sim-open-weights': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
+    },
+    models: [
+      alpha('alpha-fable-5', 32_000, false, ALPHA_TOP_LEVELS),
+      alpha('alpha-haiku-4-5', 64_000, true, ALPHA_LEVELS),
+      alpha('alpha-opus-4-6', 32_000, true, ALPHA_LEVELS),
+      alpha('alpha-opus-4-7', 32_000, false, ALPHA_TOP_LEVELS),
+      alpha('alpha-opus-4-8', 32_000, false, ALPHA_TOP_LEVELS),
+      alpha('alpha-opus-5', 64_000, false, ALPHA_TOP_LEVELS),
+      alpha('alpha-sonnet-4-6', 64_000, true, ALPHA_LEVELS),
+      alpha('alpha-sonnet-5', 64_000, false, ALPHA_TOP_LEVELS),
+      openai('beta-5.6-sol', 'beta', 'sim-openai', 128_000, false, BETA_LEVELS),
+      openai('beta-5.6-mini', 'beta', 'sim-openai', 128_000, false, BETA_LEVELS),
+      openai('beta-5.5', 'beta', 'sim-openai', 128_000, true, ['low', 'medium', 'high']),
+      openai('gamma-k3', 'gamma', 'sim-open-weights', 32_768, true, []),
+      openai('gamma-q3', 'gamma', 'sim-open-weights', 32_768, true, []),
+    ],
+  };
+}

@@ -1,0 +1,108 @@
+/**
+ * One error type for everything the gateway refuses or fails at, and one list of its codes.
+ * `message` is always safe to show a caller; `cause` goes to the logs only.
+ * docs/errors.md documents this list; test/errors.test.ts keeps the two in step.
+ */
+
+/** Every error code the gateway answers with: HTTP status and the default safe message. */
+export const ERROR_CODES = {
+  invalid_request: { status: 400, message: 'The request is not valid.' },
+  invalid_json: { status: 400, message: 'The request body is not valid JSON.' },
+  unknown_model: { status: 400, message: 'The model is not served by this gateway.' },
+  wrong_endpoint: { status: 400, message: 'The model is not served on this endpoint.' },
+  too_many_stop_sequences: { status: 400, message: 'At most 4 stop sequences are allowed.' },
+  invalid_reasoning_effort: { status: 400, message: 'reasoning_effort has a value the model does not accept.' },
+  invalid_billing_chain: { status: 400, message: 'x-gw-billing-chain must be chain_a, chain_b, chain_c, chain_d or auto.' },
+  upstream_invalid_request: { status: 400, message: 'The model provider refused the request as invalid.' },
+  missing_api_key: { status: 401, message: 'An API key is required: send x-api-key or Authorization: Bearer.' },
+  invalid_api_key: { status: 401, message: 'The API key is not valid.' },
+  insufficient_funds: { status: 402, message: 'The wallet does not cover the worst-case price of this call.' },
+  access_not_active: { status: 403, message: 'Access is not active for this account.' },
+  unsupported_client: { status: 403, message: 'This client is not supported for this model.' },
+  not_found: { status: 404, message: 'No such endpoint.' },
+  request_too_large: { status: 413, message: 'The request body is too large.' },
+  rate_limited: { status: 429, message: 'Rate limit reached; retry after the time in Retry-After.' },
+  upstream_rate_limited: { status: 429, message: 'The model provider is rate limiting; retry later.' },
+  internal_error: { status: 500, message: 'Internal error.' },
+  upstream_error: { status: 502, message: 'The model provider failed to answer.' },
+  service_unavailable: { status: 503, message: 'The gateway cannot serve requests right now.' },
+  upstream_overloaded: { status: 503, message: 'The model provider is overloaded; retry later.' },
+  upstream_timeout: { status: 504, message: 'The model provider did not answer in time.' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+/** A code of ERROR_CODES. */
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** Options of a GatewayError beyond its code. */
+export interface GatewayErrorOptions {
+  /** Safe, caller-facing message; defaults to the code's message. */
+  message?: string;
+  /** The request field at fault (OpenAI's `param`). */
+  param?: string;
+  /** Extra response headers (Retry-After, rate-limit headers). */
+  headers?: Record<string, string>;
+  /** Internal cause, logged, never shown. */
+  cause?: unknown;
+}
+
+/** An error the gateway answers with: a code from ERROR_CODES, its status and a safe message. */
+export class GatewayError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly param: string | undefined;
+  readonly headers: Record<string, string> | undefined;
+
+  constructor(code: ErrorCode, opts: GatewayErrorOptions = {}) {
+    super(opts.message ?? ERROR_CODES[code].message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'GatewayError';
+    this.code = code;
+    this.status = ERROR_CODES[code].status;
+    this.param = opts.param;
+    this.headers = opts.headers;
+  }
+}
+
+/** The wire protocol a caller speaks; each owns its error shape. */
+export type Protocol = 'anthropic' | 'openai';
+
+// Anthropic's error types by HTTP status (its API errors page).
+const ANTHROPIC_TYPES: Record<number, string> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  402: 'billing_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  413: 'request_too_large',
+  429: 'rate_limit_error',
+  500: 'api_error',
+  502: 'api_error',
+  503: 'overloaded_error',
+  504: 'timeout_error',
+  529: 'overloaded_error',
+};
+
+// OpenAI's `type` values: invalid_request_error for client faults, server_error for ours.
+const OPENAI_TYPES: Record<number, string> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  402: 'billing_error',
+  403: 'permission_error',
+  404: 'invalid_request_error',
+  413: 'invalid_request_error',
+  429: 'rate_limit_error',
+};
+
+/** The JSON body of an error in the caller's protocol. */
+export function renderError(err: GatewayError, protocol: Protocol): string {
+  if (protocol === 'anthropic') {
+    const type = ANTHROPIC_TYPES[err.status] ?? 'api_error';
+    return JSON.stringify({ type: 'error', error: { type, message: err.message, code: err.code } });
+  }
+  const type = OPENAI_TYPES[err.status] ?? 'server_error';
+  return JSON.stringify({ error: { message: err.message, type, param: err.param ?? null, code: err.code } });
+}
+
+/** Whether a retry of the same request can succeed; the SDKs obey `x-should-retry: false`. */
+export function isRetryable(status: number): boolean {
+  return status === 408 || status === 409 || status === 429 || status >= 500;
+}

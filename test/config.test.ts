@@ -1,0 +1,93 @@
+import t, { type Test } from 'tap';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildConfig, ConfigError, embeddedDefault, loadConfig } from '../plugins/config.js';
+
+const env = { FAREBOX_SIM_KEY: 'k' };
+const good = () => embeddedDefault('http://127.0.0.1:9');
+
+const fails = (t: Test, input: unknown, field: RegExp, e: Record<string, string> = env) => {
+  try {
+    buildConfig(input, e);
+    t.fail(`accepted; expected an error naming ${field}`);
+  } catch (err) {
+    t.ok(err instanceof ConfigError, 'a ConfigError');
+    t.match((err as Error).message, field);
+  }
+};
+
+t.test('the embedded default validates and covers every text model id of the spec', async (t) => {
+  const c = buildConfig(good(), env, true);
+  const ids = c.models.map((m) => m.id);
+  for (const id of ['alpha-fable-5', 'alpha-haiku-4-5', 'alpha-opus-4-6', 'alpha-opus-4-7', 'alpha-opus-4-8', 'alpha-opus-5', 'alpha-sonnet-4-6', 'alpha-sonnet-5', 'beta-5.6-sol', 'gamma-k3']) {
+    t.ok(ids.includes(id), id);
+  }
+  t.equal(c.embedded, true);
+});
+
+t.test('config is frozen, deeply', async (t) => {
+  const c = buildConfig(good(), env);
+  t.ok(Object.isFrozen(c));
+  t.ok(Object.isFrozen(c.models[0]));
+  t.ok(Object.isFrozen(c.providers['sim-openai']));
+  t.throws(() => {
+    (c.models[0] as { max_tokens: number }).max_tokens = 1;
+  });
+});
+
+t.test('a bad config fails with a message naming the field', async (t) => {
+  const wrongFamily = good();
+  (wrongFamily.models[0] as { family: string }).family = 'delta';
+  fails(t, wrongFamily, /models\.0\.family/);
+
+  const badUrl = good();
+  (badUrl.providers['sim-openai'] as { base_url: string }).base_url = 'not a url';
+  fails(t, badUrl, /providers\.sim-openai\.base_url/);
+
+  const unknownProvider = good();
+  (unknownProvider.models[2] as { provider: string }).provider = 'nope';
+  fails(t, unknownProvider, /models\.2\.provider: unknown provider nope/);
+
+  const dup = good();
+  dup.models.push({ ...dup.models[0] });
+  fails(t, dup, /duplicate model id alpha-fable-5/);
+
+  const typo = { ...good(), modles: [] };
+  fails(t, typo, /modles|Unrecognized/);
+
+  const ceiling = good();
+  (ceiling.models[1] as { max_tokens: number }).max_tokens = 0;
+  fails(t, ceiling, /models\.1\.max_tokens/);
+
+  fails(t, good(), /providers\.sim-anthropic\.key_env: environment variable FAREBOX_SIM_KEY is not set/, {});
+});
+
+t.test('environment overrides server and redis settings', async (t) => {
+  const c = buildConfig(good(), { ...env, PORT: '9099', HOST: '0.0.0.0', REDIS_URL: 'redis://10.0.0.1:6380', FAREBOX_REDIS_PREFIX: 'x:' });
+  t.equal(c.server.port, 9099);
+  t.equal(c.server.host, '0.0.0.0');
+  t.equal(c.redis.url, 'redis://10.0.0.1:6380');
+  t.equal(c.redis.prefix, 'x:');
+  fails(t, good(), /server\.port/, { ...env, PORT: 'eighty' });
+});
+
+t.test('FAREBOX_CONFIG is read from its file; unreadable or invalid JSON fails clearly', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));
+  const file = join(dir, 'c.json');
+  writeFileSync(file, JSON.stringify(good()));
+  const c = loadConfig({ ...env, FAREBOX_CONFIG: file });
+  t.equal(c.embedded, false);
+  writeFileSync(file, '{ nope');
+  t.throws(() => loadConfig({ ...env, FAREBOX_CONFIG: file }), /is not valid JSON/);
+  t.throws(() => loadConfig({ ...env, FAREBOX_CONFIG: join(dir, 'missing.json') }), /cannot read FAREBOX_CONFIG/);
+});
+
+t.test('deploy/ example config for real providers validates', async (t) => {
+  const { readFileSync } = await import('node:fs');
+  const example = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8'));
+  const keys = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't' };
+  const c = buildConfig(example, keys);
+  t.equal(c.providers.anthropic.protocol, 'anthropic');
+  t.ok(c.models.length >= 10);
+});

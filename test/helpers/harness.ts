@@ -1,0 +1,77 @@
+/**
+ * Test harness: a simulator, a gateway on its own port and Redis key prefix, an active account and a key.
+ * Everything it made in Redis is deleted on close.
+ */
+import { randomBytes } from 'node:crypto';
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { Redis } from 'ioredis';
+import { createAccount, createKey } from '../../plugins/accounts.js';
+import type { CallObserver } from '../../plugins/call.js';
+import { buildConfig, embeddedDefault, type ConfigInput, type FareboxConfig } from '../../plugins/config.js';
+import farebox from '../../plugins/gateway.js';
+import { connectRedis } from '../../plugins/redis.js';
+import { startSimulator, type Simulator } from '../../plugins/simulator/index.js';
+
+/** A running test gateway. */
+export interface Harness {
+  url: string;
+  app: FastifyInstance;
+  sim: Simulator;
+  config: FareboxConfig;
+  redis: Redis;
+  prefix: string;
+  account: string;
+  key: string;
+  keyId: string;
+  close(): Promise<void>;
+}
+
+/** A fresh Redis key prefix for one test file. */
+export function testPrefix(): string {
+  return `farebox-test:${randomBytes(6).toString('hex')}:`;
+}
+
+/** Delete every key under `prefix`. */
+export async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
+  const raw = redis.duplicate({ keyPrefix: '' });
+  let cursor = '0';
+  do {
+    const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length) await raw.del(...keys);
+  } while (cursor !== '0');
+  await raw.quit();
+}
+
+/** Start a simulator and a gateway routed to it. */
+export async function startHarness(opts: {
+  edit?: (cfg: ConfigInput) => void;
+  observer?: CallObserver;
+  configure?: (app: FastifyInstance) => void | Promise<void>;
+} = {}): Promise<Harness> {
+  const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
+  const prefix = testPrefix();
+  const input = embeddedDefault(sim.url);
+  input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };
+  input.server = { port: 0, host: '127.0.0.1' };
+  opts.edit?.(input);
+  const config = buildConfig(input, { FAREBOX_SIM_KEY: 'sim-key' }, true);
+  const redis = connectRedis(config.redis);
+  const app = Fastify({ logger: false });
+  await opts.configure?.(app);
+  await app.register(farebox, { config, redis, observer: opts.observer });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const address = app.server.address();
+  const url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  const account = await createAccount(redis, {});
+  const { key, id } = await createKey(redis, account.address);
+  return {
+    url, app, sim, config, redis, prefix, account: account.address, key, keyId: id,
+    async close() {
+      await app.close();
+      await sim.close();
+      await dropPrefix(redis, prefix);
+      await redis.quit();
+    },
+  };
+}
