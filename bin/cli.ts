@@ -8,8 +8,6 @@ import { pathToFileURL } from 'node:url';
 import type { Redis } from 'ioredis';
 import { ACCOUNT_STATUSES, createAccount, createKey, revokeKey, setAccountStatus, type AccountStatus } from '../plugins/accounts.js';
 import { connectRedis } from '../plugins/redis.js';
-import { demoGreeting, serve } from '../plugins/serve.js';
-import { startSimulator } from '../plugins/simulator/index.js';
 
 /** A bad invocation: printed as one line, exit code 2. */
 export class UsageError extends Error {}
@@ -85,6 +83,8 @@ export async function main(
   try {
     switch (cmd) {
       case 'serve': {
+        // Heavy modules load only for the commands that need them: the CLI's quick commands stay quick.
+        const { demoGreeting, serve } = await import('../plugins/serve.js');
         const server = await serve(env);
         if (server.config.embedded) {
           const r = db();
@@ -100,6 +100,7 @@ export async function main(
       case 'sim': {
         const port = flags.port === undefined ? 8090 : Number(str(flags, 'port'));
         if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError('--port must be a port number');
+        const { startSimulator } = await import('../plugins/simulator/index.js');
         const sim = await startSimulator({ host: env.HOST ?? '127.0.0.1', port });
         out(json ? JSON.stringify({ url: sim.url }) : `farebox sim: simulated upstreams at ${sim.url}`);
         const stop = () => void sim.close().then(() => process.exit(0));

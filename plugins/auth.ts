@@ -7,6 +7,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Redis } from 'ioredis';
 import { hashKey, invalidateChannel, lookupKey, touchKey, type KeyIdentity } from './accounts.js';
 import { GatewayError } from './errors.js';
+import { closeRedis } from './redis.js';
 
 /** The API key a request presents, or undefined. */
 export function presentedKey(headers: IncomingHttpHeaders): string | undefined {
@@ -34,13 +35,15 @@ export class KeyResolver {
   ) {}
 
   /** Subscribe to invalidations on a second connection (a subscribed connection cannot run commands). */
-  async listen(): Promise<void> {
+  listen(onError: (err: Error) => void = () => {}): void {
     const prefix = (this.redis.options.keyPrefix as string | undefined) ?? '';
-    this.subscriber = this.redis.duplicate({ keyPrefix: '' });
+    this.subscriber = this.redis.duplicate({ keyPrefix: '', maxRetriesPerRequest: null });
     this.subscriber.on('message', (_channel: string, what: string) => this.invalidate(what));
     // After a reconnect, announcements may have been missed: start from an empty cache.
     this.subscriber.on('ready', () => this.cache.clear());
-    await this.subscriber.subscribe(invalidateChannel(prefix));
+    this.subscriber.on('error', onError);
+    // Not awaited: the gateway starts (and says 503 on /v1/health) while Redis is away; ioredis resubscribes.
+    this.subscriber.subscribe(invalidateChannel(prefix)).catch(onError);
   }
 
   /** Drop cached entries for `apikey:<hash>` or `account:<addr>`. */
@@ -83,6 +86,6 @@ export class KeyResolver {
 
   /** Close the subscriber connection. */
   async close(): Promise<void> {
-    if (this.subscriber) await this.subscriber.quit().catch(() => {});
+    if (this.subscriber) await closeRedis(this.subscriber);
   }
 }

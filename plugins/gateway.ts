@@ -16,7 +16,7 @@ import type { CallContext, CallObserver } from './call.js';
 import { buildConfig, type FareboxConfig } from './config.js';
 import { GatewayError, isRetryable, renderError, type Protocol } from './errors.js';
 import { proxyCall } from './proxy.js';
-import { connectRedis, redisAnswers } from './redis.js';
+import { closeRedis, connectRedis, redisAnswers } from './redis.js';
 import { ModelCatalog, type TextEndpoint } from '../policies/models.js';
 import { rewriteChat, rewriteMessages } from '../policies/rewrite.js';
 import { chatBody, countTokensBody, messagesBody, parseBody } from '../policies/schemas.js';
@@ -74,14 +74,24 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     ? (opts.config as FareboxConfig)
     : buildConfig(opts.config);
   const redis = opts.redis ?? connectRedis({ ...config.redis, failFast: true });
+  if (!opts.redis) {
+    let lastLog = 0;
+    redis.on('error', (err: Error) => {
+      // ioredis repeats the error on every reconnect attempt: log it at most every 10 s.
+      if (Date.now() - lastLog > 10_000) {
+        lastLog = Date.now();
+        app.log.error({ err }, 'redis connection');
+      }
+    });
+  }
   const keys = new KeyResolver(redis);
-  await keys.listen();
+  keys.listen((err) => app.log.warn({ err }, 'key invalidation channel'));
   const catalog = new ModelCatalog(config);
   const observer = opts.observer;
 
   app.addHook('onClose', async () => {
     await keys.close();
-    if (!opts.redis) await redis.quit().catch(() => {});
+    if (!opts.redis) await closeRedis(redis);
   });
 
   await app.register(replyFrom, {

@@ -35,3 +35,12 @@ export async function redisAnswers(redis: Redis, timeoutMs = 500): Promise<boole
     clearTimeout(timer);
   }
 }
+
+/** Close a connection: QUIT when connected (pending replies arrive), else drop it (QUIT would wait for a reconnect). */
+export async function closeRedis(redis: Redis): Promise<void> {
+  if (redis.status === 'ready') {
+    await redis.quit().catch(() => redis.disconnect());
+  } else {
+    redis.disconnect();
+  }
+}

@@ -7,7 +7,6 @@ import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts.js';
 import { loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import farebox from './gateway.js';
-import { connectRedis } from './redis.js';
 import { startSimulator, type Simulator } from './simulator/index.js';
 
 /** A running standalone gateway. */
@@ -68,15 +67,11 @@ export async function demoGreeting(redis: Redis, url: string): Promise<string[]>
   await redis.set('demo:account', account.address);
   const { key } = await createKey(redis, account.address);
   return [
-    `farebox: embedded default at ${url} (simulated upstreams). Demo account ${account.address}, demo key (shown once):`,
+    `farebox: embedded default at ${url} (simulated upstreams). Demo account ${account.address}; its key, shown once:`,
     '',
-    `  curl ${url}/v1/chat/completions -H 'authorization: Bearer ${key}' -H 'content-type: application/json' \\`,
+    `  export FAREBOX_KEY=${key}`,
+    `  curl ${url}/v1/chat/completions -H "authorization: Bearer $FAREBOX_KEY" -H 'content-type: application/json' \\`,
     `    -d '{"model":"gamma-k3","messages":[{"role":"user","content":"Say hello"}]}'`,
     '',
   ];
-}
-
-/** Open the Redis connection the CLI and the greeting use. */
-export function cliRedis(env: ConfigEnv = process.env): Redis {
-  return connectRedis({ url: env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: env.FAREBOX_REDIS_PREFIX ?? 'farebox:' });
 }
