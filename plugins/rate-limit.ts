@@ -1,0 +1,230 @@
+/**
+ * Rate limits counted in Redis, so every gateway instance on one Redis shares them (policies/limits.ts has
+ * the config and the headers).
+ *
+ * Algorithm: GCRA, the token bucket Anthropic documents for its own per-minute limits: a limit of L per
+ * minute admits a burst of L, then refills continuously at L per minute (no cliff at minute boundaries).
+ * One value per limit: the bucket's level (units used), draining at L per minute. A call of cost c passes
+ * when level + c <= L. Exact: retry-after is when the call would pass, reset when the level is back to 0.
+ * A call whose cost exceeds the whole limit (a token estimate above the tpm) is charged the limit: it passes
+ * once the bucket is full, instead of never.
+ *
+ * One script per call checks every limit that applies and, only if all pass, charges all of them: a refused
+ * call consumes nothing. Time is Redis TIME (one clock for all instances) unless the caller passes `now`
+ * (tests). Keys expire when their bucket is full again, so idle keys and accounts leave nothing behind:
+ *   rl:{<account>}:<family>:k:<keyId>:r|t   per key, requests|tokens
+ *   rl:{<account>}:<family>:a:r|t           per account
+ * The {account} hash tag puts one call's keys in one Redis Cluster slot, as a multi-key script needs there
+ * (a key belongs to one account). The keyPrefix must then contain no braces.
+ */
+import type { Redis } from 'ioredis';
+import { FAMILIES } from './config.js';
+import { GatewayError, type Protocol } from './errors.js';
+import {
+  buildDecision, LIMIT_IDS, rateLimitHeaders, refusalMessage, resolveLimits, UNLIMITED, WINDOW_MS,
+  type Decision, type LimitId, type LimitsConfig,
+} from '../policies/limits.js';
+
+// Each key holds "<level> <at>": units used (requests or tokens) as measured at `at` (ms); the level drains at
+// `limit` per window. This is GCRA's TAT (at + level * window / limit) kept relative, so precision follows the
+// limit: a TAT in epoch ms (~1.7e12, a 0.24 us float grid) would lose small charges under a large tpm.
+// KEYS: one per limit. ARGV: now ms ('' = Redis TIME), window ms, then limit and cost per key.
+// Reply: allowed, refusing index (1-based, 0 none), retry-after ms, now, then remaining and reset ms per key.
+// The 1e-6 unit slack absorbs floating-point rounding of the drain.
+const CHECK_LUA = `
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local window = tonumber(ARGV[2])
+local n = #KEYS
+local levels, costs = {}, {}
+local allowed, worst, retry = 1, 0, 0
+for i = 1, n do
+  local limit = tonumber(ARGV[2 * i + 1])
+  local cost = tonumber(ARGV[2 * i + 2])
+  if cost > limit then cost = limit end
+  local level = 0
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local used, at = string.match(v, '^(%S+) (%S+)$')
+    level = tonumber(used) - (now - tonumber(at)) * limit / window
+    if level < 0 then level = 0 end
+  end
+  levels[i], costs[i] = level, cost
+  local over = level + cost - limit
+  if over > 1e-6 then
+    allowed = 0
+    local wait = over * window / limit
+    if wait > retry then retry = wait; worst = i end
+  end
+end
+-- Rounded up to whole ms, less float noise (a wait of 1.0000000002 ms is 1 ms).
+local out = { allowed, worst, math.max(allowed == 1 and 0 or 1, math.ceil(retry - 1e-6)), math.floor(now) }
+for i = 1, n do
+  local limit = tonumber(ARGV[2 * i + 1])
+  local level = levels[i]
+  if allowed == 1 and costs[i] > 0 then
+    level = level + costs[i]
+    redis.call('SET', KEYS[i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))
+  end
+  local remaining = math.floor(limit - level + 1e-6)
+  if remaining < 0 then remaining = 0 end
+  out[3 + 2 * i] = remaining
+  out[4 + 2 * i] = math.max(0, math.ceil(level * window / limit - 1e-6))
+end
+return out
+`;
+
+// KEYS: token limits. ARGV: now ms ('' = Redis TIME), window ms, actual tokens, then limit and estimate per
+// key. Adds (actual - charged) tokens to each level; a refund never takes a level below empty.
+const ADJUST_LUA = `
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local window = tonumber(ARGV[2])
+local actual = tonumber(ARGV[3])
+for i = 1, #KEYS do
+  local limit = tonumber(ARGV[2 * i + 2])
+  local charged = tonumber(ARGV[2 * i + 3])
+  if charged > limit then charged = limit end
+  local level = 0
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local used, at = string.match(v, '^(%S+) (%S+)$')
+    level = tonumber(used) - (now - tonumber(at)) * limit / window
+    if level < 0 then level = 0 end
+  end
+  level = level + actual - charged
+  if level > 1e-6 then
+    redis.call('SET', KEYS[i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 1
+`;
+
+/** What a check is about. */
+export interface RateLimitInput {
+  keyId: string;
+  /** The key's account (its address); two keys of one account share the account limits. */
+  account: string;
+  /** The model's family (alpha, beta, ...); an unknown one gets the default limits. */
+  family: string;
+  /** The call's token estimate: input bound + max output (0 where tokens do not apply). */
+  tokens: number;
+  /** Milliseconds since the epoch to decide at, instead of Redis TIME (tests). */
+  now?: number;
+}
+
+interface Plan {
+  readonly ids: readonly LimitId[];
+  readonly limits: readonly number[];
+  /** Per limit: per key ('k') or per account ('a'); requests ('r') or tokens ('t'). */
+  readonly scopes: readonly ('k' | 'a')[];
+  readonly kinds: readonly ('r' | 't')[];
+  readonly tokenIdx: readonly number[];
+}
+
+interface Commands {
+  fareboxRateCheck(...args: (string | number)[]): Promise<number[]>;
+  fareboxRateAdjust(...args: (string | number)[]): Promise<number>;
+}
+
+/** Checks and charges the rate limits of calls, shared through Redis. */
+export class RateLimiter {
+  private readonly plans = new Map<string, Plan | null>();
+  private readonly fallback: Plan | null;
+  private readonly redis: Redis & Commands;
+
+  constructor(redis: Redis, config: LimitsConfig) {
+    redis.defineCommand('fareboxRateCheck', { lua: CHECK_LUA });
+    redis.defineCommand('fareboxRateAdjust', { lua: ADJUST_LUA });
+    this.redis = redis as Redis & Commands;
+    // Plans are built once: the per-call path only looks one up and fills in the ids.
+    for (const family of FAMILIES) this.plans.set(family, plan(config, family));
+    this.fallback = plan(config, '');
+  }
+
+  /** Decide on a call and, if every limit passes, charge it to all of them; a refusal charges nothing. */
+  async check(input: RateLimitInput): Promise<Decision> {
+    const p = this.planOf(input.family);
+    if (!p) return UNLIMITED;
+    const n = p.ids.length;
+    const args: (string | number)[] = new Array(1 + 3 * n + 2);
+    args[0] = n;
+    const base = `rl:{${input.account}}:${input.family}:`;
+    for (let i = 0; i < n; i++) {
+      args[1 + i] = p.scopes[i] === 'k' ? `${base}k:${input.keyId}:${p.kinds[i]}` : `${base}a:${p.kinds[i]}`;
+      args[3 + n + 2 * i] = p.limits[i];
+      args[4 + n + 2 * i] = p.kinds[i] === 'r' ? 1 : tokenCost(input.tokens);
+    }
+    args[1 + n] = input.now ?? '';
+    args[2 + n] = WINDOW_MS;
+    const reply = await this.redis.fareboxRateCheck(...args);
+    return buildDecision(p.ids, p.limits, reply);
+  }
+
+  /**
+   * Correct the token limits of an admitted call once its actual usage is known (input + output tokens
+   * delivered): a refund when it used less than its estimate, an extra charge when more. `input` is the one
+   * given to check(). Skipped when no token limit applies or nothing changes. Never call it for a refused call.
+   */
+  async adjust(input: RateLimitInput, actualTokens: number): Promise<void> {
+    const p = this.planOf(input.family);
+    if (!p || p.tokenIdx.length === 0) return;
+    const estimate = tokenCost(input.tokens);
+    const actual = tokenCost(actualTokens);
+    // An estimate above the limit was charged as the limit: compare per limit.
+    if (p.tokenIdx.every((i) => Math.min(estimate, p.limits[i]) === actual)) return;
+    const args: (string | number)[] = [p.tokenIdx.length];
+    const base = `rl:{${input.account}}:${input.family}:`;
+    for (const i of p.tokenIdx) args.push(p.scopes[i] === 'k' ? `${base}k:${input.keyId}:t` : `${base}a:t`);
+    args.push(input.now ?? '', WINDOW_MS, actual);
+    for (const i of p.tokenIdx) args.push(p.limits[i], estimate);
+    await this.redis.fareboxRateAdjust(...args);
+  }
+
+  private planOf(family: string): Plan | null {
+    const p = this.plans.get(family);
+    return p === undefined ? this.fallback : p;
+  }
+}
+
+/** Whole tokens, and never NaN or Infinity (Lua would not read them). */
+function tokenCost(tokens: number): number {
+  return tokens > 0 ? Math.ceil(Math.min(tokens, 1e15)) : 0;
+}
+
+function plan(config: LimitsConfig, family: string): Plan | null {
+  const resolved = resolveLimits(config, family);
+  const ids: LimitId[] = [];
+  const limits: number[] = [];
+  for (const id of LIMIT_IDS) {
+    const l = resolved[id];
+    if (l !== null) {
+      ids.push(id);
+      limits.push(l);
+    }
+  }
+  if (ids.length === 0) return null;
+  return {
+    ids,
+    limits,
+    scopes: ids.map((id) => (id.startsWith('key') ? 'k' : 'a')),
+    kinds: ids.map((id) => (id.endsWith('requests') ? 'r' : 't')),
+    tokenIdx: ids.flatMap((id, i) => (id.endsWith('tokens') ? [i] : [])),
+  };
+}
+
+/** The 429 of a refused decision, in the caller's protocol: message naming the limit, and its headers. */
+export function rateLimitedError(decision: Decision, protocol: Protocol, nowMs?: number): GatewayError {
+  return new GatewayError('rate_limited', {
+    message: refusalMessage(decision),
+    headers: rateLimitHeaders(decision, protocol, nowMs),
+  });
+}
