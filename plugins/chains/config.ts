@@ -1,0 +1,51 @@
+/**
+ * Config of the four settlement chains (DESIGN.md "Onchain"). Keys are snake_case like the
+ * `farebox chains --json` output. No viem here: this schema is embedded in the gateway's config.
+ */
+import { z } from 'zod';
+
+/** The chain identifiers of the interface (SPEC.md "What the service does", 7). */
+export const CHAIN_NAMES = ['chain_a', 'chain_b', 'chain_c', 'chain_d'] as const;
+
+/** One of chain_a..chain_d. */
+export type ChainName = (typeof CHAIN_NAMES)[number];
+
+/** A 20-byte hex address. */
+export type Address = `0x${string}`;
+
+const address = z
+  .string()
+  .regex(/^0x[0-9a-fA-F]{40}$/, 'expected a 0x-prefixed 20-byte hex address')
+  .transform((s) => s as Address);
+
+/** Config of one chain. */
+export const chainConfigSchema = z.object({
+  chain_id: z.number().int().positive(),
+  rpc_url: z.url({ protocol: /^https?$/ }),
+  /** The stablecoin the escrow holds (USDC on real networks). */
+  stablecoin: address,
+  escrow: address,
+  /** Name of the env var holding the settler's private key; unset -> the chain is read-only. */
+  settler_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+  /** Blocks a log/receipt needs (1 = included) before it counts. */
+  confirmations: z.number().int().min(1).default(1),
+  /** Block the escrow was deployed in: where event scans start. */
+  deploy_block: z.number().int().min(0).default(0),
+  /** A charge tx not mined after this long is re-sent with the same nonce and a higher fee. */
+  replace_after_ms: z.number().int().positive().default(120_000),
+  /** How often receipts and the head are polled: about the chain's block time. */
+  poll_interval_ms: z.number().int().positive().default(1_000),
+});
+
+/** The `chains` section: all four chains. */
+export const chainsConfigSchema = z.object({
+  chain_a: chainConfigSchema,
+  chain_b: chainConfigSchema,
+  chain_c: chainConfigSchema,
+  chain_d: chainConfigSchema,
+});
+
+/** Parsed config of one chain (defaults applied). */
+export type ChainConfig = z.output<typeof chainConfigSchema>;
+/** Parsed `chains` section. */
+export type ChainsConfig = z.output<typeof chainsConfigSchema>;
