@@ -6,8 +6,12 @@
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Redis } from 'ioredis';
-import { ACCOUNT_STATUSES, createAccount, createKey, revokeKey, setAccountStatus, type AccountStatus } from '../plugins/accounts.js';
+import { ACCOUNT_STATUSES, createAccount, createKey, getAccount, isAddress, revokeKey, setAccountStatus, setDefaultChain, type AccountStatus } from '../plugins/accounts.js';
+import { CHAIN_NAMES, chainsConfigSchema, type ChainName, type ChainsConfig } from '../plugins/chains/config.js';
 import { connectRedis } from '../plugins/redis.js';
+import { listUsage } from '../plugins/usage-records.js';
+import { readWallet } from '../plugins/wallets.js';
+import { buildPriceTable, formatUsd, parseUsd, publishPrices } from '../pricing/index.js';
 
 /** A bad invocation: printed as one line, exit code 2. */
 export class UsageError extends Error {}
@@ -60,13 +64,51 @@ function openRedis(env: NodeJS.ProcessEnv): Redis {
   return connectRedis({ url: env.REDIS_URL ?? url, prefix: env.FAREBOX_REDIS_PREFIX ?? prefix, failFast: true });
 }
 
+/** The FAREBOX_CONFIG file as JSON, or undefined on the embedded default. */
+function configFile(env: NodeJS.ProcessEnv): Record<string, unknown> | undefined {
+  if (!env.FAREBOX_CONFIG) return undefined;
+  return JSON.parse(readFileSync(env.FAREBOX_CONFIG, 'utf8')) as Record<string, unknown>;
+}
+
+/** The chains the gateway runs on: from FAREBOX_CONFIG, or the dev chains the embedded default published in Redis. */
+async function chainsOf(env: NodeJS.ProcessEnv, redis: Redis): Promise<ChainsConfig> {
+  const file = configFile(env);
+  if (file) {
+    const parsed = chainsConfigSchema.safeParse(file.chains);
+    if (!parsed.success) throw new Error('FAREBOX_CONFIG has no valid chains section');
+    return parsed.data;
+  }
+  const { DEV_CHAINS_KEY } = await import('../plugins/serve.js');
+  const raw = await redis.get(DEV_CHAINS_KEY);
+  if (!raw) throw new Error('no gateway on the embedded default has started on this Redis: run npm start first');
+  return JSON.parse(raw) as ChainsConfig;
+}
+
+function chainArg(flags: Flags): ChainName {
+  const chain = str(flags, 'chain', true);
+  if (!(CHAIN_NAMES as readonly string[]).includes(chain)) throw new UsageError(`--chain must be one of ${CHAIN_NAMES.join(', ')}`);
+  return chain as ChainName;
+}
+
+function accountArg(flags: Flags): string {
+  const account = str(flags, 'account', true);
+  if (!isAddress(account)) throw new UsageError(`--account must be a 0x address`);
+  return account.toLowerCase();
+}
+
 const HELP = `usage: farebox <command> [options]
   serve                                   run the gateway (PORT, HOST, REDIS_URL, FAREBOX_CONFIG)
   sim [--port N]                          run the simulated upstream providers alone
   account create [--address 0x..] [--status active|pending|suspended] [--json]
   account status --account 0x.. --set active|pending|suspended
   key create --account 0x.. [--json]
-  key revoke --id ID`;
+  key revoke --id ID
+  chains [--json]                         the chains: chain id, RPC URL, stablecoin, escrow
+  fund --account 0x.. --chain chain_a --amount 2.5 [--json]   (dev chains only) mint and deposit test stablecoin
+  balance --account 0x.. [--json]         synced escrow balance, held, pending and available per chain
+  default-chain --account 0x.. --chain chain_b
+  prices [--json]                         the live price table (USD; text per 1,000,000 tokens)
+  usage --account 0x.. [--limit N] [--json]   the account's calls, newest first`;
 
 /** Run one command; returns the exit code. Output goes through `out` (stdout) and `err` (stderr). */
 export async function main(
@@ -88,7 +130,7 @@ export async function main(
         const server = await serve(env);
         if (server.config.embedded) {
           const r = db();
-          for (const line of await demoGreeting(r, server.url)) out(line);
+          for (const line of await demoGreeting(r, server.url, server.config.chains!)) out(line);
           await r.quit();
           redis = undefined;
         }
@@ -132,6 +174,67 @@ export async function main(
         const id = str(flags, 'id', true);
         await revokeKey(db(), id);
         out(json ? JSON.stringify({ id, revoked: true }) : `key ${id} revoked`);
+        return 0;
+      }
+      case 'chains': {
+        const chains = await chainsOf(env, db());
+        const doc = Object.fromEntries(CHAIN_NAMES.map((n) => [n, { chain_id: chains[n].chain_id, rpc_url: chains[n].rpc_url, stablecoin: chains[n].stablecoin, escrow: chains[n].escrow }]));
+        if (json) out(JSON.stringify(doc));
+        else for (const [n, c] of Object.entries(doc)) out(`${n}  chain id ${c.chain_id}  ${c.rpc_url}  stablecoin ${c.stablecoin}  escrow ${c.escrow}`);
+        return 0;
+      }
+      case 'fund': {
+        const account = accountArg(flags);
+        const chain = chainArg(flags);
+        let amount: bigint;
+        try {
+          amount = parseUsd(str(flags, 'amount', true));
+        } catch {
+          throw new UsageError('--amount must be a decimal USD amount with at most 6 decimals');
+        }
+        if (amount <= 0n) throw new UsageError('--amount must be positive');
+        const { DEV_CHAIN_IDS } = await import('../plugins/chains/dev-chains.js');
+        const chains = await chainsOf(env, db());
+        if (chains[chain].chain_id !== DEV_CHAIN_IDS[chain]) {
+          throw new Error(`${chain} is a configured chain (chain id ${chains[chain].chain_id}): fund mints test stablecoin on the embedded dev chains only`);
+        }
+        const { fundOnDevChain } = await import('../plugins/serve.js');
+        const balance = await fundOnDevChain(db(), chains, chain, account, amount);
+        out(json ? JSON.stringify({ chain, account, balance: formatUsd(balance) }) : `${account} holds ${formatUsd(balance)} USD on ${chain}`);
+        return 0;
+      }
+      case 'balance': {
+        const account = accountArg(flags);
+        const acct = await getAccount(db(), account);
+        const chains: Record<string, Record<string, string>> = {};
+        for (const n of CHAIN_NAMES) {
+          const w = await readWallet(db(), account, n);
+          chains[n] = { balance: formatUsd(w.synced), held: formatUsd(w.held), pending: formatUsd(w.pending), available: formatUsd(w.available < 0n ? 0n : w.available) };
+        }
+        const doc = { account, default_chain: acct?.default_chain ?? 'chain_a', chains };
+        if (json) out(JSON.stringify(doc));
+        else for (const [n, c] of Object.entries(chains)) out(`${n}${n === doc.default_chain ? '*' : ' '} balance ${c.balance}  held ${c.held}  pending ${c.pending}  available ${c.available}`);
+        return 0;
+      }
+      case 'default-chain': {
+        const account = accountArg(flags);
+        const chain = chainArg(flags);
+        await setDefaultChain(db(), account, chain);
+        out(json ? JSON.stringify({ account, default_chain: chain }) : `${account} bills on ${chain} by default`);
+        return 0;
+      }
+      case 'prices': {
+        const doc = publishPrices(buildPriceTable(configFile(env)?.prices ?? {}));
+        out(json ? JSON.stringify(doc) : JSON.stringify(doc, null, 2));
+        return 0;
+      }
+      case 'usage': {
+        const account = accountArg(flags);
+        const limit = flags.limit === undefined ? 100 : Number(str(flags, 'limit'));
+        if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a positive whole number');
+        const records = await listUsage(db(), account, limit);
+        if (json) out(JSON.stringify(records));
+        else for (const r of records) out(`${r.time}  ${r.call_id}  ${r.model}  ${r.chain}  ${r.price} USD  ${r.status}${r.tx ? `  ${r.tx}` : ''}`);
         return 0;
       }
       case '':

@@ -34,6 +34,7 @@ export interface KeyIdentity {
   keyHash: string;
   account: string;
   status: AccountStatus;
+  defaultChain: string;
 }
 
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/;
@@ -133,9 +134,9 @@ export async function lookupKey(redis: Redis, key: string): Promise<KeyIdentity 
   const keyHash = hashKey(key);
   const [id, account, revoked] = await redis.hmget(`apikey:${keyHash}`, 'id', 'account', 'revoked_at');
   if (!id || !account || revoked) return null;
-  const status = (await redis.hget(`account:${account}`, 'status')) as AccountStatus | null;
+  const [status, defaultChain] = await redis.hmget(`account:${account}`, 'status', 'default_chain');
   if (!status) return null;
-  return { keyId: id, keyHash, account, status };
+  return { keyId: id, keyHash, account, status: status as AccountStatus, defaultChain: defaultChain ?? 'chain_a' };
 }
 
 /** Record a key's last use (callers throttle this). */

@@ -22,6 +22,10 @@ export interface CallContext {
   bodyBytes: number;
   route?: ModelRoute;
   rewrite?: RewriteResult;
+  /** The rewritten body as sent upstream (serialized once). */
+  upstreamBody?: string;
+  /** The client class the policies recognised. */
+  client?: string;
   /** HTTP status the upstream answered, or the proxy's own for connection failures. */
   upstreamStatus?: number;
   upstream?: Readable;
@@ -30,6 +34,8 @@ export interface CallContext {
   clientAborted: boolean;
   /** Billing's own state of the call (hold, chain). */
   billing?: unknown;
+  /** Tokens the call was billed for, once settled (rate limits correct their estimate with it). */
+  billedTokens?: number;
 }
 
 /** What billing plugs into the call path (DESIGN "The path of one call", steps 3 and 5). */

@@ -4,16 +4,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { chainsConfigSchema, type ChainsConfig } from './chains/config.js';
+import { FAMILIES, REASONING_SCALE, type ReasoningLevel } from '../policies/families.js';
+import { buildSignatures, clientSignatureSchema, type ClientSignature } from '../policies/clients.js';
+import { limitsConfigSchema, type LimitsConfig } from '../policies/limits.js';
+import { buildPriceTable, lookupRates, pricesConfigSchema, type PriceTable } from '../pricing/index.js';
 
-/** Reasoning levels in order; "nearest supported level" is measured on this scale. */
-export const REASONING_SCALE = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
-/** One reasoning level. */
-export type ReasoningLevel = (typeof REASONING_SCALE)[number];
-
-/** Model families of the spec; the first three are text. */
-export const FAMILIES = ['alpha', 'beta', 'gamma', 'img', 'vidA', 'vidB', 'vidC'] as const;
-/** One model family. */
-export type Family = (typeof FAMILIES)[number];
+export { FAMILIES, REASONING_SCALE, type Family, type ReasoningLevel } from '../policies/families.js';
 
 const providerSchema = z.strictObject({
   /** Wire protocol the provider speaks: Anthropic Messages or OpenAI chat completions. */
@@ -39,6 +36,8 @@ const modelSchema = z.strictObject({
   upstream_model: z.string().min(1).optional(),
   /** Output-token ceiling: larger max_tokens are clamped to it. */
   max_tokens: z.number().int().positive().default(32_000),
+  /** Most input tokens the model takes: bounds the input side of the worst-case price. */
+  context_window: z.number().int().positive().default(200_000),
   /** Whether the model still accepts `temperature`; when false it is removed. */
   temperature: z.boolean().default(true),
   /** Reasoning levels the upstream supports; requested levels map to the nearest of these. */
@@ -58,6 +57,34 @@ const redisSchema = z.strictObject({
   prefix: z.string().default('farebox:'),
 });
 
+const billingSchema = z.strictObject({
+  /** Usage records and debit markers are kept this long. */
+  retention_days: z.number().positive().default(30),
+  /** A hold outlives its call's upstream timeout by this much before it expires. */
+  hold_grace_ms: z.number().int().positive().default(60_000),
+  /** An instance silent this long is dead; any other instance releases its holds. */
+  instance_timeout_ms: z.number().int().positive().default(30_000),
+  /** Whether this instance charges debits onchain (any number of instances may). */
+  settler: z.boolean().default(true),
+  /** Whether this instance follows the escrow events and reconciles balances. */
+  watcher: z.boolean().default(true),
+  /** Most debits in one charge batch. */
+  batch_size: z.number().int().min(1).max(400).default(200),
+  /** How long the settler waits to fill a batch. */
+  batch_wait_ms: z.number().int().min(0).default(250),
+  /** How often the reconciler compares synced balances with the chain. */
+  reconcile_interval_ms: z.number().int().positive().default(60_000),
+});
+
+const metricsSchema = z.strictObject({
+  /** Serve GET /metrics on the gateway's own port. */
+  enabled: z.boolean().default(true),
+  /** Serve it on this port instead (0 = ephemeral); absent = the gateway's port. */
+  port: z.number().int().min(0).max(65535).optional(),
+  /** Name of an env var holding a bearer token the scraper must send. */
+  token_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+});
+
 /** The whole configuration as written in a FAREBOX_CONFIG file. */
 export const configSchema = z
   .strictObject({
@@ -65,6 +92,15 @@ export const configSchema = z
     redis: redisSchema.prefault({}),
     providers: z.record(z.string().min(1), providerSchema),
     models: z.array(modelSchema).min(1),
+    /** Price overrides, in the shape of `farebox prices --json`. */
+    prices: pricesConfigSchema.prefault({}),
+    limits: limitsConfigSchema.prefault({}),
+    /** Client signatures added before the built-in ones (policies/clients.ts). */
+    clients: z.array(clientSignatureSchema).default([]),
+    /** The four settlement chains; absent only on the embedded default, which starts dev chains. */
+    chains: chainsConfigSchema.optional(),
+    billing: billingSchema.prefault({}),
+    metrics: metricsSchema.prefault({}),
   })
   .superRefine((cfg, ctx) => {
     const seen = new Set<string>();
@@ -94,6 +130,14 @@ export interface FareboxConfig {
   readonly redis: Parsed['redis'];
   readonly providers: Readonly<Record<string, ProviderConfig>>;
   readonly models: readonly ModelConfig[];
+  /** The live price table: defaults with the config's overrides. */
+  readonly prices: PriceTable;
+  readonly limits: LimitsConfig;
+  /** Client signatures, the operator's first. */
+  readonly clients: readonly ClientSignature[];
+  readonly chains: ChainsConfig | undefined;
+  readonly billing: Parsed['billing'];
+  readonly metrics: Parsed['metrics'];
   /** True when running on the embedded default (simulated upstreams). */
   readonly embedded: boolean;
 }
@@ -146,13 +190,36 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) throw new ConfigError(`invalid config: ${formatIssues(parsed.error)}`);
+  const data = parsed.data;
   const providers: Record<string, ProviderConfig> = {};
-  for (const [name, p] of Object.entries(parsed.data.providers)) {
+  for (const [name, p] of Object.entries(data.providers)) {
     const key = env[p.key_env];
     if (!key) throw new ConfigError(`invalid config: providers.${name}.key_env: environment variable ${p.key_env} is not set`);
     providers[name] = { ...p, name, key };
   }
-  return deepFreeze({ server: parsed.data.server, redis: parsed.data.redis, providers, models: parsed.data.models, embedded });
+  let prices: PriceTable;
+  try {
+    prices = buildPriceTable(data.prices);
+  } catch (err) {
+    throw new ConfigError(`invalid config: ${(err as Error).message}`);
+  }
+  data.models.forEach((m, i) => {
+    try {
+      if (lookupRates(prices, m.id).kind !== 'text') throw new Error('priced as a non-text model');
+    } catch {
+      throw new ConfigError(`invalid config: models.${i}.id: ${m.id} has no text price (add it under prices.text)`);
+    }
+  });
+  let clients: readonly ClientSignature[];
+  try {
+    clients = buildSignatures(data.clients);
+  } catch (err) {
+    throw new ConfigError(`invalid config: clients: ${(err as Error).message}`);
+  }
+  return deepFreeze({
+    server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
+    chains: data.chains, billing: data.billing, metrics: data.metrics, embedded,
+  });
 }
 
 /** Read FAREBOX_CONFIG (a JSON file) if set, else the embedded default routed to `simulatorUrl`. */
@@ -174,7 +241,10 @@ export function loadConfig(env: ConfigEnv = process.env, simulatorUrl?: string):
   } catch (err) {
     throw new ConfigError(`FAREBOX_CONFIG ${file} is not valid JSON: ${(err as Error).message}`);
   }
-  return buildConfig(json, env, false);
+  const config = buildConfig(json, env, false);
+  // A gateway without chains could not bill: only the plugin's tests run one.
+  if (!config.chains) throw new ConfigError('invalid config: chains: the four settlement chains are required');
+  return config;
 }
 
 const ALPHA_LEVELS: ReasoningLevel[] = ['low', 'medium', 'high'];
@@ -185,9 +255,10 @@ const BETA_LEVELS: ReasoningLevel[] = ['low', 'medium', 'high', 'xhigh', 'max'];
 export function embeddedDefault(simulatorUrl: string): ConfigInput {
   const alpha = (id: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[]) => ({
     id, family: 'alpha' as const, provider: 'sim-anthropic', chat_provider: 'sim-anthropic-openai', max_tokens, temperature, reasoning_levels,
+    context_window: 200_000,
   });
   const openai = (id: string, family: 'beta' | 'gamma', provider: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[]) => ({
-    id, family, provider, max_tokens, temperature, reasoning_levels,
+    id, family, provider, max_tokens, temperature, reasoning_levels, context_window: family === 'beta' ? 400_000 : 128_000,
   });
   return {
     providers: {

@@ -12,11 +12,23 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import replyFrom from '@fastify/reply-from';
 import type { Redis } from 'ioredis';
 import { KeyResolver, presentedKey } from './auth.js';
+import { Billing, inputTokensBound } from './billing.js';
 import type { CallContext, CallObserver } from './call.js';
+import { ChainWatcher } from './chain-watcher.js';
+import { CHAIN_NAMES, type ChainName } from './chains/config.js';
+import { createEvmChain } from './chains/evm.js';
+import type { SettlementChain } from './chains/port.js';
 import { buildConfig, type FareboxConfig } from './config.js';
 import { GatewayError, isRetryable, renderError, type Protocol } from './errors.js';
+import { createMetrics, type Metrics } from './metrics.js';
+import { serveMetrics } from './metrics-route.js';
 import { proxyCall } from './proxy.js';
+import { RateLimiter, rateLimitedError } from './rate-limit.js';
 import { closeRedis, connectRedis, redisAnswers } from './redis.js';
+import { Settler } from './settler.js';
+import { checkClientRule } from '../policies/client-rules.js';
+import { classifyClient } from '../policies/clients.js';
+import { rateLimitHeaders, type Decision } from '../policies/limits.js';
 import { ModelCatalog, type TextEndpoint } from '../policies/models.js';
 import { rewriteChat, rewriteMessages } from '../policies/rewrite.js';
 import { chatBody, countTokensBody, messagesBody, parseBody } from '../policies/schemas.js';
@@ -27,8 +39,15 @@ export interface FareboxOptions {
   config: FareboxConfig | unknown;
   /** A Redis connection to use instead of opening one from config.redis (the caller closes it). */
   redis?: Redis;
-  /** Billing's view of each call; none = calls are not billed. */
-  observer?: CallObserver;
+  /**
+   * Billing's view of each call. Default: billing on the configured chains (none configured = calls are not
+   * billed, for tests of the proxy alone). `false` turns billing off.
+   */
+  observer?: CallObserver | false;
+  /** Where settler keys and provider keys are read. Default process.env. */
+  env?: Record<string, string | undefined>;
+  /** Metrics registry to use (default: a new one per plugin instance). */
+  metrics?: Metrics;
 }
 
 function protocolOf(url: string): Protocol {
@@ -87,9 +106,44 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
   const keys = new KeyResolver(redis);
   keys.listen((err) => app.log.warn({ err }, 'key invalidation channel'));
   const catalog = new ModelCatalog(config);
-  const observer = opts.observer;
+  const metrics = opts.metrics ?? createMetrics();
+  const limiter = new RateLimiter(redis, config.limits);
+  const log = app.log;
+
+  // Billing: the funds gate and settlement on the call path; the settler and the chain watcher beside it.
+  const chains: Partial<Record<ChainName, SettlementChain>> = {};
+  if (config.chains) {
+    for (const name of CHAIN_NAMES) chains[name] = createEvmChain(name, config.chains[name], { env: opts.env ?? process.env });
+  }
+  const billing = opts.observer === undefined && config.chains
+    ? new Billing(redis, config.prices, {
+      retentionMs: config.billing.retention_days * 86_400_000,
+      holdGraceMs: config.billing.hold_grace_ms,
+      instanceTimeoutMs: config.billing.instance_timeout_ms,
+    }, metrics, log)
+    : undefined;
+  const observer: CallObserver | undefined = opts.observer === false ? undefined : (opts.observer ?? billing);
+  const settler = billing && config.billing.settler
+    ? new Settler(redis, chains, billing.instance, { batchSize: config.billing.batch_size, batchWaitMs: config.billing.batch_wait_ms, claimIdleMs: 60_000 }, metrics, log)
+    : undefined;
+  const watcher = billing && config.billing.watcher
+    ? new ChainWatcher(redis, chains, billing.instance, {
+      pollMs: Math.min(...CHAIN_NAMES.map((n) => config.chains![n].poll_interval_ms)),
+      reconcileMs: config.billing.reconcile_interval_ms,
+      maxRange: 2_000,
+      startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(config.chains![n].deploy_block)])),
+    }, metrics, log)
+    : undefined;
+  app.addHook('onReady', async () => {
+    billing?.start();
+    await settler?.start();
+    watcher?.start();
+  });
 
   app.addHook('onClose', async () => {
+    await watcher?.stop();
+    await settler?.stop();
+    await billing?.stop();
     await keys.close();
     if (!opts.redis) await closeRedis(redis);
   });
@@ -99,7 +153,9 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     undici: { connections: 256, pipelining: 1, keepAliveTimeout: 30_000 },
   });
 
-  app.decorate('farebox', { config, redis, catalog });
+  if (config.metrics.enabled) await serveMetrics(app, metrics, { ...config.metrics, host: config.server.host }, opts.env ?? process.env);
+
+  app.decorate('farebox', { config, redis, catalog, metrics, billing });
 
   await app.register(
     async (v1: FastifyInstance) => {
@@ -129,18 +185,25 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
         reply.header('x-request-id', call.id);
       });
 
-      v1.setErrorHandler((err, request, reply) => sendError(request, reply, err));
+      v1.setErrorHandler((err, request, reply) => {
+        const ge = toGatewayError(err);
+        if (ge.status < 500) metrics.rejections.inc({ code: ge.code });
+        sendError(request, reply, ge);
+      });
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
 
       const authenticate = async (request: FastifyRequest) => {
         const identity = await keys.resolve(presentedKey(request.headers));
         request.farebox.identity = identity;
+        // SPEC Authentication 4: access not active -> 403 (a revoked key stays 401, above).
+        if (identity.status !== 'active') throw new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` });
       };
 
       const bodyLimit = config.server.body_limit;
 
       /** Police a text call, gate it, and follow it to its end. */
       const textRoute = (endpoint: TextEndpoint, path: string) => {
+        const route = endpoint === 'chat_completions' ? 'chat_completions' : endpoint;
         v1.post(path, { bodyLimit, onRequest: authenticate }, async (request, reply) => {
           const call = request.farebox;
           call.endpoint = endpoint;
@@ -157,14 +220,36 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
           }
           if (call.rewrite.clampedTo !== undefined) reply.header('x-gw-clamped-max-tokens', String(call.rewrite.clampedTo));
 
+          // Client and family rules (SPEC "Client and model-family rules"), before any money is held.
+          const client = classifyClient(request.headers, config.clients);
+          call.client = client.name;
+          const refusal = checkClientRule(endpoint, call.route.model.family, client.class);
+          if (refusal) throw new GatewayError('unsupported_client', { message: refusal.message });
+
+          call.upstreamBody = JSON.stringify(call.rewrite.body);
+          const family = call.route.model.family;
+          const tokens = endpoint === 'count_tokens' ? 0 : inputTokensBound(call.upstreamBody, call.route.model.context_window) + call.rewrite.maxOutputTokens;
+          const limit: Decision = await limiter.check({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens });
+          if (!limit.allowed) throw rateLimitedError(limit, call.protocol);
+          if (limit.which !== null) reply.headers(rateLimitHeaders(limit, call.protocol));
+
           const billed = endpoint !== 'count_tokens' && observer !== undefined;
           if (billed) await observer.gate(call, reply);
           reply.raw.once('close', () => {
             call.clientAborted = !reply.raw.writableFinished;
             if (call.clientAborted && call.upstream && !call.upstream.destroyed) call.upstream.destroy();
-            if (billed) void observer.settle(call);
+            metrics.requests.inc({ route, model: call.route!.model.id, status: String(reply.statusCode) });
+            metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
+            if (billed) {
+              void observer.settle(call).then(() => {
+                if (call.billedTokens !== undefined && tokens > 0) {
+                  return limiter.adjust({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens }, call.billedTokens);
+                }
+              }).catch((err) => log.warn({ err, requestId: call.id }, 'after-call accounting failed'));
+            }
           });
-          return proxyCall(request, reply, call);
+          metrics.overhead.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
+          return proxyCall(request, reply, call, metrics);
         });
       };
       textRoute('messages', '/messages');
@@ -183,7 +268,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
 
 declare module 'fastify' {
   interface FastifyInstance {
-    farebox: { config: FareboxConfig; redis: Redis; catalog: ModelCatalog };
+    farebox: { config: FareboxConfig; redis: Redis; catalog: ModelCatalog; metrics: Metrics; billing: Billing | undefined };
   }
 }
 

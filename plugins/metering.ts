@@ -41,6 +41,8 @@ function newReading(): MeterReading {
 }
 
 const USAGE_OBJECT = /"usage"\s*:\s*\{/;
+/** An OpenAI chunk delta with generated content: text, tool-call arguments, reasoning or a refusal. */
+const TOKEN_DELTA = /"(?:content|arguments|reasoning_content|reasoning|refusal)"\s*:\s*"[^"]/g;
 
 /** Meters an SSE answer of `protocol`; with `dropUsageChunk` the OpenAI usage-only chunk is not forwarded. */
 export class SseMeter extends Transform implements Meter {
@@ -94,8 +96,11 @@ export class SseMeter extends Transform implements Meter {
       start = end;
       const name = eventName(event);
       if (name === 'content_block_delta') {
-        this.reading.deltas++;
-        this.reading.deltaBytes += event.length;
+        // A signature_delta closes a thinking block: no tokens in it.
+        if (!event.includes('"signature_delta"')) {
+          this.reading.deltas++;
+          this.reading.deltaBytes += event.length;
+        }
       } else if (name === 'message_start') {
         const data = parseData(event) as { message?: { usage?: RawUsage } } | null;
         if (data?.message?.usage) this.reading.usage = { ...data.message.usage };
@@ -145,8 +150,10 @@ export class SseMeter extends Transform implements Meter {
       if (done >= s && done < e) {
         this.reading.complete = true;
       } else {
-        const d = block.indexOf('"delta"', s);
-        if (d >= 0 && d < e) {
+        // Only deltas that carry generated text count: not the role chunk, not the finish chunk.
+        TOKEN_DELTA.lastIndex = s;
+        const m = TOKEN_DELTA.exec(block);
+        if (m && m.index < e) {
           this.reading.deltas++;
           this.reading.deltaBytes += e - s;
         }

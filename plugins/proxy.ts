@@ -8,6 +8,7 @@ import type { Readable } from 'node:stream';
 import { GatewayError } from './errors.js';
 import { JsonMeter, SseMeter, type Meter } from './metering.js';
 import type { CallContext } from './call.js';
+import type { Metrics } from './metrics.js';
 
 const VERSION = '0.1.0';
 const ERROR_BODY_LIMIT = 64 * 1024;
@@ -86,11 +87,13 @@ export function upstreamError(status: number, text: string, retryAfter: string |
 }
 
 /** Forward the call upstream and stream the metered answer back; resolves when the reply is handed over. */
-export function proxyCall(request: FastifyRequest, reply: FastifyReply, call: CallContext, path = ''): FastifyReply {
+export function proxyCall(request: FastifyRequest, reply: FastifyReply, call: CallContext, metrics?: Metrics): FastifyReply {
   const route = call.route!;
   const rewrite = call.rewrite!;
-  return reply.from(route.url + path, {
-    body: JSON.stringify(rewrite.body),
+  const provider = route.provider.name;
+  const sent = process.hrtime.bigint();
+  return reply.from(route.url, {
+    body: call.upstreamBody ?? JSON.stringify(rewrite.body),
     contentType: 'application/json',
     timeout: route.provider.timeout_ms,
     retriesCount: 0,
@@ -99,6 +102,7 @@ export function proxyCall(request: FastifyRequest, reply: FastifyReply, call: Ca
     onError: (rep, { error }) => {
       const status = (error as { statusCode?: number }).statusCode ?? 502;
       call.upstreamStatus = status;
+      metrics?.upstreamErrors.inc({ provider, status: '0' });
       rep.send(status === 504 ? new GatewayError('upstream_timeout', { cause: error }) : new GatewayError('upstream_error', { cause: error }));
     },
     onResponse: (_req, r, raw) => {
@@ -108,7 +112,9 @@ export function proxyCall(request: FastifyRequest, reply: FastifyReply, call: Ca
       const upstream = res.stream;
       call.upstreamStatus = res.statusCode;
       call.upstream = upstream;
+      metrics?.upstreamDuration.observe({ provider }, Number(process.hrtime.bigint() - sent) / 1e9);
       if (res.statusCode >= 300) {
+        metrics?.upstreamErrors.inc({ provider, status: String(res.statusCode) });
         const retryAfter = res.headers['retry-after'];
         readLimited(upstream, ERROR_BODY_LIMIT).then(
           (text) => sendUpstreamError(rep, upstreamError(res.statusCode, text, typeof retryAfter === 'string' ? retryAfter : undefined)),

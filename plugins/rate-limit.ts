@@ -18,7 +18,7 @@
  * (a key belongs to one account). The keyPrefix must then contain no braces.
  */
 import type { Redis } from 'ioredis';
-import { FAMILIES } from './config.js';
+import { FAMILIES } from '../policies/families.js';
 import { GatewayError, type Protocol } from './errors.js';
 import {
   buildDecision, LIMIT_IDS, rateLimitHeaders, refusalMessage, resolveLimits, UNLIMITED, WINDOW_MS,

@@ -1,13 +1,23 @@
 /**
  * `farebox serve`: the plugin in a Fastify app of its own. Without FAREBOX_CONFIG it runs the embedded
- * default: the simulated upstreams in-process, and a demo account whose key is printed once, on first start.
+ * default: the simulated upstreams and four dev chains in-process, and a demo account whose key is printed once,
+ * on first start, and which is funded on chain_a at every start.
+ *
+ * Dev chains keep nothing across restarts. Accounts, keys and usage records live in Redis and survive; the
+ * synced balances, cursors, holds and debit queues of the old chains are cleared at start (resyncDevChains), and
+ * the watcher rebuilds them from the new chains' events.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts.js';
-import { loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import { CHAIN_NAMES, type ChainName, type ChainsConfig } from './chains/config.js';
+import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from './chains/dev-chains.js';
+import { mintAndDeposit } from './chains/dev-fund.js';
+import { buildConfig, embeddedDefault, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import farebox from './gateway.js';
+import { closeRedis, connectRedis } from './redis.js';
 import { startSimulator, type Simulator } from './simulator/index.js';
+import { readWallet } from './wallets.js';
 
 /** A running standalone gateway. */
 export interface Server {
@@ -16,58 +26,126 @@ export interface Server {
   /** http://host:port of the gateway. */
   url: string;
   simulator?: Simulator;
+  devChains?: DevChains;
+  /** The environment the gateway was started with (dev settler key added on the embedded default). */
+  env: ConfigEnv;
   close(): Promise<void>;
+}
+
+/** Redis key where the embedded default publishes its dev chains for the CLI (`farebox chains`, `farebox fund`). */
+export const DEV_CHAINS_KEY = 'dev-chains';
+
+/** Dev chains as a config section; the watcher polls them every 100 ms. */
+export function devChainsConfig(dev: DevChains): ChainsConfig {
+  const out = {} as Record<ChainName, ChainsConfig[ChainName]>;
+  for (const name of CHAIN_NAMES) {
+    const { provider: _p, name: _n, ...c } = dev.chains[name];
+    out[name] = { ...c, poll_interval_ms: 100 };
+  }
+  return out;
+}
+
+/** Clear what Redis knows of the previous dev chains: they start empty, so their balances and debits are gone. */
+export async function resyncDevChains(redis: Redis): Promise<void> {
+  const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
+  const raw = redis.duplicate({ keyPrefix: '' });
+  try {
+    for (const pattern of ['wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'debit:*', 'hold:*', 'holds', 'instance-holds:*', 'instances', 'watcher-lease:*']) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await raw.scan(cursor, 'MATCH', prefix + pattern, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length) await raw.del(...keys);
+      } while (cursor !== '0');
+    }
+  } finally {
+    await closeRedis(raw);
+  }
 }
 
 /** Start the gateway standalone on config.server.host:port. */
 export async function serve(env: ConfigEnv = process.env, opts: { logger?: boolean } = {}): Promise<Server> {
-  const simulator = env.FAREBOX_CONFIG ? undefined : await startSimulator({ host: '127.0.0.1', port: 0 });
+  const embedded = !env.FAREBOX_CONFIG;
+  let simulator: Simulator | undefined;
+  let devChains: DevChains | undefined;
   let app: FastifyInstance | undefined;
   try {
-    const config = loadConfig(env, simulator?.url);
+    let config: FareboxConfig;
+    let runEnv: ConfigEnv = env;
+    if (embedded) {
+      simulator = await startSimulator({ host: '127.0.0.1', port: 0 });
+      devChains = await startDevChains({ host: '127.0.0.1', basePort: env.FAREBOX_DEV_CHAIN_PORT ? Number(env.FAREBOX_DEV_CHAIN_PORT) : undefined });
+      runEnv = { ...env, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
+      config = buildConfig({ ...embeddedDefault(simulator.url), chains: devChainsConfig(devChains) }, runEnv, true);
+      const redis = connectRedis({ ...config.redis, failFast: true });
+      try {
+        await resyncDevChains(redis);
+        await redis.set(DEV_CHAINS_KEY, JSON.stringify(config.chains));
+      } finally {
+        await closeRedis(redis);
+      }
+    } else {
+      config = loadConfig(env);
+    }
     app = Fastify({
       logger: opts.logger === false ? false : { level: env.LOG_LEVEL ?? 'info' },
       disableRequestLogging: env.LOG_REQUESTS !== '1',
       // The gateway answers 404s under /v1 itself; the router should not split hairs about slashes.
       routerOptions: { ignoreTrailingSlash: true },
     });
-    await app.register(farebox, { config });
+    await app.register(farebox, { config, env: runEnv });
     await app.listen({ port: config.server.port, host: config.server.host });
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.server.port;
     const url = `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${port}`;
-    const server: Server = {
-      app,
+    const started = app;
+    return {
+      app: started,
       config,
       url,
       simulator,
+      devChains,
+      env: runEnv,
       async close() {
-        await app!.close();
+        await started.close();
         await simulator?.close();
+        await devChains?.close();
       },
     };
-    return server;
   } catch (err) {
     await app?.close().catch(() => {});
     await simulator?.close();
+    await devChains?.close();
     throw err;
   }
 }
 
-/** On the embedded default: make the demo account on first start and return the lines to print. */
-export async function demoGreeting(redis: Redis, url: string): Promise<string[]> {
-  const marker = await redis.get('demo:account');
-  if (marker && (await getAccount(redis, marker))) {
-    return [
-      `farebox: embedded default at ${url} (simulated upstreams). Demo account ${marker}.`,
-      `  A new key for it: npx farebox key create --account ${marker}`,
-    ];
+/** Fund `account` on a dev chain and wait until the gateway's synced balance shows it. */
+export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: ChainName, account: string, amount: bigint, timeoutMs = 15_000): Promise<bigint> {
+  const onchain = await mintAndDeposit(chains[chain], account as `0x${string}`, amount);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const w = await readWallet(redis, account, chain);
+    if (w.synced >= onchain) return w.synced;
+    if (Date.now() > deadline) throw new Error(`${chain}: deposited, but the gateway's synced balance still shows ${w.synced}; is the gateway running?`);
+    await new Promise((r) => setTimeout(r, 50));
   }
-  const account = await createAccount(redis, {});
-  await redis.set('demo:account', account.address);
-  const { key } = await createKey(redis, account.address);
+}
+
+/** On the embedded default: make the demo account on first start and return the lines to print. */
+export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig): Promise<string[]> {
+  const marker = await redis.get('demo:account');
+  const existing = marker ? await getAccount(redis, marker) : null;
+  const address = existing ? existing.address : (await createAccount(redis, {})).address;
+  const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n);
+  const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
+  if (existing) {
+    return [head, `  A new key for it: npx farebox key create --account ${address}`];
+  }
+  await redis.set('demo:account', address);
+  const { key } = await createKey(redis, address);
   return [
-    `farebox: embedded default at ${url} (simulated upstreams). Demo account ${account.address}; its key, shown once:`,
+    `${head} Its key, shown once:`,
     '',
     `  export FAREBOX_KEY=${key}`,
     `  curl ${url}/v1/chat/completions -H "authorization: Bearer $FAREBOX_KEY" -H 'content-type: application/json' \\`,

@@ -17,7 +17,7 @@
  * When key and account limits both apply, each header family reports the tighter of the two.
  */
 import { z } from 'zod';
-import { FAMILIES } from '../plugins/config.js';
+import { FAMILIES } from './families.js';
 import type { Protocol } from '../plugins/errors.js';
 
 /** The window of every limit: "per minute". */

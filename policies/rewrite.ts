@@ -3,7 +3,7 @@
  * DESIGN "Police"): clamp max_tokens to the model's ceiling, accept max_completion_tokens as an alias,
  * drop temperature where the model refuses it, map reasoning_effort, and always ask for usage.
  */
-import { REASONING_SCALE, type ReasoningLevel } from '../plugins/config.js';
+import { REASONING_SCALE, type ReasoningLevel } from './families.js';
 import { GatewayError } from '../plugins/errors.js';
 import type { ModelRoute } from './models.js';
 import type { ChatBody, MessagesBody } from './schemas.js';

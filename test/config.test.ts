@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError, embeddedDefault, loadConfig } from '../plugins/config.js';
@@ -75,16 +75,19 @@ t.test('environment overrides server and redis settings', async (t) => {
 t.test('FAREBOX_CONFIG is read from its file; unreadable or invalid JSON fails clearly', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));
   const file = join(dir, 'c.json');
-  writeFileSync(file, JSON.stringify(good()));
+  const chains = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8')).chains;
+  writeFileSync(file, JSON.stringify({ ...good(), chains }));
   const c = loadConfig({ ...env, FAREBOX_CONFIG: file });
   t.equal(c.embedded, false);
+  t.equal(c.chains?.chain_b.chain_id, 8453);
+  writeFileSync(file, JSON.stringify(good()));
+  t.throws(() => loadConfig({ ...env, FAREBOX_CONFIG: file }), /chains: the four settlement chains are required/);
   writeFileSync(file, '{ nope');
   t.throws(() => loadConfig({ ...env, FAREBOX_CONFIG: file }), /is not valid JSON/);
   t.throws(() => loadConfig({ ...env, FAREBOX_CONFIG: join(dir, 'missing.json') }), /cannot read FAREBOX_CONFIG/);
 });
 
 t.test('deploy/ example config for real providers validates', async (t) => {
-  const { readFileSync } = await import('node:fs');
   const example = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8'));
   const keys = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't' };
   const c = buildConfig(example, keys);

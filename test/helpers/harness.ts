@@ -11,6 +11,9 @@ import { buildConfig, embeddedDefault, type ConfigInput, type FareboxConfig } fr
 import farebox from '../../plugins/gateway.js';
 import { connectRedis } from '../../plugins/redis.js';
 import { startSimulator, type Simulator } from '../../plugins/simulator/index.js';
+import type { ChainName } from '../../plugins/chains/config.js';
+import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from '../../plugins/chains/dev-chains.js';
+import { devChainsConfig, fundOnDevChain } from '../../plugins/serve.js';
 
 /** A running test gateway. */
 export interface Harness {
@@ -23,7 +26,26 @@ export interface Harness {
   account: string;
   key: string;
   keyId: string;
+  /** With `chains: true`: the dev chains the gateway bills on. */
+  dev?: DevChains;
+  /** Fund `account` (default: the harness account) on a dev chain and wait for the synced balance. */
+  fund(chain: ChainName, amount: bigint, account?: string): Promise<bigint>;
   close(): Promise<void>;
+}
+
+let shared: Promise<DevChains> | undefined;
+
+/** Dev chains for this test file (one set per process; close them with closeDevChains). */
+export function devChains(): Promise<DevChains> {
+  shared ??= startDevChains({ host: '127.0.0.1', basePort: 0 });
+  return shared;
+}
+
+/** Close the test file's dev chains. */
+export async function closeDevChains(): Promise<void> {
+  const d = shared;
+  shared = undefined;
+  if (d) await (await d).close();
 }
 
 /** A fresh Redis key prefix for one test file. */
@@ -48,29 +70,41 @@ export async function startHarness(opts: {
   edit?: (cfg: ConfigInput) => void;
   observer?: CallObserver;
   configure?: (app: FastifyInstance) => void | Promise<void>;
+  /** Bill on dev chains (real holds, debit queue, settlement). */
+  chains?: boolean;
+  /** Share a prefix (and so the Redis state) with another harness. */
+  prefix?: string;
 } = {}): Promise<Harness> {
   const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
-  const prefix = testPrefix();
+  const prefix = opts.prefix ?? testPrefix();
   const input = embeddedDefault(sim.url);
   input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };
   input.server = { port: 0, host: '127.0.0.1' };
+  const dev = opts.chains ? await devChains() : undefined;
+  if (dev) {
+    input.chains = devChainsConfig(dev);
+    // Tests wait for settlement: batch at once, reconcile often.
+    input.billing = { batch_wait_ms: 0, reconcile_interval_ms: 500, instance_timeout_ms: 2_000 };
+  }
   opts.edit?.(input);
-  const config = buildConfig(input, { FAREBOX_SIM_KEY: 'sim-key' }, true);
+  const env = { FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
+  const config = buildConfig(input, env, true);
   const redis = connectRedis(config.redis);
   const app = Fastify({ logger: false });
   await opts.configure?.(app);
-  await app.register(farebox, { config, redis, observer: opts.observer });
+  await app.register(farebox, { config, redis, observer: opts.observer, env });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.server.address();
   const url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
   const account = await createAccount(redis, {});
   const { key, id } = await createKey(redis, account.address);
   return {
-    url, app, sim, config, redis, prefix, account: account.address, key, keyId: id,
+    url, app, sim, config, redis, prefix, account: account.address, key, keyId: id, dev,
+    fund: (chain, amount, acct = account.address) => fundOnDevChain(redis, config.chains!, chain, acct, amount),
     async close() {
       await app.close();
       await sim.close();
-      await dropPrefix(redis, prefix);
+      if (!opts.prefix) await dropPrefix(redis, prefix);
       await redis.quit();
     },
   };

@@ -1,0 +1,147 @@
+/**
+ * Watch chains (DESIGN step 7): applies each escrow's events (deposits, charges, refusals, withdrawals) to the
+ * synced balances in Redis, exactly once and in order, resuming after restarts from the last applied event; and
+ * reconciles: compares each synced balance with balanceOf onchain, corrects a difference that persists across
+ * two rounds (one round can be the watcher's own lag), and counts it as drift.
+ *
+ * One instance watches each chain at a time (a Redis lease per chain); the others stand by. Applying is
+ * idempotent anyway: an event at or before the cursor is skipped.
+ */
+import type { Redis } from 'ioredis';
+import type { ChainName } from './chains/config.js';
+import type { SettlementChain } from './chains/port.js';
+import type { Metrics } from './metrics.js';
+import { usdOf } from './metrics.js';
+import { applyEvent, correctSynced, readCursor, readWallet, walletKeys, walletRedis, type WalletRedis } from './wallets.js';
+
+/** Watcher settings. */
+export interface WatcherSettings {
+  pollMs: number;
+  reconcileMs: number;
+  /** Most blocks read in one eth_getLogs range. */
+  maxRange: number;
+  /** Block each chain's scan starts at when nothing was scanned yet (the escrow's deploy block). */
+  startBlocks: Partial<Record<ChainName, bigint>>;
+}
+
+const LEASE_MS = 10_000;
+
+/** Follows the escrows of all chains. */
+export class ChainWatcher {
+  private readonly r: WalletRedis;
+  private running = false;
+  private readonly loops: Promise<void>[] = [];
+  /** Differences seen in the last reconcile round, per chain and account. */
+  private readonly suspects = new Map<string, bigint>();
+
+  constructor(
+    redis: Redis,
+    private readonly chains: Partial<Record<ChainName, SettlementChain>>,
+    private readonly instance: string,
+    private readonly settings: WatcherSettings,
+    private readonly metrics: Metrics,
+    private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
+  ) {
+    this.r = walletRedis(redis);
+  }
+
+  start(): void {
+    this.running = true;
+    for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
+      this.loops.push(this.loop(name, chain));
+    }
+  }
+
+  private async lease(name: ChainName): Promise<boolean> {
+    const key = `watcher-lease:${name}`;
+    const got = await this.r.set(key, this.instance, 'PX', LEASE_MS, 'NX');
+    if (got === 'OK') return true;
+    if ((await this.r.get(key)) !== this.instance) return false;
+    await this.r.pexpire(key, LEASE_MS);
+    return true;
+  }
+
+  private async loop(name: ChainName, chain: SettlementChain): Promise<void> {
+    let lastReconcile = Date.now();
+    let backoff = 0;
+    while (this.running) {
+      try {
+        if (await this.lease(name)) {
+          await this.poll(name, chain);
+          if (Date.now() - lastReconcile >= this.settings.reconcileMs) {
+            lastReconcile = Date.now();
+            await this.reconcile(name, chain);
+          }
+        }
+        backoff = 0;
+        await new Promise((r) => setTimeout(r, this.settings.pollMs));
+      } catch (err) {
+        if (!this.running) break;
+        // RPC or Redis errors: keep the cursor, retry with backoff.
+        this.metrics.chainErrors.inc({ chain: name });
+        this.log.warn({ err, chain: name }, 'chain watcher error; retrying');
+        backoff = Math.min(30_000, backoff ? backoff * 2 : this.settings.pollMs);
+        await new Promise((r) => setTimeout(r, backoff));
+      }
+    }
+  }
+
+  /** Read and apply the events of the blocks not scanned yet (one step; exported for tests). */
+  async poll(name: ChainName, chain: SettlementChain): Promise<number> {
+    const head = await chain.latestBlock();
+    const scannedRaw = await this.r.get(`scanned:${name}`);
+    const from = scannedRaw !== null ? BigInt(scannedRaw) + 1n : (this.settings.startBlocks[name] ?? 0n);
+    if (from > head) {
+      this.metrics.chainLagBlocks.set({ chain: name }, 0);
+      return 0;
+    }
+    const to = head - from + 1n > BigInt(this.settings.maxRange) ? from + BigInt(this.settings.maxRange) - 1n : head;
+    const events = await chain.readEvents(from, to);
+    let applied = 0;
+    for (const e of events) {
+      if (await applyEvent(this.r, name, e)) {
+        applied++;
+        this.metrics.chainEvents.inc({ chain: name, kind: e.kind });
+      }
+    }
+    await this.r.set(`scanned:${name}`, to.toString());
+    this.metrics.chainLagBlocks.set({ chain: name }, Number(head - to));
+    return applied;
+  }
+
+  /** Compare every synced balance of a chain with the chain (one round; exported for tests). */
+  async reconcile(name: ChainName, chain: SettlementChain): Promise<number> {
+    let corrected = 0;
+    const accounts = await this.r.smembers(walletKeys.wallets(name));
+    for (const account of accounts) {
+      const cursor = await readCursor(this.r, name);
+      const onchain = await chain.balanceOf(account as `0x${string}`);
+      const wallet = await readWallet(this.r, account, name);
+      const key = `${name}:${account}`;
+      const diff = onchain - wallet.synced;
+      if (diff === 0n) {
+        this.suspects.delete(key);
+        continue;
+      }
+      // A difference can be an event the watcher has not applied yet: correct only one seen twice alike.
+      if (this.suspects.get(key) !== diff) {
+        this.suspects.set(key, diff);
+        continue;
+      }
+      this.suspects.delete(key);
+      const made = await correctSynced(this.r, name, account, cursor?.raw ?? '', onchain);
+      if (made !== null) {
+        corrected++;
+        this.metrics.drift.inc({ chain: name }, usdOf(made < 0n ? -made : made));
+        this.metrics.driftCorrections.inc({ chain: name });
+        this.log.warn({ chain: name, account, synced: wallet.synced.toString(), onchain: onchain.toString() }, 'synced balance corrected');
+      }
+    }
+    return corrected;
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    await Promise.allSettled(this.loops);
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * GET /metrics for Prometheus: on the gateway's port, or on a port of its own (config metrics.port), and behind a
+ * bearer token when config metrics.token_env names one.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { FastifyInstance } from 'fastify';
+import type { Metrics } from './metrics.js';
+
+/** Serve the registry of `metrics` as configured. */
+export async function serveMetrics(
+  app: FastifyInstance,
+  metrics: Metrics,
+  opts: { port?: number; token_env?: string; host?: string },
+  env: Record<string, string | undefined>,
+): Promise<void> {
+  const token = opts.token_env ? env[opts.token_env] : undefined;
+  if (opts.token_env && !token) throw new Error(`metrics.token_env: environment variable ${opts.token_env} is not set`);
+  const allowed = (auth: string | undefined) => !token || auth === `Bearer ${token}`;
+
+  if (opts.port === undefined) {
+    app.get('/metrics', async (request, reply) => {
+      if (!allowed(request.headers.authorization)) return reply.code(401).send('unauthorized\n');
+      reply.header('content-type', metrics.registry.contentType);
+      return metrics.registry.metrics();
+    });
+    return;
+  }
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    if (req.url !== '/metrics') {
+      res.writeHead(404).end();
+      return;
+    }
+    if (!allowed(req.headers.authorization)) {
+      res.writeHead(401).end('unauthorized\n');
+      return;
+    }
+    metrics.registry.metrics().then(
+      (text) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
+      () => res.writeHead(500).end(),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host ?? '127.0.0.1', () => resolve());
+  });
+  app.decorate('fareboxMetricsPort', (server.address() as { port: number }).port);
+  app.addHook('onClose', async () => {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+}

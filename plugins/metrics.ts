@@ -1,0 +1,50 @@
+/**
+ * Prometheus metrics (prom-client), one registry per gateway instance. Names follow Prometheus conventions:
+ * `farebox_` prefix, `_total` counters, base units (seconds, USD).
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
+
+/** Every metric the gateway exports. */
+export function createMetrics(opts: { defaults?: boolean } = {}) {
+  const registry = new Registry();
+  if (opts.defaults !== false) collectDefaultMetrics({ register: registry, prefix: 'farebox_process_' });
+  const r = [registry];
+  return {
+    registry,
+    requests: new Counter({ name: 'farebox_requests_total', help: 'Calls answered, by route, model and HTTP status.', labelNames: ['route', 'model', 'status'] as const, registers: r }),
+    requestDuration: new Histogram({ name: 'farebox_request_duration_seconds', help: 'Time from request to the end of the response.', labelNames: ['route'] as const, buckets: LATENCY_BUCKETS, registers: r }),
+    overhead: new Histogram({ name: 'farebox_gateway_overhead_seconds', help: 'Time the gateway spends before the upstream is called (auth, policies, hold).', labelNames: ['route'] as const, buckets: OVERHEAD_BUCKETS, registers: r }),
+    upstreamDuration: new Histogram({ name: 'farebox_upstream_duration_seconds', help: 'Time from the upstream request to its response headers.', labelNames: ['provider'] as const, buckets: LATENCY_BUCKETS, registers: r }),
+    upstreamErrors: new Counter({ name: 'farebox_upstream_errors_total', help: 'Upstream failures, by provider and status (0 = no answer).', labelNames: ['provider', 'status'] as const, registers: r }),
+    tokens: new Counter({ name: 'farebox_tokens_total', help: 'Tokens billed, by model and kind (input, output, cache_read, cache_write).', labelNames: ['model', 'kind'] as const, registers: r }),
+    charged: new Counter({ name: 'farebox_charged_usd_total', help: 'Amounts debited to wallets, by chain and model.', labelNames: ['chain', 'model'] as const, registers: r }),
+    rejections: new Counter({ name: 'farebox_rejections_total', help: 'Calls refused before the upstream, by error code (402, 403, 429 and 4xx).', labelNames: ['code'] as const, registers: r }),
+    holdsPlaced: new Counter({ name: 'farebox_holds_placed_total', help: 'Holds placed, by chain.', labelNames: ['chain'] as const, registers: r }),
+    holdsReleased: new Counter({ name: 'farebox_holds_released_total', help: 'Holds released without a call settling them (crashed instance, expiry).', labelNames: ['reason'] as const, registers: r }),
+    priceAboveHold: new Counter({ name: 'farebox_price_above_hold_total', help: 'Calls whose actual price exceeded the hold (capped; a worst-case bug).', labelNames: ['model'] as const, registers: r }),
+    holdsOpen: new Gauge({ name: 'farebox_holds_open', help: 'Holds open in Redis (all instances).', registers: r }),
+    debitQueueDepth: new Gauge({ name: 'farebox_debit_queue_depth', help: 'Debits not yet charged onchain, by chain.', labelNames: ['chain'] as const, registers: r }),
+    debitQueueOldest: new Gauge({ name: 'farebox_debit_queue_oldest_seconds', help: 'Age of the oldest debit not yet charged onchain, by chain.', labelNames: ['chain'] as const, registers: r }),
+    settlementBatches: new Counter({ name: 'farebox_settlement_batches_total', help: 'Charge batches sent onchain, by chain and result.', labelNames: ['chain', 'result'] as const, registers: r }),
+    settlementCharges: new Counter({ name: 'farebox_settlement_charges_total', help: 'Charges in mined batches, by chain and outcome.', labelNames: ['chain', 'outcome'] as const, registers: r }),
+    settlementFailures: new Counter({ name: 'farebox_settlement_failures_total', help: 'Settlement attempts that failed (RPC, revert, timeout), by chain.', labelNames: ['chain'] as const, registers: r }),
+    settlementDuration: new Histogram({ name: 'farebox_settlement_duration_seconds', help: 'Time from sending a charge batch to its confirmed receipt.', labelNames: ['chain'] as const, buckets: LATENCY_BUCKETS, registers: r }),
+    settlementLag: new Histogram({ name: 'farebox_settlement_lag_seconds', help: 'Time from a debit to its charge onchain.', labelNames: ['chain'] as const, buckets: LATENCY_BUCKETS, registers: r }),
+    chainEvents: new Counter({ name: 'farebox_chain_events_total', help: 'Escrow events applied to synced balances, by chain and kind.', labelNames: ['chain', 'kind'] as const, registers: r }),
+    chainLagBlocks: new Gauge({ name: 'farebox_chain_watcher_lag_blocks', help: 'Blocks between the chain head and the last block the watcher applied.', labelNames: ['chain'] as const, registers: r }),
+    chainErrors: new Counter({ name: 'farebox_chain_errors_total', help: 'RPC errors of the chain watcher and reconciler, by chain.', labelNames: ['chain'] as const, registers: r }),
+    drift: new Counter({ name: 'farebox_balance_drift_usd_total', help: 'Absolute difference found between synced balances and the chain, by chain.', labelNames: ['chain'] as const, registers: r }),
+    driftCorrections: new Counter({ name: 'farebox_balance_drift_corrections_total', help: 'Synced balances corrected by the reconciler, by chain.', labelNames: ['chain'] as const, registers: r }),
+  };
+}
+
+/** The metrics of one gateway instance. */
+export type Metrics = ReturnType<typeof createMetrics>;
+
+/** An atomic amount as USD for a metric (metrics are not money of record; floats are fine here). */
+export function usdOf(atomic: bigint): number {
+  return Number(atomic) / 1e6;
+}

@@ -1,0 +1,258 @@
+/**
+ * Wallet state in Redis: the money of each (account, chain), moved only by Lua scripts so every step is atomic.
+ *
+ *   wallet:<account>:<chain>  hash   synced (escrow balance as of the watcher), locked (requested withdrawal),
+ *                                    pending (debits not yet seen onchain), held (holds of running calls)
+ *   wallets:<chain>           set    accounts with a wallet on the chain (the reconciler walks it)
+ *   hold:<requestId>          hash   account, chain, amount, instance, expires
+ *   holds                     zset   requestId by expiry (ms)
+ *   instance-holds:<id>       set    requestIds held by one gateway instance
+ *   debits:<chain>            stream one entry per debit: request_id, call_id, account, amount
+ *   debit:<callId>            hash   request_id, account, chain, amount, state pending|settled|refused, tx
+ *   usage:<requestId>         hash   the call's usage record (see usage-records.ts)
+ *   usage-idx:<account>       zset   requestId by time
+ *   cursor:<chain>            string last applied escrow event, "block:logIndex"
+ *
+ * available = synced - locked - pending - held. A hold is placed only when available covers it, so the wallet
+ * can never be committed beyond what the escrow holds. A debit stays in `pending` until the watcher applies its
+ * Charged (or ChargeRefused) event, which lowers `synced` in the same script: no moment counts it twice or not at all.
+ *
+ * Amounts are integers of atomic units. Lua numbers are doubles, exact up to 2^53 atomic units (9 billion USD
+ * per wallet); the scripts refuse anything larger rather than round.
+ */
+import type { Redis } from 'ioredis';
+import type { Address, ChainName } from './chains/config.js';
+import type { EscrowEvent } from './chains/port.js';
+
+const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
+
+const HOLD = `
+local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
+local avail = tonumber(w[1] or '0') - tonumber(w[2] or '0') - tonumber(w[3] or '0') - tonumber(w[4] or '0')
+local v = tonumber(ARGV[2])
+${LIMIT}
+if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, avail} end
+if avail < v then return {0, avail} end
+redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
+redis.call('HSET', KEYS[2], 'account', ARGV[5], 'chain', ARGV[6], 'amount', ARGV[2], 'instance', ARGV[4], 'expires', ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('HSET', KEYS[5], 'call_id', ARGV[1], 'time', ARGV[7], 'account', ARGV[5], 'key_id', ARGV[9], 'model', ARGV[8],
+  'chain', ARGV[6], 'held', ARGV[2], 'price', '0', 'status', 'held')
+redis.call('PEXPIRE', KEYS[5], ARGV[10])
+redis.call('ZADD', KEYS[6], ARGV[7], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', tonumber(ARGV[7]) - tonumber(ARGV[10]))
+redis.call('PEXPIRE', KEYS[6], ARGV[10])
+return {1, avail - v}
+`;
+
+// Turn a hold into a debit (price > 0) or release it (price 0). The price is capped at the hold: a worst case
+// that was too low is a bug that must never overdraw a wallet (the cap is reported as {price, 1}).
+const SETTLE = `
+local held = redis.call('HGET', KEYS[2], 'amount')
+if not held then return {-1, 0} end
+local price = ARGV[2]
+local capped = 0
+if tonumber(price) > tonumber(held) then price = held; capped = 1 end
+redis.call('HINCRBY', KEYS[1], 'held', '-' .. held)
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('SREM', KEYS[4], ARGV[1])
+if tonumber(price) > 0 then
+  redis.call('HINCRBY', KEYS[1], 'pending', price)
+  redis.call('HSET', KEYS[6], 'request_id', ARGV[1], 'account', ARGV[5], 'chain', ARGV[6], 'amount', price, 'state', 'pending')
+  redis.call('PEXPIRE', KEYS[6], ARGV[8])
+  redis.call('XADD', KEYS[7], '*', 'request_id', ARGV[1], 'call_id', ARGV[4], 'account', ARGV[5], 'amount', price)
+  redis.call('HSET', KEYS[5], 'status', 'pending', 'price', price, 'usage', ARGV[3])
+else
+  redis.call('HSET', KEYS[5], 'status', ARGV[7], 'price', '0', 'usage', ARGV[3])
+end
+return {tonumber(price), capped}
+`;
+
+// Apply one escrow event, once: events at or before the cursor were applied already.
+const APPLY = `
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local cb, cl = string.match(cur, '(%d+):(%d+)')
+  local b, l = tonumber(ARGV[1]), tonumber(ARGV[2])
+  if b < tonumber(cb) or (b == tonumber(cb) and l <= tonumber(cl)) then return 0 end
+end
+local kind = ARGV[3]
+local amount = ARGV[4]
+local v = tonumber(amount)
+${LIMIT}
+redis.call('SADD', KEYS[3], ARGV[5])
+if kind == 'deposited' then
+  redis.call('HINCRBY', KEYS[2], 'synced', amount)
+elseif kind == 'charged' or kind == 'charge_refused' then
+  if kind == 'charged' then redis.call('HINCRBY', KEYS[2], 'synced', '-' .. amount) end
+  local d = redis.call('HMGET', KEYS[4], 'state', 'amount')
+  if d[1] == 'pending' then
+    redis.call('HINCRBY', KEYS[2], 'pending', '-' .. d[2])
+    local state = kind == 'charged' and 'settled' or 'refused'
+    redis.call('HSET', KEYS[4], 'state', state, 'tx', ARGV[6])
+    if redis.call('EXISTS', KEYS[5]) == 1 then
+      redis.call('HSET', KEYS[5], 'status', kind == 'charged' and 'settled' or 'failed', 'tx', ARGV[6])
+    end
+  end
+elseif kind == 'withdrawal_requested' then
+  redis.call('HSET', KEYS[2], 'locked', amount)
+elseif kind == 'withdrawal_cancelled' then
+  redis.call('HSET', KEYS[2], 'locked', '0')
+elseif kind == 'withdrawn' then
+  redis.call('HINCRBY', KEYS[2], 'synced', '-' .. amount)
+  redis.call('HSET', KEYS[2], 'locked', '0')
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
+return 1
+`;
+
+// Set the synced balance to the chain's, if no event was applied since the caller read the cursor.
+const CORRECT = `
+if (redis.call('GET', KEYS[1]) or '') ~= ARGV[1] then return {0, 0} end
+local before = tonumber(redis.call('HGET', KEYS[2], 'synced') or '0')
+local v = tonumber(ARGV[2])
+${LIMIT}
+redis.call('HSET', KEYS[2], 'synced', ARGV[2])
+return {1, v - before}
+`;
+
+interface WalletCommands {
+  fareboxHold(...args: string[]): Promise<[number, number]>;
+  fareboxSettle(...args: string[]): Promise<[number, number]>;
+  fareboxApply(...args: string[]): Promise<number>;
+  fareboxCorrect(...args: string[]): Promise<[number, number]>;
+}
+
+/** The connection with the wallet scripts defined on it (EVALSHA through ioredis, one round trip each). */
+export type WalletRedis = Redis & WalletCommands;
+
+/** Define the wallet scripts on a connection (idempotent). */
+export function walletRedis(redis: Redis): WalletRedis {
+  const r = redis as WalletRedis;
+  if (typeof r.fareboxHold !== 'function') {
+    redis.defineCommand('fareboxHold', { numberOfKeys: 6, lua: HOLD });
+    redis.defineCommand('fareboxSettle', { numberOfKeys: 7, lua: SETTLE });
+    redis.defineCommand('fareboxApply', { numberOfKeys: 5, lua: APPLY });
+    redis.defineCommand('fareboxCorrect', { numberOfKeys: 2, lua: CORRECT });
+  }
+  return r;
+}
+
+/** Key names (under the connection's prefix). */
+export const walletKeys = {
+  wallet: (account: string, chain: string) => `wallet:${account}:${chain}`,
+  wallets: (chain: string) => `wallets:${chain}`,
+  hold: (requestId: string) => `hold:${requestId}`,
+  holds: 'holds',
+  instanceHolds: (instance: string) => `instance-holds:${instance}`,
+  instances: 'instances',
+  debits: (chain: string) => `debits:${chain}`,
+  debit: (callId: string) => `debit:${callId}`,
+  usage: (requestId: string) => `usage:${requestId}`,
+  usageIndex: (account: string) => `usage-idx:${account}`,
+  cursor: (chain: string) => `cursor:${chain}`,
+};
+
+/** A hold request. */
+export interface HoldInput {
+  requestId: string;
+  account: string;
+  chain: ChainName;
+  amount: bigint;
+  instance: string;
+  expiresAt: number;
+  model: string;
+  keyId: string;
+  now: number;
+  retentionMs: number;
+}
+
+/** Result of a hold: placed, or refused with what was available. */
+export type HoldResult = { placed: true; available: bigint } | { placed: false; available: bigint; duplicate: boolean };
+
+/** Place a hold if the wallet's available balance covers it (atomic). */
+export async function placeHold(r: WalletRedis, h: HoldInput): Promise<HoldResult> {
+  const [ok, available] = await r.fareboxHold(
+    walletKeys.wallet(h.account, h.chain), walletKeys.hold(h.requestId), walletKeys.holds,
+    walletKeys.instanceHolds(h.instance), walletKeys.usage(h.requestId), walletKeys.usageIndex(h.account),
+    h.requestId, h.amount.toString(), String(h.expiresAt), h.instance, h.account, h.chain, String(h.now), h.model, h.keyId,
+    String(h.retentionMs),
+  );
+  if (ok === 1) return { placed: true, available: BigInt(available) };
+  return { placed: false, available: BigInt(available), duplicate: ok === -1 };
+}
+
+/** A settle request: the hold of `requestId` becomes a debit of `price` (0 releases it). */
+export interface SettleInput {
+  requestId: string;
+  callId: string;
+  account: string;
+  chain: ChainName;
+  instance: string;
+  price: bigint;
+  usageJson: string;
+  /** Usage record status when nothing is charged: 'free'. */
+  freeStatus?: string;
+  retentionMs: number;
+}
+
+/** Settle a hold: returns the amount debited (null when the hold was already settled or released). */
+export async function settleHold(r: WalletRedis, s: SettleInput): Promise<{ debited: bigint; capped: boolean } | null> {
+  const [price, capped] = await r.fareboxSettle(
+    walletKeys.wallet(s.account, s.chain), walletKeys.hold(s.requestId), walletKeys.holds,
+    walletKeys.instanceHolds(s.instance), walletKeys.usage(s.requestId), walletKeys.debit(s.callId), walletKeys.debits(s.chain),
+    s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', String(s.retentionMs),
+  );
+  if (price === -1) return null;
+  return { debited: BigInt(price), capped: capped === 1 };
+}
+
+/** Apply one escrow event to the synced state, exactly once (events at or before the cursor are skipped). */
+export async function applyEvent(r: WalletRedis, chain: ChainName, e: EscrowEvent): Promise<boolean> {
+  const account = e.account.toLowerCase();
+  let requestId = '';
+  if (e.callId && (e.kind === 'charged' || e.kind === 'charge_refused')) {
+    requestId = (await r.hget(walletKeys.debit(e.callId), 'request_id')) ?? '';
+  }
+  const applied = await r.fareboxApply(
+    walletKeys.cursor(chain), walletKeys.wallet(account, chain), walletKeys.wallets(chain),
+    walletKeys.debit(e.callId ?? 'none'), walletKeys.usage(requestId || 'none'),
+    e.blockNumber.toString(), String(e.logIndex), e.kind, e.amount.toString(), account, e.txHash,
+  );
+  return applied === 1;
+}
+
+/** Where the watcher stands on a chain: the last applied event, or null before the first. */
+export async function readCursor(r: Redis, chain: ChainName): Promise<{ raw: string; block: bigint; logIndex: number } | null> {
+  const raw = await r.get(walletKeys.cursor(chain));
+  if (!raw) return null;
+  const [b, l] = raw.split(':');
+  return { raw, block: BigInt(b), logIndex: Number(l) };
+}
+
+/** Set the synced balance to `onchain` unless the cursor moved from `cursorRaw`; returns the correction made. */
+export async function correctSynced(r: WalletRedis, chain: ChainName, account: Address | string, cursorRaw: string, onchain: bigint): Promise<bigint | null> {
+  const [ok, diff] = await r.fareboxCorrect(walletKeys.cursor(chain), walletKeys.wallet(account.toLowerCase(), chain), cursorRaw, onchain.toString());
+  return ok === 1 ? BigInt(diff) : null;
+}
+
+/** One wallet's numbers. */
+export interface WalletState {
+  synced: bigint;
+  locked: bigint;
+  pending: bigint;
+  held: bigint;
+  available: bigint;
+}
+
+/** Read one wallet. */
+export async function readWallet(r: Redis, account: string, chain: ChainName): Promise<WalletState> {
+  const [s, l, p, h] = await r.hmget(walletKeys.wallet(account.toLowerCase(), chain), 'synced', 'locked', 'pending', 'held');
+  const synced = BigInt(s ?? 0);
+  const locked = BigInt(l ?? 0);
+  const pending = BigInt(p ?? 0);
+  const held = BigInt(h ?? 0);
+  return { synced, locked, pending, held, available: synced - locked - pending - held };
+}
