@@ -74,6 +74,8 @@ export async function startHarness(opts: {
   chains?: boolean;
   /** Share a prefix (and so the Redis state) with another harness. */
   prefix?: string;
+  /** Extra environment for the config and the plugin (metrics token, provider keys). */
+  env?: Record<string, string>;
 } = {}): Promise<Harness> {
   const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
   const prefix = opts.prefix ?? testPrefix();
@@ -87,7 +89,7 @@ export async function startHarness(opts: {
     input.billing = { batch_wait_ms: 0, reconcile_interval_ms: 500, instance_timeout_ms: 2_000 };
   }
   opts.edit?.(input);
-  const env = { FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
+  const env = { FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, ...opts.env };
   const config = buildConfig(input, env, true);
   const redis = connectRedis(config.redis);
   const app = Fastify({ logger: false });
