@@ -72,6 +72,8 @@ const billingSchema = z.strictObject({
   batch_size: z.number().int().min(1).max(400).default(200),
   /** How long the settler waits to fill a batch. */
   batch_wait_ms: z.number().int().min(0).default(250),
+  /** Debits another instance took but left unacknowledged this long are taken over. */
+  claim_idle_ms: z.number().int().positive().default(60_000),
   /** How often the reconciler compares synced balances with the chain. */
   reconcile_interval_ms: z.number().int().positive().default(60_000),
 });

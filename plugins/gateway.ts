@@ -124,7 +124,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     : undefined;
   const observer: CallObserver | undefined = opts.observer === false ? undefined : (opts.observer ?? billing);
   const settler = billing && config.billing.settler
-    ? new Settler(redis, chains, billing.instance, { batchSize: config.billing.batch_size, batchWaitMs: config.billing.batch_wait_ms, claimIdleMs: 60_000 }, metrics, log)
+    ? new Settler(redis, chains, billing.instance, { batchSize: config.billing.batch_size, batchWaitMs: config.billing.batch_wait_ms, claimIdleMs: config.billing.claim_idle_ms }, metrics, log)
     : undefined;
   const watcher = billing && config.billing.watcher
     ? new ChainWatcher(redis, chains, billing.instance, {
@@ -135,7 +135,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     }, metrics, log)
     : undefined;
   app.addHook('onReady', async () => {
-    billing?.start();
+    // Heartbeats well inside the timeout, so a live instance is never taken for dead.
+    billing?.start(Math.min(5_000, Math.max(250, Math.floor(config.billing.instance_timeout_ms / 3))));
     await settler?.start();
     watcher?.start();
   });
