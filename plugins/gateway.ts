@@ -141,7 +141,10 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     watcher?.start();
   });
 
+  // Settlements still running at shutdown finish before Redis closes (else their holds would only expire).
+  const settling = new Set<Promise<void>>();
   app.addHook('onClose', async () => {
+    await Promise.allSettled([...settling]);
     await watcher?.stop();
     await settler?.stop();
     await billing?.stop();
@@ -242,11 +245,13 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
             metrics.requests.inc({ route, model: call.route!.model.id, status: String(reply.statusCode) });
             metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
             if (billed) {
-              void observer.settle(call).then(() => {
+              const done = observer.settle(call).then(() => {
                 if (call.billedTokens !== undefined && tokens > 0) {
                   return limiter.adjust({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens }, call.billedTokens);
                 }
               }).catch((err) => log.warn({ err, requestId: call.id }, 'after-call accounting failed'));
+              settling.add(done);
+              void done.finally(() => settling.delete(done));
             }
           });
           metrics.overhead.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);

@@ -56,7 +56,6 @@ export class Settler {
     this.running = true;
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
       if (!chain.canSettle) continue;
-      await this.ensureGroup(name);
       // Blocking reads get a connection of their own: a BLOCK would stall every other command on a shared one.
       const conn = this.redis.duplicate();
       this.conns.push(conn);
@@ -81,8 +80,14 @@ export class Settler {
     const key = walletKeys.debits(name);
     let backoff = 0;
     let lastClaim = 0;
+    let grouped = false;
     while (this.running) {
       try {
+        // Here, not in start(): a gateway starting while Redis is away still starts, and settles once it is back.
+        if (!grouped) {
+          await this.ensureGroup(name);
+          grouped = true;
+        }
         let entries: Entry[] = [];
         // Own unacknowledged entries first (a batch that failed), then others' stale ones, then new ones.
         const own = (await conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', this.settings.batchSize, 'STREAMS', key, '0')) as [string, Entry[]][] | null;
@@ -106,6 +111,7 @@ export class Settler {
         backoff = 0;
       } catch (err) {
         if (!this.running) break;
+        if (String((err as Error).message).includes('NOGROUP')) grouped = false;
         this.metrics.settlementFailures.inc({ chain: name });
         this.log.error({ err, chain: name }, 'settlement batch failed; will retry');
         backoff = Math.min(30_000, backoff ? backoff * 2 : 500);
