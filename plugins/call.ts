@@ -32,6 +32,8 @@ export interface CallContext {
   meter?: Meter;
   /** The caller went away before the whole answer was written. */
   clientAborted: boolean;
+  /** Run once when the response has closed, after the metrics (the route's settlement). */
+  onEnd?: () => void;
   /** Billing's own state of the call (hold, chain). */
   billing?: unknown;
   /** Tokens the call was billed for, once settled (rate limits correct their estimate with it). */

@@ -66,7 +66,10 @@ export class ChainWatcher {
     let backoff = 0;
     while (this.running) {
       try {
-        if (await this.lease(name)) {
+        if (!(await this.lease(name))) {
+          // A standby's last lag reading would go stale: the lease holder reports it.
+          this.metrics.chainLagBlocks.remove({ chain: name });
+        } else {
           await this.poll(name, chain);
           if (Date.now() - lastReconcile >= this.settings.reconcileMs) {
             lastReconcile = Date.now();

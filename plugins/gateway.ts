@@ -20,7 +20,7 @@ import { createEvmChain } from './chains/evm.js';
 import type { SettlementChain } from './chains/port.js';
 import { buildConfig, type FareboxConfig } from './config.js';
 import { GatewayError, isRetryable, renderError, type Protocol } from './errors.js';
-import { createMetrics, type Metrics } from './metrics.js';
+import { createMetrics, initSeries, type Metrics } from './metrics.js';
 import { serveMetrics } from './metrics-route.js';
 import { proxyCall } from './proxy.js';
 import { RateLimiter, rateLimitedError } from './rate-limit.js';
@@ -108,6 +108,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
   const catalog = new ModelCatalog(config);
   const metrics = opts.metrics ?? createMetrics();
   const limiter = new RateLimiter(redis, config.limits);
+  if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
   const log = app.log;
 
   // Billing: the funds gate and settlement on the call path; the settler and the chain watcher beside it.
@@ -185,13 +186,24 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
           bodyBytes: 0,
           clientAborted: false,
         };
+        call.endpoint = (request.routeOptions.config as { endpoint?: TextEndpoint }).endpoint;
         request.farebox = call;
         reply.header('x-request-id', call.id);
+        // One listener per call: metrics for every answer (refusals included), then the route's own end of call.
+        reply.raw.once('close', () => {
+          call.clientAborted = !reply.raw.writableFinished;
+          if (call.clientAborted && call.upstream && !call.upstream.destroyed) call.upstream.destroy();
+          const route = call.endpoint ?? 'other';
+          metrics.requests.inc({ route, model: call.route?.model.id ?? 'none', status: String(reply.statusCode) });
+          metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
+          call.onEnd?.();
+        });
       });
 
       v1.setErrorHandler((err, request, reply) => {
         const ge = toGatewayError(err);
-        if (ge.status < 500) metrics.rejections.inc({ code: ge.code });
+        // Refusals are errors before the upstream was called; upstream failures have their own metric.
+        if ((request.farebox as CallContext | null)?.upstreamStatus === undefined) metrics.rejections.inc({ code: ge.code });
         sendError(request, reply, ge);
       });
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
@@ -207,10 +219,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
 
       /** Police a text call, gate it, and follow it to its end. */
       const textRoute = (endpoint: TextEndpoint, path: string) => {
-        const route = endpoint === 'chat_completions' ? 'chat_completions' : endpoint;
-        v1.post(path, { bodyLimit, onRequest: authenticate }, async (request, reply) => {
+        v1.post(path, { bodyLimit, onRequest: authenticate, config: { endpoint } }, async (request, reply) => {
           const call = request.farebox;
-          call.endpoint = endpoint;
           if (endpoint === 'chat_completions') {
             const parsed = parseBody(chatBody, request.body);
             call.route = catalog.route(endpoint, parsed.model);
@@ -239,11 +249,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
 
           const billed = endpoint !== 'count_tokens' && observer !== undefined;
           if (billed) await observer.gate(call, reply);
-          reply.raw.once('close', () => {
-            call.clientAborted = !reply.raw.writableFinished;
-            if (call.clientAborted && call.upstream && !call.upstream.destroyed) call.upstream.destroy();
-            metrics.requests.inc({ route, model: call.route!.model.id, status: String(reply.statusCode) });
-            metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
+          call.onEnd = () => {
             if (billed) {
               const done = observer.settle(call).then(() => {
                 if (call.billedTokens !== undefined && tokens > 0) {
@@ -253,8 +259,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
               settling.add(done);
               void done.finally(() => settling.delete(done));
             }
-          });
-          metrics.overhead.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
+          };
+          metrics.overhead.observe({ route: endpoint }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
           return proxyCall(request, reply, call, metrics);
         });
       };

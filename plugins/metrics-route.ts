@@ -43,7 +43,7 @@ export async function serveMetrics(
     server.once('error', reject);
     server.listen(opts.port, opts.host ?? '127.0.0.1', () => resolve());
   });
-  app.decorate('fareboxMetricsPort', (server.address() as { port: number }).port);
+  metrics.server.port = (server.address() as { port: number }).port;
   app.addHook('onClose', async () => {
     await new Promise<void>((resolve) => server.close(() => resolve()));
   });

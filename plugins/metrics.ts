@@ -10,10 +10,12 @@ const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0
 /** Every metric the gateway exports. */
 export function createMetrics(opts: { defaults?: boolean } = {}) {
   const registry = new Registry();
-  if (opts.defaults !== false) collectDefaultMetrics({ register: registry, prefix: 'farebox_process_' });
+  if (opts.defaults !== false) collectDefaultMetrics({ register: registry, prefix: 'farebox_' });
   const r = [registry];
   return {
     registry,
+    /** Where /metrics listens when it has a port of its own (set by serveMetrics). */
+    server: { port: undefined as number | undefined },
     requests: new Counter({ name: 'farebox_requests_total', help: 'Calls answered, by route, model and HTTP status.', labelNames: ['route', 'model', 'status'] as const, registers: r }),
     requestDuration: new Histogram({ name: 'farebox_request_duration_seconds', help: 'Time from request to the end of the response.', labelNames: ['route'] as const, buckets: LATENCY_BUCKETS, registers: r }),
     overhead: new Histogram({ name: 'farebox_gateway_overhead_seconds', help: 'Time the gateway spends before the upstream is called (auth, policies, hold).', labelNames: ['route'] as const, buckets: OVERHEAD_BUCKETS, registers: r }),
@@ -21,7 +23,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     upstreamErrors: new Counter({ name: 'farebox_upstream_errors_total', help: 'Upstream failures, by provider and status (0 = no answer).', labelNames: ['provider', 'status'] as const, registers: r }),
     tokens: new Counter({ name: 'farebox_tokens_total', help: 'Tokens billed, by model and kind (input, output, cache_read, cache_write).', labelNames: ['model', 'kind'] as const, registers: r }),
     charged: new Counter({ name: 'farebox_charged_usd_total', help: 'Amounts debited to wallets, by chain and model.', labelNames: ['chain', 'model'] as const, registers: r }),
-    rejections: new Counter({ name: 'farebox_rejections_total', help: 'Calls refused before the upstream, by error code (402, 403, 429 and 4xx).', labelNames: ['code'] as const, registers: r }),
+    rejections: new Counter({ name: 'farebox_rejections_total', help: 'Calls answered with an error before the upstream was called, by error code (insufficient_funds, unsupported_client, rate_limited, service_unavailable, ...).', labelNames: ['code'] as const, registers: r }),
     holdsPlaced: new Counter({ name: 'farebox_holds_placed_total', help: 'Holds placed, by chain.', labelNames: ['chain'] as const, registers: r }),
     holdsReleased: new Counter({ name: 'farebox_holds_released_total', help: 'Holds released without a call settling them (crashed instance, expiry).', labelNames: ['reason'] as const, registers: r }),
     priceAboveHold: new Counter({ name: 'farebox_price_above_hold_total', help: 'Calls whose actual price exceeded the hold (capped; a worst-case bug).', labelNames: ['model'] as const, registers: r }),
@@ -43,6 +45,16 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
 
 /** The metrics of one gateway instance. */
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** Create the labelled series alerts watch at 0, so increase() sees their first event. */
+export function initSeries(m: Metrics, chains: readonly string[], models: readonly string[]): void {
+  for (const chain of chains) {
+    for (const c of [m.holdsPlaced, m.settlementFailures, m.drift, m.driftCorrections, m.chainErrors]) c.inc({ chain }, 0);
+    for (const outcome of ['charged', 'refused', 'already_charged', 'already_refused']) m.settlementCharges.inc({ chain, outcome }, 0);
+  }
+  for (const reason of ['instance_died', 'expired']) m.holdsReleased.inc({ reason }, 0);
+  for (const model of models) m.priceAboveHold.inc({ model }, 0);
+}
 
 /** An atomic amount as USD for a metric (metrics are not money of record; floats are fine here). */
 export function usdOf(atomic: bigint): number {

@@ -10,6 +10,7 @@ import type { CallObserver } from '../../plugins/call.js';
 import { buildConfig, embeddedDefault, type ConfigInput, type FareboxConfig } from '../../plugins/config.js';
 import farebox from '../../plugins/gateway.js';
 import { connectRedis } from '../../plugins/redis.js';
+import { createMetrics, type Metrics } from '../../plugins/metrics.js';
 import { startSimulator, type Simulator } from '../../plugins/simulator/index.js';
 import type { ChainName } from '../../plugins/chains/config.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from '../../plugins/chains/dev-chains.js';
@@ -26,6 +27,8 @@ export interface Harness {
   account: string;
   key: string;
   keyId: string;
+  /** The gateway's metrics (registry, and the port of /metrics when it has one of its own). */
+  metrics: Metrics;
   /** With `chains: true`: the dev chains the gateway bills on. */
   dev?: DevChains;
   /** Fund `account` (default: the harness account) on a dev chain and wait for the synced balance. */
@@ -94,14 +97,15 @@ export async function startHarness(opts: {
   const redis = connectRedis(config.redis);
   const app = Fastify({ logger: false });
   await opts.configure?.(app);
-  await app.register(farebox, { config, redis, observer: opts.observer, env });
+  const metrics = createMetrics();
+  await app.register(farebox, { config, redis, observer: opts.observer, env, metrics });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.server.address();
   const url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
   const account = await createAccount(redis, {});
   const { key, id } = await createKey(redis, account.address);
   return {
-    url, app, sim, config, redis, prefix, account: account.address, key, keyId: id, dev,
+    url, app, sim, config, redis, prefix, account: account.address, key, keyId: id, dev, metrics,
     fund: (chain, amount, acct = account.address) => fundOnDevChain(redis, config.chains!, chain, acct, amount),
     async close() {
       await app.close();
