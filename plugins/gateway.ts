@@ -189,6 +189,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
         call.endpoint = (request.routeOptions.config as { endpoint?: TextEndpoint }).endpoint;
         request.farebox = call;
         reply.header('x-request-id', call.id);
+        // The Anthropic SDK reads its own request-id header (error.requestID, message._request_id).
+        if (call.protocol === 'anthropic') reply.header('request-id', call.id);
         // One listener per call: metrics for every answer (refusals included), then the route's own end of call.
         reply.raw.once('close', () => {
           call.clientAborted = !reply.raw.writableFinished;
@@ -248,7 +250,18 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
           if (limit.which !== null) reply.headers(rateLimitHeaders(limit, call.protocol));
 
           const billed = endpoint !== 'count_tokens' && observer !== undefined;
-          if (billed) await observer.gate(call, reply);
+          if (billed) {
+            try {
+              await observer.gate(call, reply);
+            } catch (err) {
+              // A call the funds gate refuses generates nothing: give its token estimate back (the request counts).
+              if (tokens > 0) {
+                limiter.adjust({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens }, 0)
+                  .catch((e) => log.warn({ err: e, requestId: call.id }, 'rate-limit refund failed'));
+              }
+              throw err;
+            }
+          }
           call.onEnd = () => {
             if (billed) {
               const done = observer.settle(call).then(() => {
