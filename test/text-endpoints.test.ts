@@ -23,7 +23,7 @@ t.test('messages: plain call through the Anthropic SDK', async (t) => {
   const text = data.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
   t.equal(text.trim().split(/\s+/).length, 7, 'seven words for seven tokens');
   t.match(response.headers.get('x-request-id'), /^req_[0-9a-f]{32}$/);
-  t.equal(data._request_id, response.headers.get('x-request-id'), 'the SDK sees our request id');
+  t.equal((data as { _request_id?: string | null })._request_id, response.headers.get('x-request-id'), 'the SDK sees our request id');
   t.equal(lastReceived().headers['x-api-key'], 'sim-key', 'the operator key goes upstream');
   t.notOk(JSON.stringify(lastReceived().headers).includes(h.key), 'the caller key never goes upstream');
 });
