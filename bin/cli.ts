@@ -186,9 +186,10 @@ export async function main(
       case 'fund': {
         const account = accountArg(flags);
         const chain = chainArg(flags);
+        const rawAmount = str(flags, 'amount', true);
         let amount: bigint;
         try {
-          amount = parseUsd(str(flags, 'amount', true));
+          amount = parseUsd(rawAmount);
         } catch {
           throw new UsageError('--amount must be a decimal USD amount with at most 6 decimals');
         }
@@ -206,6 +207,7 @@ export async function main(
       case 'balance': {
         const account = accountArg(flags);
         const acct = await getAccount(db(), account);
+        if (!acct) throw new Error(`no account ${account}`);
         const chains: Record<string, Record<string, string>> = {};
         for (const n of CHAIN_NAMES) {
           const w = await readWallet(db(), account, n);

@@ -117,8 +117,11 @@ export class ChainWatcher {
     let corrected = 0;
     const accounts = await this.r.smembers(walletKeys.wallets(name));
     for (const account of accounts) {
+      // Cursor first, then the scanned block: the balance at that block is what the applied events sum to.
       const cursor = await readCursor(this.r, name);
-      const onchain = await chain.balanceOf(account as `0x${string}`);
+      const scanned = await this.r.get(`scanned:${name}`);
+      if (scanned === null) return corrected;
+      const onchain = await chain.balanceOf(account as `0x${string}`, BigInt(scanned));
       const wallet = await readWallet(this.r, account, name);
       const key = `${name}:${account}`;
       const diff = onchain - wallet.synced;
@@ -146,5 +149,11 @@ export class ChainWatcher {
   async stop(): Promise<void> {
     this.running = false;
     await Promise.allSettled(this.loops);
+    // Hand the leases over now: a successor would otherwise wait LEASE_MS for them to expire.
+    for (const name of Object.keys(this.chains)) {
+      await this.r
+        .eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0", 1, `watcher-lease:${name}`, this.instance)
+        .catch(() => {});
+    }
   }
 }

@@ -50,6 +50,19 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
   const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
   const raw = redis.duplicate({ keyPrefix: '' });
   try {
+    // Calls whose money lived on the old chains: their records must not wait forever as held or pending.
+    for (const [pattern, status] of [['hold:*', 'free'], ['debit:*', 'failed']] as const) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await raw.scan(cursor, 'MATCH', prefix + pattern, 'COUNT', 1000);
+        cursor = next;
+        for (const key of keys) {
+          const requestId = pattern === 'hold:*' ? key.slice(prefix.length + 5) : await raw.hget(key, 'request_id');
+          if (pattern === 'debit:*' && (await raw.hget(key, 'state')) !== 'pending') continue;
+          if (requestId && (await raw.exists(`${prefix}usage:${requestId}`))) await raw.hset(`${prefix}usage:${requestId}`, 'status', status);
+        }
+      } while (cursor !== '0');
+    }
     for (const pattern of ['wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'debit:*', 'hold:*', 'holds', 'instance-holds:*', 'instances', 'watcher-lease:*']) {
       let cursor = '0';
       do {
@@ -94,6 +107,13 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       // The gateway answers 404s under /v1 itself; the router should not split hairs about slashes.
       routerOptions: { ignoreTrailingSlash: true },
     });
+    // While stopping, answers tell keep-alive clients the connection closes (RFC 9112 9.6): an open socket would
+    // hold close() for the keep-alive timeout (72 s).
+    let closing = false;
+    app.addHook('onSend', (_request, reply, payload, done) => {
+      if (closing) reply.header('connection', 'close');
+      done(null, payload);
+    });
     await app.register(farebox, { config, env: runEnv });
     await app.listen({ port: config.server.port, host: config.server.host });
     const address = app.server.address();
@@ -108,7 +128,14 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       devChains,
       env: runEnv,
       async close() {
-        await started.close();
+        closing = true;
+        // Sockets of calls in flight: drop each as soon as its call ends.
+        const idle = setInterval(() => started.server.closeIdleConnections(), 100);
+        try {
+          await started.close();
+        } finally {
+          clearInterval(idle);
+        }
         await simulator?.close();
         await devChains?.close();
       },

@@ -122,8 +122,8 @@ class EvmChain implements SettlementChain {
       : undefined;
   }
 
-  balanceOf(account: Address): Promise<bigint> {
-    return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'balanceOf', args: [account] });
+  balanceOf(account: Address, atBlock?: bigint): Promise<bigint> {
+    return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'balanceOf', args: [account], blockNumber: atBlock });
   }
 
   async pendingWithdrawal(account: Address) {

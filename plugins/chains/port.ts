@@ -90,8 +90,8 @@ export interface SettlementChain {
   readonly escrow: Address;
   /** Whether a settler key is configured (else submitCharges throws not_configured). */
   readonly canSettle: boolean;
-  /** Escrow balance of `account` at the latest block. */
-  balanceOf(account: Address): Promise<bigint>;
+  /** Escrow balance of `account` at the latest block, or at block `atBlock`. */
+  balanceOf(account: Address, atBlock?: bigint): Promise<bigint>;
   /** The account's withdrawal request, or null. */
   pendingWithdrawal(account: Address): Promise<PendingWithdrawal | null>;
   callStatus(callId: Hex): Promise<CallStatus>;

@@ -1,0 +1,204 @@
+import t from 'tap';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { Agent, request } from 'undici';
+import type { Address, ChainsConfig } from '../plugins/chains/config.js';
+import { createEvmChain } from '../plugins/chains/evm.js';
+import { connectRedis } from '../plugins/redis.js';
+import { DEV_CHAINS_KEY } from '../plugins/serve.js';
+import { listUsage } from '../plugins/usage-records.js';
+import { readWallet } from '../plugins/wallets.js';
+import { formatUsd } from '../pricing/index.js';
+import { dropPrefix, testPrefix } from './helpers/harness.js';
+
+const prefix = testPrefix();
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const redis = connectRedis({ url: REDIS_URL, prefix });
+const children: ChildProcess[] = [];
+// Whatever happens to this file (a failed top-level await included), no server outlives it.
+process.on('exit', () => {
+  for (const c of children) c.kill('SIGKILL');
+});
+t.teardown(async () => {
+  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  await dropPrefix(redis, prefix);
+  await redis.quit();
+});
+
+const env = { ...process.env, FAREBOX_CONFIG: '', FAREBOX_REDIS_PREFIX: prefix, REDIS_URL, HOST: '127.0.0.1', FAREBOX_DEV_CHAIN_PORT: '0', LOG_LEVEL: 'warn' };
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise<void>((resolve) => srv.close(() => resolve()));
+  return port;
+}
+
+/** `farebox serve` in a child process; resolves once it has printed its greeting. */
+function serve(port: number): Promise<{ child: ChildProcess; stdout: string; stderr: () => string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'serve'], { env: { ...env, PORT: String(port) } });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stderr!.on('data', (d) => (stderr += d));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`serve printed no greeting in 90 s:\n${stdout}\n${stderr}`)), 90_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited (${code}) before its greeting:\n${stdout}\n${stderr}`));
+    });
+    child.stdout!.on('data', (d) => {
+      stdout += d;
+      // First start: the key and the curl line; later starts: how to make a new key.
+      if (/-d '[^\n]*'\n/.test(stdout) || /A new key for it: [^\n]*\n/.test(stdout)) {
+        clearTimeout(timer);
+        child.removeAllListeners('exit');
+        resolve({ child, stdout, stderr: () => stderr });
+      }
+    });
+  });
+}
+
+function exited(child: ChildProcess): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve) => child.once('exit', (code) => resolve(code)));
+}
+
+/** The farebox command on the server's Redis prefix. */
+function farebox(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, ['--import', 'tsx', 'bin/cli.ts', ...args], { env }, (err, stdout, stderr) => {
+      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+async function until<T>(what: string, check: () => Promise<T | false | null | undefined>, ms = 20_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function published(): Promise<ChainsConfig> {
+  return JSON.parse((await redis.get(DEV_CHAINS_KEY))!) as ChainsConfig;
+}
+
+function chat(url: string, key: string, content: string) {
+  return fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'gamma-k3', messages: [{ role: 'user', content }] }),
+  });
+}
+
+const port = await freePort();
+const first = await serve(port);
+const url = `http://127.0.0.1:${port}`;
+const head = /^farebox: embedded default at (\S+) \(simulated upstreams, dev chains\)\. Demo account (0x[0-9a-f]{40}), 10 USD on chain_a\./m.exec(first.stdout);
+const demo = head?.[2] as Address;
+const demoKey = /^ {2}export FAREBOX_KEY=(sk_[A-Za-z0-9_-]+)$/m.exec(first.stdout)?.[1] ?? '';
+
+t.test('serve prints the demo account, its key and a curl line that works as pasted', async (t) => {
+  t.ok(head, first.stdout);
+  t.equal(head?.[1], url, 'the URL it listens on');
+  t.match(demoKey, /^sk_/);
+  t.equal(await redis.get('demo:account'), demo);
+  // The lines from `export` to the end of the curl command, run by a shell as a user would paste them.
+  const script = /^ {2}export FAREBOX_KEY=[^\n]*\n {2}curl [^\n]*\\\n[^\n]*\n/m.exec(first.stdout)?.[0];
+  t.ok(script, 'export and curl lines');
+  const body = await new Promise<string>((resolve, reject) =>
+    execFile('bash', ['-c', script!], (err, stdout) => (err ? reject(err) : resolve(stdout))),
+  );
+  const completion = JSON.parse(body) as { object: string; model: string; choices: { message: { content: string } }[] };
+  t.equal(completion.object, 'chat.completion');
+  t.equal(completion.model, 'gamma-k3');
+  t.ok(completion.choices[0].message.content.length > 0);
+});
+
+t.test('farebox fund then farebox balance on the same Redis show the deposit, equal to balanceOf', async (t) => {
+  const funded = await farebox(['fund', '--account', demo, '--chain', 'chain_c', '--amount', '1.5', '--json']);
+  t.equal(funded.code, 0, funded.stderr);
+  t.same(JSON.parse(funded.stdout), { chain: 'chain_c', account: demo, balance: '1.500000' });
+  // The curl call's debit is charged in the background: wait until chain_a has nothing pending.
+  await until('curl call settled', async () => (await readWallet(redis, demo, 'chain_a')).pending === 0n);
+  const r = await farebox(['balance', '--account', demo, '--json']);
+  t.equal(r.code, 0, r.stderr);
+  const doc = JSON.parse(r.stdout) as { chains: Record<string, Record<string, string>> };
+  const chains = await published();
+  const onchainC = await createEvmChain('chain_c', chains.chain_c).balanceOf(demo);
+  const onchainA = await createEvmChain('chain_a', chains.chain_a).balanceOf(demo);
+  t.equal(onchainC, 1_500_000n);
+  t.same(doc.chains.chain_c, { balance: formatUsd(onchainC), held: '0.000000', pending: '0.000000', available: '1.500000' });
+  t.equal(doc.chains.chain_a.balance, formatUsd(onchainA), 'chain_a: 10 USD less the curl call');
+  t.ok(onchainA < 10_000_000n && onchainA > 9_000_000n);
+});
+
+t.test('GET /metrics answers with the farebox_ metrics', async (t) => {
+  const res = await fetch(`${url}/metrics`);
+  t.equal(res.status, 200);
+  t.match(res.headers.get('content-type'), /^text\/plain/);
+  const text = await res.text();
+  for (const name of ['farebox_requests_total', 'farebox_holds_placed_total', 'farebox_chain_events_total', 'farebox_settlement_batches_total']) {
+    t.match(text, new RegExp(`^${name}`, 'm'), name);
+  }
+  t.match(text, /^farebox_requests_total\{route="chat_completions",model="gamma-k3",status="200"\} [1-9]/m);
+});
+
+t.test('restart on the same Redis: account and key survive, funds re-deposited on the new chains, nothing stale', async (t) => {
+  const oldChains = await published();
+  // A call in flight on a keep-alive connection (as the SDKs make them) while the server stops.
+  const agent = new Agent();
+  const inFlight = request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    dispatcher: agent,
+    headers: { authorization: `Bearer ${demoKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'gamma-k3', messages: [{ role: 'user', content: 'slow #sim:delay_ms=1500' }] }),
+  });
+  await until('hold placed', async () => (await redis.zcard('holds')) > 0);
+  first.child.kill('SIGTERM');
+  const res1 = await inFlight;
+  await res1.body.text();
+  t.equal(res1.statusCode, 200, 'the call in flight completes');
+  // RFC 9112 9.6: a server closing the connection after a response says so; else the socket lingers until the
+  // keep-alive timeout and holds the shutdown (the client hangs up here so the test does not wait for it).
+  t.equal(res1.headers.connection, 'close', 'a stopping server closes keep-alive connections after their call');
+  await agent.destroy();
+  t.equal(await exited(first.child), 0, 'clean exit on SIGTERM');
+
+  const port2 = await freePort();
+  const second = await serve(port2);
+  const url2 = `http://127.0.0.1:${port2}`;
+  t.match(second.stdout, new RegExp(`Demo account ${demo}, 10 USD on chain_a\\.`), 'the same demo account');
+  t.match(second.stdout, new RegExp(`A new key for it: npx farebox key create --account ${demo}\\n`));
+  t.notMatch(second.stdout, /FAREBOX_KEY=/, 'the old key is not shown again');
+
+  const chains = await published();
+  t.not(chains.chain_a.rpc_url, oldChains.chain_a.rpc_url, 'new dev chains published');
+  for (const [n, want] of [['chain_a', 10_000_000n], ['chain_b', 0n], ['chain_c', 0n], ['chain_d', 0n]] as const) {
+    const w = await readWallet(redis, demo, n);
+    const onchain = await createEvmChain(n, chains[n]).balanceOf(demo);
+    t.equal(onchain, want, `${n}: new chain holds ${want}`);
+    t.same({ synced: w.synced, held: w.held, pending: w.pending, locked: w.locked }, { synced: onchain, held: 0n, pending: 0n, locked: 0n }, `${n}: synced rebuilt, nothing stale`);
+  }
+  t.equal(await redis.zcard('holds'), 0, 'no holds of the old server');
+  for (const r of await listUsage(redis, demo)) t.notMatch(r.status, /^(held|pending)$/, `${r.call_id} (${r.status}) waits on no old chain`);
+  t.equal(await redis.xlen('debits:chain_a'), 0, 'no debits of the old chains queued');
+
+  const res = await chat(url2, demoKey, 'after restart');
+  t.equal(res.status, 200, 'the old key still works');
+  t.equal(res.headers.get('x-gw-billing-chain'), 'chain_a');
+  await res.arrayBuffer();
+  const settled = await until('settled on the new chain_a', async () => {
+    const w = await readWallet(redis, demo, 'chain_a');
+    return w.pending === 0n && w.held === 0n && w.synced < 10_000_000n ? w : null;
+  });
+  t.equal(settled.synced, await createEvmChain('chain_a', chains.chain_a).balanceOf(demo), 'charged on the new chain: synced = balanceOf');
+
+  second.child.kill('SIGTERM');
+  t.equal(await exited(second.child), 0);
+});
