@@ -1,12 +1,12 @@
 // Account access states end to end (SPEC Authentication 3-4, Errors 401/403): pending and suspended accounts
 // get 403 access_not_active on every keyed endpoint, in each protocol; status changes reach running gateways.
 import t, { type Test } from 'tap';
-import { spawn } from 'node:child_process';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { createAccount, createKey, revokeKey, setAccountStatus, type AccountStatus } from '../plugins/accounts.js';
 import { startHarness, type Harness } from './helpers/harness.js';
 import { validator } from './helpers/conformance.js';
+import { runCli } from './helpers/wait.js';
 
 const h = await startHarness();
 // A second gateway on the same Redis: status changes must reach every instance, not only the one asked.
@@ -145,18 +145,7 @@ t.test('a revoked key stays 401 invalid_api_key, even on an active account', asy
 });
 
 /** Run the farebox CLI (from source) against the harness's Redis prefix. */
-function farebox(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', ...args], {
-      env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
-}
+const farebox = (...args: string[]) => runCli(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' });
 
 t.test('`farebox account status --set` suspends and reactivates a live account', async (t) => {
   const a = await accountWith('active');

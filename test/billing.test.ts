@@ -7,6 +7,7 @@ import { listUsage } from '../plugins/usage-records.js';
 import { readWallet } from '../plugins/wallets.js';
 import { fromAnthropicUsage, fromOpenAIUsage, priceCall, worstCaseText } from '../pricing/index.js';
 import { closeDevChains, startHarness } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 const h = await startHarness({ chains: true });
 t.teardown(async () => {
@@ -17,17 +18,6 @@ t.teardown(async () => {
 const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
 const anthropic = new Anthropic({ baseURL: h.url, apiKey: h.key, maxRetries: 0 });
 const chainA = createEvmChain('chain_a', h.config.chains!.chain_a);
-
-/** Wait until `check` holds (settlement and the watcher run in the background). */
-async function until<T>(what: string, check: () => Promise<T | false | null | undefined>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 async function record(requestId: string) {
   return until(`usage record of ${requestId}`, async () => {

@@ -14,6 +14,7 @@ import { connectRedis } from '../plugins/redis.js';
 import { Settler } from '../plugins/settler.js';
 import { placeHold, readWallet, settleHold, walletKeys, walletRedis } from '../plugins/wallets.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 // Dev chains of our own: a 2 s withdrawal timelock instead of an hour (time is still advanced through the RPC).
 const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 2n });
@@ -87,17 +88,6 @@ async function depositWithAuthorization(signer: DevKey, relayer: DevKey, value: 
       args: [signer.address, value, 0n, validBefore, nonce, v, r, s],
     }),
   );
-}
-
-/** Wait until `check` returns something truthy (the watcher and the settler run in the background). */
-async function until<T>(what: string, check: () => Promise<T | false | null | undefined>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /** Value of a counter for the given labels (0 when never incremented). */

@@ -10,6 +10,7 @@ import { DEV_CHAINS_KEY } from '../plugins/serve.js';
 import { readWallet } from '../plugins/wallets.js';
 import { formatUsd, publishPrices, USAGE_FIELDS } from '../pricing/index.js';
 import { closeDevChains, startHarness } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 const h = await startHarness({ chains: true });
 const tmp = mkdtempSync(join(tmpdir(), 'farebox-cli-'));
@@ -41,16 +42,6 @@ function json(r: { code: number; stdout: string; stderr: string }): unknown {
   if (r.code !== 0) throw new Error(`exit ${r.code}: ${r.stderr}`);
   if (!/^[^\n]+\n$/.test(r.stdout)) throw new Error(`not one line: ${JSON.stringify(r.stdout)}`);
   return JSON.parse(r.stdout);
-}
-
-async function until<T>(what: string, check: () => Promise<T | false | null | undefined>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 function call(content: string, headers: Record<string, string> = {}) {

@@ -1,26 +1,15 @@
 import t from 'tap';
-import { spawn } from 'node:child_process';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { getAccount } from '../plugins/accounts.js';
 import { startHarness } from './helpers/harness.js';
+import { runCli } from './helpers/wait.js';
 
 const h = await startHarness();
 t.teardown(() => h.close());
 
 /** Run the farebox command (from source) against the harness's Redis prefix. */
-function farebox(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', ...args], {
-      env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
-}
+const farebox = (...args: string[]) => runCli(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' });
 
 t.test('account create --json prints one JSON document; --address is honoured', async (t) => {
   const r = await farebox('account', 'create', '--json');

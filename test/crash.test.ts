@@ -14,6 +14,7 @@ import { devChainsConfig, fundOnDevChain } from '../plugins/serve.js';
 import { startSimulator } from '../plugins/simulator/index.js';
 import { readWallet, walletKeys } from '../plugins/wallets.js';
 import { closeDevChains, devChains, dropPrefix, testPrefix } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 // A gateway killed with SIGKILL under load, then restarted: every recorded debit is charged onchain exactly once,
 // and no hold is left behind.
@@ -55,16 +56,6 @@ async function startGateway(): Promise<ChildProcess> {
   throw new Error('gateway did not start');
 }
 
-async function until<T>(what: string, check: () => Promise<T | false | null | undefined>, ms = 60_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 t.teardown(async () => {
   child?.kill('SIGKILL');
   await sim.close();
@@ -102,11 +93,11 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
 
   child = await startGateway();
   // The new instance releases the dead one's holds and takes over its unacknowledged debits.
-  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await redis.keys('hold:*')).length === 0);
+  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await redis.keys('hold:*')).length === 0, 60_000);
   const w = await until('every debit onchain', async () => {
     const x = await readWallet(redis, account, 'chain_a');
     return x.pending === 0n && x.held === 0n && (await redis.xlen(walletKeys.debits('chain_a'))) === 0 ? x : null;
-  });
+  }, 60_000);
 
   const ids = await redis.zrange(walletKeys.usageIndex(account), 0, -1);
   const records = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.usage(id))));

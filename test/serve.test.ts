@@ -10,6 +10,7 @@ import { listUsage } from '../plugins/usage-records.js';
 import { readWallet } from '../plugins/wallets.js';
 import { formatUsd } from '../pricing/index.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 const prefix = testPrefix();
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -72,16 +73,6 @@ function farebox(args: string[]): Promise<{ code: number; stdout: string; stderr
       resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
     });
   });
-}
-
-async function until<T>(what: string, check: () => Promise<T | false | null | undefined>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 async function published(): Promise<ChainsConfig> {
