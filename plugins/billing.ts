@@ -125,7 +125,7 @@ export class Billing implements CallObserver {
     const route = call.route!;
     const body = call.upstreamBody!;
     const cacheWrite = cacheWriteTier(route.provider.protocol, body);
-    const inputBound = inputTokensBound(body, route.model.context_window);
+    const inputBound = call.inputBound ?? inputTokensBound(body, route.model.context_window);
     const n = Number((call.rewrite!.body as { n?: number }).n ?? 1);
     const hold = worstCaseText(this.prices, route.model.id, { inputTokensBound: inputBound, maxOutputTokens: call.rewrite!.maxOutputTokens * n, cacheWrite });
     const now = Date.now();

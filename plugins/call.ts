@@ -24,6 +24,8 @@ export interface CallContext {
   rewrite?: RewriteResult;
   /** The rewritten body as sent upstream (serialized once). */
   upstreamBody?: string;
+  /** Upper bound on the call's input-side tokens (billing.ts inputTokensBound), computed once. */
+  inputBound?: number;
   /** The client class the policies recognised. */
   client?: string;
   /** HTTP status the upstream answered, or the proxy's own for connection failures. */

@@ -244,7 +244,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
 
           call.upstreamBody = JSON.stringify(call.rewrite.body);
           const family = call.route.model.family;
-          const tokens = endpoint === 'count_tokens' ? 0 : inputTokensBound(call.upstreamBody, call.route.model.context_window) + call.rewrite.maxOutputTokens;
+          call.inputBound = inputTokensBound(call.upstreamBody, call.route.model.context_window);
+          const tokens = endpoint === 'count_tokens' ? 0 : call.inputBound + call.rewrite.maxOutputTokens;
           const limit: Decision = await limiter.check({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens });
           if (!limit.allowed) throw rateLimitedError(limit, call.protocol);
           if (limit.which !== null) reply.headers(rateLimitHeaders(limit, call.protocol));
