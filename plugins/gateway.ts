@@ -160,8 +160,6 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
 
   if (config.metrics.enabled) await serveMetrics(app, metrics, { ...config.metrics, host: config.server.host }, opts.env ?? process.env);
 
-  app.decorate('farebox', { config, redis, catalog, metrics, billing });
-
   await app.register(
     async (v1: FastifyInstance) => {
       v1.decorateRequest('farebox', null as unknown as CallContext);
@@ -292,11 +290,6 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
   );
 };
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    farebox: { config: FareboxConfig; redis: Redis; catalog: ModelCatalog; metrics: Metrics; billing: Billing | undefined };
-  }
-}
 
 // Not wrapped with fastify-plugin on purpose: the gateway's hooks, parsers and handlers stay in its own context.
 export default farebox;

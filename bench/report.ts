@@ -1,0 +1,198 @@
+/** The benchmark's results: their JSON shape and the markdown tables written beside it. */
+import { cpus } from 'node:os';
+import { readFileSync } from 'node:fs';
+import type { LoadResult } from './load.js';
+import type { Scenario, TargetName } from './scenarios.js';
+import type { SequentialResult } from './sequential.js';
+import type { Percentiles } from './stats.js';
+import { round } from './stats.js';
+
+/** The machine the numbers come from. */
+export interface Machine {
+  cpu: string;
+  cores: number;
+  node: string;
+  kernel: string;
+}
+
+/** One load cell: a scenario at a concurrency against one target. */
+export interface LoadCell extends LoadResult {
+  scenario: Scenario;
+  target: TargetName;
+  /** CPU (user+system) the measured server spent per 2xx response, ms; the simulator's own for `direct`. */
+  serverCpuMsPerReq: number | null;
+  /** The simulator's CPU per 2xx response, ms. */
+  simCpuMsPerReq: number | null;
+  /** The measured server's VmRSS after the cell, MiB. */
+  serverRssMiB: number | null;
+  /** CPU the measured server used during the cell, % of one core (100 = its core saturated). */
+  serverCpuPct: number;
+  /**
+   * Share of the cell (%) that each main thread spent runnable but waiting for its core: the measured server,
+   * the load generator, the simulator. The last two share core 0 and wait for each other; a gateway alone on
+   * core 1 waits only for other load on the machine (near 0 when it is quiet).
+   */
+  waitPct: { server: number; loadgen: number; sim: number };
+}
+
+/** One sequential cell. */
+export interface SequentialCell extends SequentialResult {
+  scenario: Scenario;
+  target: TargetName;
+}
+
+/** Memory of farebox at fixed points, MiB: VmRSS as the kernel sees it, heap after a full GC. */
+export interface MemoryPoint {
+  /** When it was taken, e.g. "after 1,000 calls". */
+  when: string;
+  rssMiB: number;
+  heapUsedAfterGcMiB: number;
+  rssAfterGcMiB: number;
+}
+
+/** Everything one run produced (bench/results/latest.json). */
+export interface BenchResults {
+  date: string;
+  machine: Machine;
+  settings: { durationS: number; warmupS: number; sequential: number; concurrency: number[]; pinning: string };
+  /** 1, 5 and 15 min load averages of the machine at the start and the end (others' work shows here). */
+  loadAverage: { start: number[]; end: number[] };
+  versions: Record<string, string>;
+  load: LoadCell[];
+  /** farebox against direct and the peer, per load cell. */
+  comparisons: Comparison[];
+  sequential: SequentialCell[];
+  memory: {
+    /** VmHWM (peak resident set) of each server process at the end of the run, MiB. */
+    peakRssMiB: Record<string, number>;
+    /** RSS of an idle node, and of an idle node under tsx (as farebox runs here), MiB. */
+    baselineRssMiB: { node: number; nodeWithTsx: number };
+    farebox: MemoryPoint[];
+  };
+  problems: string[];
+}
+
+/** CPU model, cores, Node and kernel of this machine. */
+export function machine(): Machine {
+  let kernel = '';
+  try {
+    kernel = readFileSync('/proc/sys/kernel/osrelease', 'utf8').trim();
+  } catch {
+    // not Linux
+  }
+  return { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, node: process.version, kernel };
+}
+
+const f = (v: number | null | undefined, digits = 2) => (v === null || v === undefined || Number.isNaN(v) ? '-' : v.toFixed(digits));
+const p = (x: Percentiles | null, k: 'p50' | 'p90' | 'p99') => f(x?.[k] ?? null);
+
+function row(cells: Array<string | number>): string {
+  return `| ${cells.join(' | ')} |`;
+}
+
+function table(head: string[], rows: Array<Array<string | number>>): string[] {
+  return [row(head), row(head.map(() => '---')), ...rows.map(row)];
+}
+
+/** farebox against direct and the peer on one load cell (ratios of req/s; added latency in ms). */
+export interface Comparison {
+  scenario: Scenario;
+  connections: number;
+  fareboxOverDirect: number | null;
+  fareboxOverPeer: number | null;
+  peerOverDirect: number | null;
+  addedP50Ms: number | null;
+  addedP99Ms: number | null;
+}
+
+/** The comparisons of every load cell that farebox ran. */
+export function compare(load: LoadCell[]): Comparison[] {
+  const out: Comparison[] = [];
+  const cell = (s: Scenario, c: number, t: TargetName) => load.find((x) => x.scenario === s && x.connections === c && x.target === t);
+  const ratio = (a?: LoadCell, b?: LoadCell) => (a && b && b.rps > 0 ? round(a.rps / b.rps, 3) : null);
+  for (const fb of load.filter((x) => x.target === 'farebox')) {
+    const d = cell(fb.scenario, fb.connections, 'direct');
+    const peer = cell(fb.scenario, fb.connections, 'peer');
+    const added = (k: 'p50' | 'p99') => (d?.latency && fb.latency ? round(fb.latency[k] - d.latency[k]) : null);
+    out.push({
+      scenario: fb.scenario,
+      connections: fb.connections,
+      fareboxOverDirect: ratio(fb, d),
+      fareboxOverPeer: ratio(fb, peer),
+      peerOverDirect: ratio(peer, d),
+      addedP50Ms: added('p50'),
+      addedP99Ms: added('p99'),
+    });
+  }
+  return out;
+}
+
+/** The results as markdown. */
+export function toMarkdown(r: BenchResults): string {
+  const m = r.machine;
+  const lines: string[] = [
+    `# farebox benchmark, ${r.date}`,
+    '',
+    `Machine: ${m.cpu}, ${m.cores} cores, Node ${m.node}, Linux ${m.kernel}. ${r.settings.pinning}`,
+    `Load average (1/5/15 min): ${r.loadAverage.start.join(' ')} at the start, ${r.loadAverage.end.join(' ')} at the end.`,
+    `Load: autocannon, ${r.settings.durationS} s per cell after ${r.settings.warmupS} s of warm-up; latencies are each response's own time (ms, sub-ms clock).`,
+    `Versions: ${Object.entries(r.versions).map(([k, v]) => `${k} ${v}`).join(', ')}.`,
+    '',
+    '## Under load',
+    '',
+    ...table(
+      ['scenario', 'conc', 'target', 'req/s', 'p50', 'p90', 'p99', 'TTFB p50', 'TTFB p99', 'non-2xx', 'errors', 'server CPU ms/req', 'server CPU %', 'sim CPU ms/req', 'run-queue wait % server/loadgen/sim'],
+      r.load.map((x) => [
+        x.scenario, x.connections, x.target, f(x.rps, 0), p(x.latency, 'p50'), p(x.latency, 'p90'), p(x.latency, 'p99'),
+        p(x.ttfb, 'p50'), p(x.ttfb, 'p99'), x.non2xx, x.errors, f(x.serverCpuMsPerReq, 3), f(x.serverCpuPct, 0),
+        f(x.simCpuMsPerReq, 3), `${x.waitPct.server} / ${x.waitPct.loadgen} / ${x.waitPct.sim}`,
+      ]),
+    ),
+    '',
+    '## farebox against direct and the peer (same cell)',
+    '',
+    ...table(
+      ['scenario', 'conc', 'farebox/direct req/s', 'farebox/peer req/s', 'added p50 ms', 'added p99 ms', 'peer/direct req/s'],
+      r.comparisons.map((c) => [
+        c.scenario, c.connections, f(c.fareboxOverDirect), f(c.fareboxOverPeer), f(c.addedP50Ms), f(c.addedP99Ms), f(c.peerOverDirect),
+      ]),
+    ),
+    '',
+    `## One request at a time (${r.settings.sequential} requests each)`,
+    '',
+  ];
+  const direct = (s: Scenario) => r.sequential.find((x) => x.scenario === s && x.target === 'direct');
+  lines.push(
+    ...table(
+      ['scenario', 'target', 'total p50', 'total p99', 'TTFB p50', 'TTFB p99', 'added p50', 'added p99', 'added TTFB p50', 'failed'],
+      r.sequential.map((x) => {
+        const d = direct(x.scenario);
+        const add = (a: Percentiles | null, b: Percentiles | null | undefined, k: 'p50' | 'p99') => (x.target !== 'direct' && a && b ? f(a[k] - b[k], 3) : '-');
+        return [
+          x.scenario, x.target, f(x.total?.p50, 3), f(x.total?.p99, 3), f(x.ttfb?.p50, 3), f(x.ttfb?.p99, 3),
+          add(x.total, d?.total, 'p50'), add(x.total, d?.total, 'p99'), add(x.ttfb, d?.ttfb, 'p50'), x.failed,
+        ];
+      }),
+    ),
+    '',
+    '## Memory',
+    '',
+    ...table(['process', 'peak RSS MiB (VmHWM)'], Object.entries(r.memory.peakRssMiB).map(([k, v]) => [k, f(v, 1)])),
+    '',
+    `farebox and the simulator run from TypeScript under tsx: an idle node holds ${f(r.memory.baselineRssMiB.node, 1)} MiB, ` +
+      `an idle node under tsx ${f(r.memory.baselineRssMiB.nodeWithTsx, 1)} MiB (its loader thread); the peer runs plain JS.`,
+    '',
+    ...table(
+      ['farebox', 'RSS MiB', 'RSS after GC MiB', 'heap used after GC MiB'],
+      r.memory.farebox.map((x) => [x.when, f(x.rssMiB, 1), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1)]),
+    ),
+    '',
+  );
+  if (r.problems.length) lines.push('## Problems', '', ...r.problems.map((x) => `- ${x}`), '');
+  return lines.join('\n');
+}
+
+/** Bytes or KiB to MiB, 1 decimal. */
+export function mib(value: number, unit: 'B' | 'KiB'): number {
+  return round(unit === 'B' ? value / 1048576 : value / 1024, 1);
+}

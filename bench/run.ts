@@ -1,0 +1,368 @@
+/**
+ * `npm run bench`: the simulator (no delay), farebox and a peer gateway (@portkey-ai/gateway) in their own
+ * processes, measured side by side on the same calls. Servers are pinned to core 1; this process (the load
+ * generator) and the simulator to core 0, so the measured server has a core to itself.
+ *
+ * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500),
+ * BENCH_CONCURRENCY (50,200), REDIS_URL (redis://127.0.0.1:6379), BENCH_PROFILE=<scenario> (instead: a CPU
+ * profile of farebox's main thread under that load at 50 connections). Writes bench/results/latest.{json,md};
+ * with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the .cpuprofile opens in Chrome DevTools).
+ */
+import { randomBytes } from 'node:crypto';
+import { loadavg } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { Agent } from 'node:http';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Redis } from 'ioredis';
+import { createAccount, createKey } from '../plugins/accounts.js';
+import { connectRedis } from '../plugins/redis.js';
+import {
+  ask, cpuMsOf, freePort, killAllNow, memAfterGc, memOf, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
+} from './children.js';
+import { runLoad } from './load.js';
+import { summarizeProfile } from './profile.js';
+import { compare, machine, mib, toMarkdown, type BenchResults, type LoadCell, type MemoryPoint, type SequentialCell } from './report.js';
+import { SCENARIOS, TARGETS, completeAnswer, requestFor, type Scenario, type Target, type TargetName } from './scenarios.js';
+import { runSequential, sendOnce } from './sequential.js';
+import { round } from './stats.js';
+
+const ROOT = dirname(dirname(fileURLToPath(import.meta.url)));
+const RESULTS = join(ROOT, 'bench', 'results');
+const SERVER = join(ROOT, 'bench', 'server.ts');
+// Resolved here so that the children find tsx whatever the working directory.
+const TSX = `--import=${import.meta.resolve('tsx')}`;
+const LOAD_CORE = 0;
+const SERVER_CORE = 1;
+
+function intEnv(name: string, fallback: number): number {
+  const v = process.env[name];
+  if (v === undefined || v === '') return fallback;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${v}`);
+  return n;
+}
+
+const DURATION = intEnv('BENCH_DURATION', 15);
+const WARMUP = intEnv('BENCH_WARMUP', 3);
+const SEQUENTIAL = intEnv('BENCH_SEQUENTIAL', 500);
+const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '50,200').split(',').map((s) => Number(s.trim()));
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const PROFILE = process.env.BENCH_PROFILE as Scenario | undefined;
+if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1)) throw new Error('BENCH_CONCURRENCY: comma-separated positive integers');
+if (PROFILE !== undefined && !SCENARIOS.includes(PROFILE)) throw new Error(`BENCH_PROFILE must be one of ${SCENARIOS.join(', ')}`);
+if (!DURATION) throw new Error('BENCH_DURATION must be at least 1');
+
+const require = createRequire(import.meta.url);
+
+/** The peer's start script and the versions that matter for it (@hono/node-server 1.14.2+ breaks its streams). */
+function peerPackage(): { script: string; versions: Record<string, string> } {
+  const pkgFile = require.resolve('@portkey-ai/gateway/package.json');
+  const pkg = JSON.parse(readFileSync(pkgFile, 'utf8')) as { version: string; bin: string | Record<string, string> };
+  const bin = typeof pkg.bin === 'string' ? pkg.bin : Object.values(pkg.bin)[0]!;
+  const versions: Record<string, string> = { '@portkey-ai/gateway': pkg.version };
+  // The copy Portkey imports: the nearest node_modules/@hono/node-server above its own directory.
+  for (let dir = dirname(pkgFile); dir !== dirname(dir); dir = dirname(dir)) {
+    const f = join(dir, 'node_modules', '@hono', 'node-server', 'package.json');
+    if (existsSync(f)) {
+      versions['@hono/node-server'] = (JSON.parse(readFileSync(f, 'utf8')) as { version: string }).version;
+      break;
+    }
+  }
+  return { script: join(dirname(pkgFile), bin), versions };
+}
+
+function packageVersion(name: string): string {
+  const main = require.resolve(name);
+  for (let dir = dirname(main); dir !== dirname(dir); dir = dirname(dir)) {
+    const f = join(dir, 'package.json');
+    if (existsSync(f)) {
+      const pkg = JSON.parse(readFileSync(f, 'utf8')) as { name?: string; version: string };
+      if (pkg.name === name) return pkg.version;
+    }
+  }
+  return 'unknown';
+}
+
+async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
+  const raw = redis.duplicate({ keyPrefix: '' });
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length) await raw.del(...keys);
+    } while (cursor !== '0');
+  } finally {
+    raw.disconnect();
+  }
+}
+
+const log = (s: string) => process.stderr.write(s + '\n');
+
+/** Start the simulator, farebox and (unless told not to) the peer. */
+async function startServers(prefix: string, withPeer = true): Promise<{ sim: Child; simUrl: string; fb: Child; fbUrl: string; peer?: Child; peerUrl?: string }> {
+  const tsx = [TSX];
+  const sim = spawnNode('simulator', LOAD_CORE, tsx, SERVER, ['sim']);
+  const simUrl = await readyUrl(sim);
+  // The dev chains farebox settles on run beside the simulator, off the measured core (bench/farebox-target.ts).
+  const chains = spawnNode('dev chains', LOAD_CORE, tsx, SERVER, ['chains', REDIS_URL, prefix]);
+  await readyUrl(chains);
+  const fb = spawnNode('farebox', SERVER_CORE, tsx, SERVER, ['farebox', simUrl, REDIS_URL, prefix]);
+  const fbUrl = await readyUrl(fb);
+  if (!withPeer) return { sim, simUrl, fb, fbUrl };
+  const { script } = peerPackage();
+  const port = await freePort();
+  const peer = spawnNode('peer', SERVER_CORE, [], script, [`--port=${port}`, '--headless']);
+  await waitForPort(peer, port);
+  return { sim, simUrl, fb, fbUrl, peer, peerUrl: `http://127.0.0.1:${port}` };
+}
+
+/** RSS of an idle node process with `nodeArgs`, MiB: what a server's RSS holds before any code of its own. */
+async function idleRss(nodeArgs: string[]): Promise<number> {
+  const c = spawnNode('idle node', SERVER_CORE, nodeArgs, '-e', ['setInterval(() => {}, 1e9)']);
+  try {
+    await new Promise((r) => setTimeout(r, 2000));
+    return mib(memOf(c.pid).rssKiB, 'KiB');
+  } finally {
+    await stopChild(c);
+  }
+}
+
+/** One request of every scenario to every target; a target that answers wrongly is left out of that scenario. */
+async function sanity(targets: Target[], simUrl: string, key: string, problems: string[]): Promise<Set<string>> {
+  const ok = new Set<string>();
+  const agent = new Agent({ keepAlive: false });
+  for (const scenario of SCENARIOS) {
+    for (const t of targets) {
+      const spec = requestFor(scenario, t, simUrl, key);
+      try {
+        const r = await sendOnce(spec, agent, 10_000, true);
+        if (r.status === 200 && completeAnswer(scenario, r.body)) ok.add(`${scenario}/${t.name}`);
+        else problems.push(`${t.name} ${scenario}: HTTP ${r.status}, body ${JSON.stringify(r.body.slice(0, 300))}; left out`);
+      } catch (err) {
+        problems.push(`${t.name} ${scenario}: ${(err as Error).message}; left out`);
+      }
+    }
+  }
+  agent.destroy();
+  return ok;
+}
+
+async function memoryPoint(fb: Child, when: string): Promise<MemoryPoint> {
+  const rss = memOf(fb.pid).rssKiB;
+  const gc = await memAfterGc(fb);
+  return { when, rssMiB: mib(rss, 'KiB'), rssAfterGcMiB: mib(gc.rss, 'B'), heapUsedAfterGcMiB: mib(gc.heapUsed, 'B') };
+}
+
+async function profileOnly(scenario: Scenario, prefix: string, key: string): Promise<void> {
+  const s = await startServers(prefix, false);
+  const fb: Target = { name: 'farebox', url: s.fbUrl, pid: s.fb.pid };
+  const problems: string[] = [];
+  if (!(await sanity([fb], s.simUrl, key, problems)).has(`${scenario}/farebox`)) throw new Error(problems.join('\n'));
+  const spec = requestFor(scenario, fb, s.simUrl, key);
+  if (WARMUP) await runLoad(spec, 50, WARMUP);
+  log(`profiling farebox under ${scenario} at 50 connections for ${DURATION} s`);
+  const file = join(RESULTS, 'profile.cpuprofile');
+  await ask(s.fb, { type: 'profile-start' }, 'profile-started');
+  const r = await runLoad(spec, 50, DURATION);
+  await ask(s.fb, { type: 'profile-stop', file }, 'profile-stopped', 60_000);
+  const sum = summarizeProfile(file, ROOT);
+  const md = [
+    `# farebox CPU profile: ${scenario}, 50 connections, ${DURATION} s (${new Date().toISOString()})`,
+    '',
+    `${r.rps} req/s, p50 ${r.latency?.p50} ms, p99 ${r.latency?.p99} ms. Main thread busy ${sum.busyMs} ms, idle ${sum.idleMs} ms;`,
+    'shares below are of the busy time.',
+    '',
+    '| self ms | self % | function |',
+    '| --- | --- | --- |',
+    ...sum.functions.map((x) => `| ${x.selfMs} | ${x.percent} | \`${x.name}\` |`),
+    '',
+    '| self ms | self % | where |',
+    '| --- | --- | --- |',
+    ...sum.areas.map((x) => `| ${x.selfMs} | ${x.percent} | ${x.name} |`),
+    '',
+  ].join('\n');
+  writeFileSync(join(RESULTS, 'profile.md'), md);
+  process.stdout.write(md);
+}
+
+async function fullRun(prefix: string, key: string): Promise<void> {
+  const problems: string[] = [];
+  const loadAvgStart = loadavg().map((v) => round(v, 2));
+  const peerPkg = peerPackage();
+  // farebox runs from its TypeScript sources under tsx, whose loader thread the peer (plain JS) does not carry.
+  const baselineRssMiB = { node: await idleRss([]), nodeWithTsx: await idleRss([TSX]) };
+  const s = await startServers(prefix);
+  const targets: Target[] = [
+    { name: 'direct', url: s.simUrl, pid: s.sim.pid },
+    { name: 'farebox', url: s.fbUrl, pid: s.fb.pid },
+    { name: 'peer', url: s.peerUrl!, pid: s.peer!.pid },
+  ];
+  const byName = (n: TargetName) => targets.find((t) => t.name === n)!;
+  const ok = await sanity(targets, s.simUrl, key, problems);
+  for (const p of problems) log(`problem: ${p}`);
+
+  // Memory of farebox on a fresh process: after 1,000 and after 10,000 calls (a leak grows between the two).
+  const memory: MemoryPoint[] = [await memoryPoint(s.fb, 'start (after the sanity calls)')];
+  const json = requestFor('chat-json', byName('farebox'), s.simUrl, key);
+  let done = 0;
+  for (const upTo of [1000, 10_000]) {
+    log(`farebox memory: ${upTo} calls`);
+    const r = await runLoad(json, 50, 0, upTo - done);
+    done = upTo;
+    if (r.non2xx || r.errors) problems.push(`farebox memory phase: ${r.non2xx} non-2xx, ${r.errors} errors`);
+    memory.push(await memoryPoint(s.fb, `after ${upTo.toLocaleString('en-US')} calls`));
+  }
+
+  const sequential: SequentialCell[] = [];
+  for (const scenario of SCENARIOS) {
+    for (const t of targets) {
+      if (!ok.has(`${scenario}/${t.name}`)) continue;
+      log(`sequential ${scenario} ${t.name}`);
+      const r = await runSequential(requestFor(scenario, t, s.simUrl, key), SEQUENTIAL, Math.min(50, SEQUENTIAL));
+      sequential.push({ scenario, target: t.name, ...r });
+    }
+  }
+
+  const load: LoadCell[] = [];
+  for (const scenario of SCENARIOS) {
+    for (const connections of CONCURRENCY) {
+      // Targets interleaved per cell, so that a drift of the machine hits all three alike.
+      for (const t of targets) {
+        if (!ok.has(`${scenario}/${t.name}`)) continue;
+        const spec = requestFor(scenario, t, s.simUrl, key);
+        log(`load ${scenario} c=${connections} ${t.name}`);
+        if (WARMUP) await runLoad(spec, connections, WARMUP);
+        const cpu0 = cpuMsOf(t.pid);
+        const sim0 = cpuMsOf(s.sim.pid);
+        const waits = [t.pid, s.sim.pid, process.pid];
+        const wait0 = waits.map(runWaitMsOf);
+        const wall0 = performance.now();
+        const r = await runLoad(spec, connections, DURATION);
+        const wall = performance.now() - wall0;
+        const [serverWait, simWait, loadWait] = waits.map((pid, i) => round((100 * (runWaitMsOf(pid) - wait0[i]!)) / wall, 1));
+        const server = cpuMsOf(t.pid) - cpu0;
+        const sim = cpuMsOf(s.sim.pid) - sim0;
+        const cell: LoadCell = {
+          scenario,
+          target: t.name,
+          ...r,
+          serverCpuMsPerReq: r.ok ? round(server / r.ok, 4) : null,
+          serverCpuPct: round((100 * server) / wall, 1),
+          simCpuMsPerReq: r.ok ? round(sim / r.ok, 4) : null,
+          serverRssMiB: mib(memOf(t.pid).rssKiB, 'KiB'),
+          waitPct: { server: serverWait!, loadgen: loadWait!, sim: simWait! },
+        };
+        load.push(cell);
+        // The load generator and the simulator share core 0 and wait for each other by design; a gateway has
+        // core 1 to itself, so its waiting is other load on the machine.
+        if (t.name !== 'direct' && serverWait! > 5) {
+          problems.push(`${scenario} c=${connections} ${t.name}: the server waited for its core ${serverWait}% of the time (other load on the machine)`);
+        }
+      }
+    }
+  }
+  memory.push(await memoryPoint(s.fb, 'end of run'));
+
+  const peakRssMiB: Record<string, number> = {
+    simulator: mib(memOf(s.sim.pid).hwmKiB, 'KiB'),
+    farebox: mib(memOf(s.fb.pid).hwmKiB, 'KiB'),
+    peer: mib(memOf(s.peer!.pid).hwmKiB, 'KiB'),
+  };
+  const results: BenchResults = {
+    date: new Date().toISOString(),
+    machine: machine(),
+    settings: {
+      durationS: DURATION,
+      warmupS: WARMUP,
+      sequential: SEQUENTIAL,
+      concurrency: CONCURRENCY,
+      pinning: `Servers (farebox, peer) on core ${SERVER_CORE}; load generator and simulator on core ${LOAD_CORE} (taskset); Redis unpinned.`,
+    },
+    loadAverage: { start: loadAvgStart, end: loadavg().map((v) => round(v, 2)) },
+    versions: {
+      farebox: (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version,
+      ...peerPkg.versions,
+      autocannon: packageVersion('autocannon'),
+    },
+    load,
+    comparisons: compare(load),
+    sequential,
+    memory: { peakRssMiB, baselineRssMiB, farebox: memory },
+    problems,
+  };
+  mkdirSync(RESULTS, { recursive: true });
+  writeFileSync(join(RESULTS, 'latest.json'), JSON.stringify(results, null, 2) + '\n');
+  const md = toMarkdown(results);
+  writeFileSync(join(RESULTS, 'latest.md'), md);
+  process.stdout.write(md);
+}
+
+/** Stops the children and deletes the bench's Redis keys; set once Redis is open. */
+let cleanup: () => Promise<void> = stopAll;
+
+async function main(): Promise<number> {
+  await pinSelf(LOAD_CORE);
+  const prefix = `farebox-bench:${randomBytes(6).toString('hex')}:`;
+  const redis = connectRedis({ url: REDIS_URL, prefix, failFast: true });
+  let cleaned: Promise<void> | undefined;
+  cleanup = () =>
+    (cleaned ??= (async () => {
+      await stopAll();
+      await dropPrefix(redis, prefix).catch((err: Error) => log(`could not delete ${prefix}*: ${err.message}`));
+      redis.disconnect();
+    })());
+  try {
+    const account = await createAccount(redis, {});
+    const { key } = await createKey(redis, account.address);
+    // The farebox child funds it on its dev chains (bench/farebox-target.ts).
+    process.env.FAREBOX_BENCH_ACCOUNT = account.address;
+    if (PROFILE) await profileOnly(PROFILE, prefix, key);
+    else await fullRun(prefix, key);
+    return 0;
+  } finally {
+    await cleanup();
+  }
+}
+
+let bailing = false;
+
+/** Clean up within 10 s, then exit with `code` whatever happened. */
+function bail(code: number): void {
+  if (bailing) return;
+  bailing = true;
+  const hard = setTimeout(() => {
+    killAllNow();
+    process.exit(code);
+  }, 10_000);
+  cleanup().finally(() => {
+    clearTimeout(hard);
+    process.exit(code);
+  });
+}
+
+// Bounded in time whatever happens: every cell, the sequential runs and start-up, with room to spare.
+const cells = SCENARIOS.length * CONCURRENCY.length * TARGETS.length;
+const budgetS = PROFILE ? DURATION + WARMUP + 120 : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180;
+const deadline = setTimeout(() => {
+  log(`bench: over its ${Math.round(budgetS)} s budget; stopping`);
+  bail(1);
+}, budgetS * 1000);
+deadline.unref();
+process.on('exit', killAllNow);
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(sig, () => {
+    log(`bench: ${sig}; stopping`);
+    bail(130);
+  });
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: Error) => {
+    log(`bench failed: ${err.stack ?? err.message}`);
+    bail(1);
+  },
+);
