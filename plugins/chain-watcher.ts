@@ -12,7 +12,7 @@ import type { ChainName } from './chains/config.js';
 import type { SettlementChain } from './chains/port.js';
 import type { Metrics } from './metrics.js';
 import { usdOf } from './metrics.js';
-import { applyEvent, correctSynced, readCursor, readWallet, walletKeys, walletRedis, type WalletRedis } from './wallets.js';
+import { applyEvents, correctSynced, readCursor, readWallet, walletKeys, walletRedis, type WalletRedis } from './wallets.js';
 
 /** Watcher settings. */
 export interface WatcherSettings {
@@ -100,13 +100,9 @@ export class ChainWatcher {
     }
     const to = head - from + 1n > BigInt(this.settings.maxRange) ? from + BigInt(this.settings.maxRange) - 1n : head;
     const events = await chain.readEvents(from, to);
-    let applied = 0;
-    for (const e of events) {
-      if (await applyEvent(this.r, name, e)) {
-        applied++;
-        this.metrics.chainEvents.inc({ chain: name, kind: e.kind });
-      }
-    }
+    const kinds = await applyEvents(this.r, name, events);
+    for (const kind of kinds) this.metrics.chainEvents.inc({ chain: name, kind });
+    const applied = kinds.length;
     await this.r.set(`scanned:${name}`, to.toString());
     this.metrics.chainLagBlocks.set({ chain: name }, Number(head - to));
     return applied;

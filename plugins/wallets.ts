@@ -70,42 +70,58 @@ end
 return {tonumber(price), capped}
 `;
 
-// Apply one escrow event, once: events at or before the cursor were applied already.
+// Apply escrow events in order, each once: events at or before the cursor were applied already. Events come in
+// groups of 7 ARGV after the prefix and chain (block, logIndex, kind, amount, account, callId, txHash). The keys of
+// each event follow from its fields, so they are built here from the prefix (one round trip per batch of events;
+// a Redis Cluster deployment needs them declared instead, see deploy/README.md).
 const APPLY = `
+local prefix, chain = ARGV[1], ARGV[2]
 local cur = redis.call('GET', KEYS[1])
+local cb, cl = -1, -1
 if cur then
-  local cb, cl = string.match(cur, '(%d+):(%d+)')
-  local b, l = tonumber(ARGV[1]), tonumber(ARGV[2])
-  if b < tonumber(cb) or (b == tonumber(cb) and l <= tonumber(cl)) then return 0 end
+  local b, l = string.match(cur, '(%d+):(%d+)')
+  cb, cl = tonumber(b), tonumber(l)
 end
-local kind = ARGV[3]
-local amount = ARGV[4]
-local v = tonumber(amount)
-${LIMIT}
-redis.call('SADD', KEYS[3], ARGV[5])
-if kind == 'deposited' then
-  redis.call('HINCRBY', KEYS[2], 'synced', amount)
-elseif kind == 'charged' or kind == 'charge_refused' then
-  if kind == 'charged' then redis.call('HINCRBY', KEYS[2], 'synced', '-' .. amount) end
-  local d = redis.call('HMGET', KEYS[4], 'state', 'amount')
-  if d[1] == 'pending' then
-    redis.call('HINCRBY', KEYS[2], 'pending', '-' .. d[2])
-    local state = kind == 'charged' and 'settled' or 'refused'
-    redis.call('HSET', KEYS[4], 'state', state, 'tx', ARGV[6])
-    if redis.call('EXISTS', KEYS[5]) == 1 then
-      redis.call('HSET', KEYS[5], 'status', kind == 'charged' and 'settled' or 'failed', 'tx', ARGV[6])
+-- Every amount is checked before anything is written: an error half-way would leave the batch half applied.
+for i = 3, #ARGV, 7 do
+  local v = tonumber(ARGV[i + 3])
+  ${LIMIT}
+end
+local applied = {}
+for i = 3, #ARGV, 7 do
+  local b, l = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  if b > cb or (b == cb and l > cl) then
+    local kind, amount, account, callId, tx = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+    local wallet = prefix .. 'wallet:' .. account .. ':' .. chain
+    redis.call('SADD', prefix .. 'wallets:' .. chain, account)
+    if kind == 'deposited' then
+      redis.call('HINCRBY', wallet, 'synced', amount)
+    elseif kind == 'charged' or kind == 'charge_refused' then
+      if kind == 'charged' then redis.call('HINCRBY', wallet, 'synced', '-' .. amount) end
+      local debit = prefix .. 'debit:' .. callId
+      local d = redis.call('HMGET', debit, 'state', 'amount', 'request_id')
+      if d[1] == 'pending' then
+        redis.call('HINCRBY', wallet, 'pending', '-' .. d[2])
+        redis.call('HSET', debit, 'state', kind == 'charged' and 'settled' or 'refused', 'tx', tx)
+        local usage = prefix .. 'usage:' .. (d[3] or '')
+        if d[3] and redis.call('EXISTS', usage) == 1 then
+          redis.call('HSET', usage, 'status', kind == 'charged' and 'settled' or 'failed', 'tx', tx)
+        end
+      end
+    elseif kind == 'withdrawal_requested' then
+      redis.call('HSET', wallet, 'locked', amount)
+    elseif kind == 'withdrawal_cancelled' then
+      redis.call('HSET', wallet, 'locked', '0')
+    elseif kind == 'withdrawn' then
+      redis.call('HINCRBY', wallet, 'synced', '-' .. amount)
+      redis.call('HSET', wallet, 'locked', '0')
     end
+    cb, cl = b, l
+    applied[#applied + 1] = kind
   end
-elseif kind == 'withdrawal_requested' then
-  redis.call('HSET', KEYS[2], 'locked', amount)
-elseif kind == 'withdrawal_cancelled' then
-  redis.call('HSET', KEYS[2], 'locked', '0')
-elseif kind == 'withdrawn' then
-  redis.call('HINCRBY', KEYS[2], 'synced', '-' .. amount)
-  redis.call('HSET', KEYS[2], 'locked', '0')
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
-return 1
+if #applied > 0 then redis.call('SET', KEYS[1], cb .. ':' .. cl) end
+return applied
 `;
 
 // Set the synced balance to the chain's, if no event was applied since the caller read the cursor.
@@ -121,7 +137,7 @@ return {1, v - before}
 interface WalletCommands {
   fareboxHold(...args: string[]): Promise<[number, number]>;
   fareboxSettle(...args: string[]): Promise<[number, number]>;
-  fareboxApply(...args: string[]): Promise<number>;
+  fareboxApply(...args: string[]): Promise<string[]>;
   fareboxCorrect(...args: string[]): Promise<[number, number]>;
 }
 
@@ -134,7 +150,7 @@ export function walletRedis(redis: Redis): WalletRedis {
   if (typeof r.fareboxHold !== 'function') {
     redis.defineCommand('fareboxHold', { numberOfKeys: 6, lua: HOLD });
     redis.defineCommand('fareboxSettle', { numberOfKeys: 7, lua: SETTLE });
-    redis.defineCommand('fareboxApply', { numberOfKeys: 5, lua: APPLY });
+    redis.defineCommand('fareboxApply', { numberOfKeys: 1, lua: APPLY });
     redis.defineCommand('fareboxCorrect', { numberOfKeys: 2, lua: CORRECT });
   }
   return r;
@@ -209,19 +225,23 @@ export async function settleHold(r: WalletRedis, s: SettleInput): Promise<{ debi
   return { debited: BigInt(price), capped: capped === 1 };
 }
 
-/** Apply one escrow event to the synced state, exactly once (events at or before the cursor are skipped). */
-export async function applyEvent(r: WalletRedis, chain: ChainName, e: EscrowEvent): Promise<boolean> {
-  const account = e.account.toLowerCase();
-  let requestId = '';
-  if (e.callId && (e.kind === 'charged' || e.kind === 'charge_refused')) {
-    requestId = (await r.hget(walletKeys.debit(e.callId), 'request_id')) ?? '';
+/** Apply escrow events (in chain order) to the synced state, each exactly once; returns the kinds applied. */
+export async function applyEvents(r: WalletRedis, chain: ChainName, events: readonly EscrowEvent[]): Promise<string[]> {
+  const prefix = (r.options.keyPrefix as string | undefined) ?? '';
+  const applied: string[] = [];
+  for (let i = 0; i < events.length; i += 500) {
+    const args: string[] = [prefix, chain];
+    for (const e of events.slice(i, i + 500)) {
+      args.push(e.blockNumber.toString(), String(e.logIndex), e.kind, e.amount.toString(), e.account.toLowerCase(), e.callId ?? '', e.txHash);
+    }
+    applied.push(...(await r.fareboxApply(walletKeys.cursor(chain), ...args)));
   }
-  const applied = await r.fareboxApply(
-    walletKeys.cursor(chain), walletKeys.wallet(account, chain), walletKeys.wallets(chain),
-    walletKeys.debit(e.callId ?? 'none'), walletKeys.usage(requestId || 'none'),
-    e.blockNumber.toString(), String(e.logIndex), e.kind, e.amount.toString(), account, e.txHash,
-  );
-  return applied === 1;
+  return applied;
+}
+
+/** Apply one escrow event (applyEvents of one). */
+export async function applyEvent(r: WalletRedis, chain: ChainName, e: EscrowEvent): Promise<boolean> {
+  return (await applyEvents(r, chain, [e])).length === 1;
 }
 
 /** Where the watcher stands on a chain: the last applied event, or null before the first. */
