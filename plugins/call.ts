@@ -34,6 +34,8 @@ export interface CallContext {
   meter?: Meter;
   /** The caller went away before the whole answer was written. */
   clientAborted: boolean;
+  /** The response has closed (answered, or the caller went away). */
+  ended?: boolean;
   /** Run once when the response has closed, after the metrics (the route's settlement). */
   onEnd?: () => void;
   /** Billing's own state of the call (hold, chain). */

@@ -191,6 +191,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
         if (call.protocol === 'anthropic') reply.header('request-id', call.id);
         // One listener per call: metrics for every answer (refusals included), then the route's own end of call.
         reply.raw.once('close', () => {
+          call.ended = true;
           call.clientAborted = !reply.raw.writableFinished;
           if (call.clientAborted && call.upstream && !call.upstream.destroyed) call.upstream.destroy();
           const route = call.endpoint ?? 'other';
@@ -272,6 +273,11 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
               void done.finally(() => settling.delete(done));
             }
           };
+          // The caller left while the hold was being placed: release it now, and call no upstream.
+          if (call.ended) {
+            call.onEnd();
+            return reply.send();
+          }
           metrics.overhead.observe({ route: endpoint }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
           return proxyCall(request, reply, call, metrics);
         });

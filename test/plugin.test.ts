@@ -37,3 +37,39 @@ t.test('registered into an app with its own routes and onRequest hook: both keep
   t.match(response.headers.get('x-request-id'), /^req_/);
   t.ok(hostHookRuns >= 4);
 });
+
+t.test('a caller that leaves while its hold is placed: the call is settled at once, no upstream is called', async (t) => {
+  let releaseGate: () => void = () => {};
+  let gated = 0;
+  let settled = 0;
+  const h = await startHarness({
+    observer: {
+      async gate() {
+        gated++;
+        await new Promise<void>((r) => (releaseGate = r));
+      },
+      async settle() {
+        settled++;
+      },
+    },
+  });
+  t.teardown(() => h.close());
+  const before = h.sim.received.length;
+  const controller = new AbortController();
+  const call = fetch(`${h.url}/v1/chat/completions`, {
+    method: 'POST', signal: controller.signal,
+    headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }),
+  }).catch(() => 'aborted');
+  while (gated === 0) await new Promise((r) => setTimeout(r, 10));
+  controller.abort();
+  t.equal(await call, 'aborted');
+  await new Promise((r) => setTimeout(r, 200));
+  t.equal(settled, 0, 'nothing to settle before the hold exists');
+  releaseGate();
+  for (let i = 0; i < 100 && settled === 0; i++) await new Promise((r) => setTimeout(r, 10));
+  t.equal(settled, 1, 'settled once, right after the hold');
+  await new Promise((r) => setTimeout(r, 200));
+  t.equal(h.sim.received.length, before, 'the upstream was never called');
+  t.equal(settled, 1);
+});
