@@ -17,7 +17,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey } from '../plugins/accounts.js';
-import { connectRedis } from '../plugins/redis.js';
+import { connectRedis, deleteKeys } from '../plugins/redis.js';
 import {
   ask, cpuMsOf, freePort, killAllNow, memAfterGc, memOf, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
 } from './children.js';
@@ -85,19 +85,6 @@ function packageVersion(name: string): string {
   return 'unknown';
 }
 
-async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
-  const raw = redis.duplicate({ keyPrefix: '' });
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length) await raw.del(...keys);
-    } while (cursor !== '0');
-  } finally {
-    raw.disconnect();
-  }
-}
 
 const log = (s: string) => process.stderr.write(s + '\n');
 
@@ -311,7 +298,7 @@ async function main(): Promise<number> {
   cleanup = () =>
     (cleaned ??= (async () => {
       await stopAll();
-      await dropPrefix(redis, prefix).catch((err: Error) => log(`could not delete ${prefix}*: ${err.message}`));
+      await deleteKeys(redis, ['*']).catch((err: Error) => log(`could not delete ${prefix}*: ${err.message}`));
       redis.disconnect();
     })());
   try {

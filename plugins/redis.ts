@@ -44,3 +44,22 @@ export async function closeRedis(redis: Redis): Promise<void> {
     redis.disconnect();
   }
 }
+
+/** Delete every key matching each pattern under the connection's prefix (SCAN, never KEYS). */
+export async function deleteKeys(redis: Redis, patterns: readonly string[]): Promise<void> {
+  const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
+  // SCAN's pattern is not prefixed by ioredis: scan on a connection without a prefix, with it spelled out.
+  const raw = redis.duplicate({ keyPrefix: '' });
+  try {
+    for (const pattern of patterns) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await raw.scan(cursor, 'MATCH', prefix + pattern, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length) await raw.del(...keys);
+      } while (cursor !== '0');
+    }
+  } finally {
+    await closeRedis(raw);
+  }
+}

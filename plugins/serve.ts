@@ -15,7 +15,7 @@ import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from '.
 import { mintAndDeposit } from './chains/dev-fund.js';
 import { buildConfig, embeddedDefault, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import farebox from './gateway.js';
-import { closeRedis, connectRedis } from './redis.js';
+import { closeRedis, connectRedis, deleteKeys } from './redis.js';
 import { startSimulator, type Simulator } from './simulator/index.js';
 import { readWallet } from './wallets.js';
 
@@ -63,14 +63,7 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
         }
       } while (cursor !== '0');
     }
-    for (const pattern of ['wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'debit:*', 'hold:*', 'holds', 'instance-holds:*', 'instances', 'watcher-lease:*']) {
-      let cursor = '0';
-      do {
-        const [next, keys] = await raw.scan(cursor, 'MATCH', prefix + pattern, 'COUNT', 1000);
-        cursor = next;
-        if (keys.length) await raw.del(...keys);
-      } while (cursor !== '0');
-    }
+    await deleteKeys(redis, ['wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'debit:*', 'hold:*', 'holds', 'instance-holds:*', 'instances', 'watcher-lease:*']);
   } finally {
     await closeRedis(raw);
   }

@@ -9,7 +9,7 @@ import { createAccount, createKey } from '../../plugins/accounts.js';
 import type { CallObserver } from '../../plugins/call.js';
 import { buildConfig, embeddedDefault, type ConfigInput, type FareboxConfig } from '../../plugins/config.js';
 import farebox from '../../plugins/gateway.js';
-import { connectRedis } from '../../plugins/redis.js';
+import { closeRedis, connectRedis, deleteKeys } from '../../plugins/redis.js';
 import { createMetrics, type Metrics } from '../../plugins/metrics.js';
 import { startSimulator, type Simulator } from '../../plugins/simulator/index.js';
 import type { ChainName } from '../../plugins/chains/config.js';
@@ -58,14 +58,12 @@ export function testPrefix(): string {
 
 /** Delete every key under `prefix`. */
 export async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
-  const raw = redis.duplicate({ keyPrefix: '' });
-  let cursor = '0';
-  do {
-    const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length) await raw.del(...keys);
-  } while (cursor !== '0');
-  await raw.quit();
+  const scoped = redis.duplicate({ keyPrefix: prefix });
+  try {
+    await deleteKeys(scoped, ['*']);
+  } finally {
+    await closeRedis(scoped);
+  }
 }
 
 /** Start a simulator and a gateway routed to it. */
