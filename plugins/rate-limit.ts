@@ -25,6 +25,15 @@ import {
   type Decision, type LimitId, type LimitsConfig,
 } from '../policies/limits.js';
 
+// The level of KEYS[i] now: what it held, drained at `limit` per `window` since it was written (never below 0).
+const LEVEL_LUA = `  local level = 0
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local used, at = string.match(v, '^(%S+) (%S+)$')
+    level = tonumber(used) - (now - tonumber(at)) * limit / window
+    if level < 0 then level = 0 end
+  end`;
+
 // Each key holds "<level> <at>": units used (requests or tokens) as measured at `at` (ms); the level drains at
 // `limit` per window. This is GCRA's TAT (at + level * window / limit) kept relative, so precision follows the
 // limit: a TAT in epoch ms (~1.7e12, a 0.24 us float grid) would lose small charges under a large tpm.
@@ -45,13 +54,7 @@ for i = 1, n do
   local limit = tonumber(ARGV[2 * i + 1])
   local cost = tonumber(ARGV[2 * i + 2])
   if cost > limit then cost = limit end
-  local level = 0
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local used, at = string.match(v, '^(%S+) (%S+)$')
-    level = tonumber(used) - (now - tonumber(at)) * limit / window
-    if level < 0 then level = 0 end
-  end
+${LEVEL_LUA}
   levels[i], costs[i] = level, cost
   local over = level + cost - limit
   if over > 1e-6 then
@@ -91,13 +94,7 @@ for i = 1, #KEYS do
   local limit = tonumber(ARGV[2 * i + 2])
   local charged = tonumber(ARGV[2 * i + 3])
   if charged > limit then charged = limit end
-  local level = 0
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local used, at = string.match(v, '^(%S+) (%S+)$')
-    level = tonumber(used) - (now - tonumber(at)) * limit / window
-    if level < 0 then level = 0 end
-  end
+${LEVEL_LUA}
   level = level + actual - charged
   if level > 1e-6 then
     redis.call('SET', KEYS[i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))

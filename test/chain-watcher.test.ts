@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { createPublicClient, createTestClient, createWalletClient, http, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { ChainWatcher, type WatcherSettings } from '../plugins/chain-watcher.js';
-import { escrowAbi, testStablecoinAbi } from '../plugins/chains/abi.js';
+import { escrowAbi, testStablecoinAbi, RECEIVE_WITH_AUTHORIZATION_TYPES } from '../plugins/chains/abi.js';
 import { CHAIN_NAMES, type Address, type ChainConfig, type ChainName } from '../plugins/chains/config.js';
 import { DEV_KEYS, devViemChain, startDevChains, type DevKey } from '../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../plugins/chains/dev-fund.js';
@@ -64,16 +64,7 @@ async function depositWithAuthorization(signer: DevKey, relayer: DevKey, value: 
   const validBefore = 10n ** 10n;
   const signature = await wallet(signer).signTypedData({
     domain: { name: 'Test USD Coin', version: '2', chainId: c.chain_id, verifyingContract: c.stablecoin },
-    types: {
-      ReceiveWithAuthorization: [
-        { name: 'from', type: 'address' },
-        { name: 'to', type: 'address' },
-        { name: 'value', type: 'uint256' },
-        { name: 'validAfter', type: 'uint256' },
-        { name: 'validBefore', type: 'uint256' },
-        { name: 'nonce', type: 'bytes32' },
-      ],
-    },
+    types: RECEIVE_WITH_AUTHORIZATION_TYPES,
     primaryType: 'ReceiveWithAuthorization',
     message: { from: signer.address, to: c.escrow, value, validAfter: 0n, validBefore, nonce },
   });

@@ -10,7 +10,7 @@ import {
   type Hex,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import { escrowAbi, testStablecoinAbi } from '../plugins/chains/abi.js';
+import { escrowAbi, testStablecoinAbi, RECEIVE_WITH_AUTHORIZATION_TYPES } from '../plugins/chains/abi.js';
 import type { Address } from '../plugins/chains/config.js';
 import { devViemChain, startDevChains, type DevKey } from '../plugins/chains/dev-chains.js';
 import { callIdOf } from '../plugins/chains/port.js';
@@ -128,16 +128,7 @@ t.test('depositWithAuthorization: relayed EIP-3009 deposit credits the signer, o
   const message = { from: dave.address, to: c.escrow, value: 3_000_000n, validAfter: 0n, validBefore, nonce };
   const signature = await wallet(dave).signTypedData({
     domain: { name: 'Test USD Coin', version: '2', chainId: c.chain_id, verifyingContract: c.stablecoin },
-    types: {
-      ReceiveWithAuthorization: [
-        { name: 'from', type: 'address' },
-        { name: 'to', type: 'address' },
-        { name: 'value', type: 'uint256' },
-        { name: 'validAfter', type: 'uint256' },
-        { name: 'validBefore', type: 'uint256' },
-        { name: 'nonce', type: 'bytes32' },
-      ],
-    },
+    types: RECEIVE_WITH_AUTHORIZATION_TYPES,
     primaryType: 'ReceiveWithAuthorization',
     message,
   });

@@ -105,3 +105,15 @@ export const testStablecoinAbi = parseAbi([
 
 /** Escrow.callStatus values. */
 export const CALL_STATUS = { none: 0, charged: 1, refused: 2 } as const;
+
+/** EIP-712 types of an EIP-3009 ReceiveWithAuthorization, which a caller signs for a gasless deposit. */
+export const RECEIVE_WITH_AUTHORIZATION_TYPES = {
+  ReceiveWithAuthorization: [
+    { name: 'from', type: 'address' },
+    { name: 'to', type: 'address' },
+    { name: 'value', type: 'uint256' },
+    { name: 'validAfter', type: 'uint256' },
+    { name: 'validBefore', type: 'uint256' },
+    { name: 'nonce', type: 'bytes32' },
+  ],
+} as const;
