@@ -114,7 +114,8 @@ export class Settler {
         if (String((err as Error).message).includes('NOGROUP')) grouped = false;
         this.metrics.settlementFailures.inc({ chain: name });
         this.log.error({ err, chain: name }, 'settlement batch failed; will retry');
-        backoff = Math.min(30_000, backoff ? backoff * 2 : 500);
+        // Capped low: a settler that waits long leaves debits pending (and balances locked) for that long.
+        backoff = Math.min(5_000, backoff ? backoff * 2 : 500);
         await new Promise((r) => setTimeout(r, backoff));
       }
     }

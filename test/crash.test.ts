@@ -41,7 +41,7 @@ writeFileSync(configFile, JSON.stringify({
   chains: devChainsConfig(dev),
   billing: { instance_timeout_ms: 1_500, claim_idle_ms: 2_000, batch_wait_ms: 0 },
 }));
-const env = { ...process.env, FAREBOX_CONFIG: configFile, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, LOG_LEVEL: 'fatal' };
+const env = { ...process.env, FAREBOX_CONFIG: configFile, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, LOG_LEVEL: 'error' };
 const url = `http://127.0.0.1:${port}`;
 let child: ChildProcess | undefined;
 
@@ -93,11 +93,11 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
 
   child = await startGateway();
   // The new instance releases the dead one's holds and takes over its unacknowledged debits.
-  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await redis.keys('hold:*')).length === 0, 60_000);
+  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await redis.keys('hold:*')).length === 0, 120_000);
   const w = await until('every debit onchain', async () => {
     const x = await readWallet(redis, account, 'chain_a');
     return x.pending === 0n && x.held === 0n && (await redis.xlen(walletKeys.debits('chain_a'))) === 0 ? x : null;
-  }, 60_000);
+  }, 120_000);
 
   const ids = await redis.zrange(walletKeys.usageIndex(account), 0, -1);
   const records = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.usage(id))));
