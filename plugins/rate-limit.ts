@@ -25,6 +25,14 @@ import {
   type Decision, type LimitId, type LimitsConfig,
 } from '../policies/limits.js';
 
+// `now` in ms (ARGV[1], or Redis TIME when empty: one clock for all instances) and `window` (ARGV[2]).
+const NOW_LUA = `local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+local window = tonumber(ARGV[2])`;
+
 // The level of KEYS[i] now: what it held, drained at `limit` per `window` since it was written (never below 0).
 const LEVEL_LUA = `  local level = 0
   local v = redis.call('GET', KEYS[i])
@@ -41,12 +49,7 @@ const LEVEL_LUA = `  local level = 0
 // Reply: allowed, refusing index (1-based, 0 none), retry-after ms, now, then remaining and reset ms per key.
 // The 1e-6 unit slack absorbs floating-point rounding of the drain.
 const CHECK_LUA = `
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
-local window = tonumber(ARGV[2])
+${NOW_LUA}
 local n = #KEYS
 local levels, costs = {}, {}
 local allowed, worst, retry = 1, 0, 0
@@ -83,12 +86,7 @@ return out
 // KEYS: token limits. ARGV: now ms ('' = Redis TIME), window ms, actual tokens, then limit and estimate per
 // key. Adds (actual - charged) tokens to each level; a refund never takes a level below empty.
 const ADJUST_LUA = `
-local now = tonumber(ARGV[1])
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-end
-local window = tonumber(ARGV[2])
+${NOW_LUA}
 local actual = tonumber(ARGV[3])
 for i = 1, #KEYS do
   local limit = tonumber(ARGV[2 * i + 2])
