@@ -9,7 +9,7 @@
  *   apikey-id:<id>        string sha256 of the key with that id
  *   account-keys:<addr>   set   key ids of the account
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { hash as digest, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 
 /** Access states of an account (SPEC: 403 when access is not active). */
@@ -44,9 +44,9 @@ export function isAddress(s: string): boolean {
   return ADDRESS.test(s);
 }
 
-/** The stored form of an API key. */
+/** The stored form of an API key (sha256; one-shot, no Hash object: it runs on every call). */
 export function hashKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
+  return digest('sha256', key, 'hex');
 }
 
 /** Create an account (a random address when none is given); refuses an existing one. */

@@ -4,7 +4,7 @@
  * Money is bigint atomic units (6 decimals). Expected outcomes are results; thrown errors
  * (SettlementError or others) are bugs and infrastructure faults.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { Address, ChainName } from './config.js';
 
 /** A 0x-prefixed hex string. */
@@ -126,7 +126,7 @@ export class SettlementError extends Error {
   }
 }
 
-/** The escrow call id of a gateway call: sha256 of its request id (x-request-id). */
+/** The escrow call id of a gateway call: sha256 of its request id (x-request-id). One-shot hash: no Hash object. */
 export function callIdOf(requestId: string): Hex {
-  return `0x${createHash('sha256').update(requestId, 'utf8').digest('hex')}`;
+  return `0x${hash('sha256', requestId, 'hex')}`;
 }
