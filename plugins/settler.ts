@@ -155,9 +155,9 @@ export class Settler {
   async measure(): Promise<void> {
     for (const name of Object.keys(this.chains) as ChainName[]) {
       const key = walletKeys.debits(name);
-      const depth = await this.redis.xlen(key);
+      // Both read before either is set: a scrape never sees one gauge of a chain without the other.
+      const [depth, first] = await Promise.all([this.redis.xlen(key), this.redis.xrange(key, '-', '+', 'COUNT', 1) as Promise<Entry[]>]);
       this.metrics.debitQueueDepth.set({ chain: name }, depth);
-      const first = (await this.redis.xrange(key, '-', '+', 'COUNT', 1)) as Entry[];
       this.metrics.debitQueueOldest.set({ chain: name }, first.length ? Math.max(0, Date.now() - entryTime(first[0][0])) / 1000 : 0);
     }
   }
