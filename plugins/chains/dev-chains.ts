@@ -13,17 +13,7 @@
  * each: #0 deployer/owner/minter, #1 settler, #2 treasury, #3..#7 callers. Same deployer
  * and nonces on every chain, so the contracts have the same addresses on all four.
  */
-import {
-  ContractDecoder,
-  EdrContext,
-  L1_CHAIN_TYPE,
-  MineOrdering,
-  l1GenesisState,
-  l1HardforkToString,
-  l1ProviderFactory,
-  SpecId,
-  type Provider,
-} from '@nomicfoundation/edr';
+import type { EdrContext, Provider } from '@nomicfoundation/edr';
 import type { Server } from 'node:http';
 import { createPublicClient, createWalletClient, defineChain, http, maxUint256, type Chain, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -90,7 +80,6 @@ export const DEV_BASE_PORT = 8545;
 /** Env var name the dev chains' settler_key_env points at (see DEV_KEYS.settler). */
 export const DEV_SETTLER_KEY_ENV = 'FAREBOX_DEV_SETTLER_KEY';
 
-const HARDFORK = SpecId.Osaka; // mainnet's current fork: includes the EIP-7825 per-tx gas cap (2^24).
 const BLOCK_GAS_LIMIT = 60_000_000n;
 const ETH = 10n ** 18n;
 
@@ -114,20 +103,28 @@ export interface DevChains {
   close(): Promise<void>;
 }
 
+type Edr = typeof import('@nomicfoundation/edr');
+
+// Loaded when dev chains start, not when this module is imported: the native module adds ~13 MiB to a process, and
+// a gateway on remote chains (or a CLI command) imports this file only for its constants.
+let edrModule: Promise<Edr> | undefined;
 let context: Promise<EdrContext> | undefined;
 
 // EDR: "Creates a new EdrContext instance. Should only be called once!" -> one per process.
-function edrContext(): Promise<EdrContext> {
+function edrContext(edr: Edr): Promise<EdrContext> {
   context ??= (async () => {
-    const ctx = new EdrContext();
-    await ctx.registerProviderFactory(L1_CHAIN_TYPE, l1ProviderFactory());
+    const ctx = new edr.EdrContext();
+    await ctx.registerProviderFactory(edr.L1_CHAIN_TYPE, edr.l1ProviderFactory());
     return ctx;
   })();
   return context;
 }
 
 async function createDevProvider(chainId: number): Promise<Provider> {
-  const ctx = await edrContext();
+  const edr = await (edrModule ??= import('@nomicfoundation/edr'));
+  const { ContractDecoder, L1_CHAIN_TYPE, MineOrdering, l1GenesisState, l1HardforkToString } = edr;
+  const hardfork = edr.SpecId.Osaka; // mainnet's current fork: includes the EIP-7825 per-tx gas cap (2^24).
+  const ctx = await edrContext(edr);
   const funded = [DEV_KEYS.deployer, DEV_KEYS.settler, DEV_KEYS.treasury, ...DEV_KEYS.callers].map((k) => ({
     address: Buffer.from(k.address.slice(2), 'hex'),
     balance: 10_000n * ETH,
@@ -143,8 +140,8 @@ async function createDevProvider(chainId: number): Promise<Provider> {
       chainId: BigInt(chainId),
       coinbase: Buffer.from('c014ba5ec014ba5ec014ba5ec014ba5ec014ba5e', 'hex'),
       defaultTransactionGasLimit: 16_000_000n,
-      genesisState: [...l1GenesisState(HARDFORK), ...funded],
-      hardfork: l1HardforkToString(HARDFORK),
+      genesisState: [...l1GenesisState(hardfork), ...funded],
+      hardfork: l1HardforkToString(hardfork),
       initialBaseFeePerGas: 1_000_000_000n,
       minGasPrice: 0n,
       // Automine: one block per tx, receipts at once. It rejects out-of-order nonces.
