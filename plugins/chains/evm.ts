@@ -9,16 +9,15 @@ import {
   decodeErrorResult,
   defineChain,
   encodeFunctionData,
-  http,
-  parseEventLogs,
+  numberToHex,
   type Hex,
-  type Log,
   type PublicClient,
-  type TransactionReceipt,
 } from 'viem';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { CALL_STATUS, escrowAbi } from './abi.js';
 import type { Address, ChainConfig, ChainName } from './config.js';
+import { decodeEscrowLog, type RpcLog } from './escrow-logs.js';
+import { rpcTransport } from './rpc-transport.js';
 import { nonceQueueFor, type NonceQueue } from './nonce-queue.js';
 import {
   SettlementError,
@@ -81,6 +80,18 @@ interface InFlight {
   fees: Fees;
 }
 
+// What the settler reads of a batch's receipt, from the raw RPC receipt: viem's
+// getTransactionReceipt would format every log, and a batch has one or two per charge.
+interface MinedBatch {
+  transactionHash: Hex;
+  blockHash: Hex;
+  blockNumber: bigint;
+  gasUsed: bigint;
+  /** status 0x1 */
+  success: boolean;
+  logs: readonly RpcLog[];
+}
+
 class EvmChain implements SettlementChain {
   readonly chainId: number;
   readonly escrow: Address;
@@ -106,7 +117,7 @@ class EvmChain implements SettlementChain {
       nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
       rpcUrls: { default: { http: [config.rpc_url] } },
     });
-    this.client = createPublicClient({ chain, transport: http(config.rpc_url), pollingInterval: this.pollMs });
+    this.client = createPublicClient({ chain, transport: rpcTransport(config.rpc_url), pollingInterval: this.pollMs });
     const env = opts.env ?? process.env;
     const key = opts.settlerKey ?? (config.settler_key_env ? env[config.settler_key_env] : undefined);
     if (key !== undefined && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
@@ -153,43 +164,19 @@ class EvmChain implements SettlementChain {
   }
 
   async readEvents(fromBlock: bigint, toBlock: bigint): Promise<EscrowEvent[]> {
-    const logs: Log<bigint, number, false>[] = [];
+    const events: EscrowEvent[] = [];
     // Public RPCs cap eth_getLogs ranges (often 2k-10k blocks): ask in slices.
+    // Raw eth_getLogs + decodeEscrowLog: one Charged log per billed call, viem's formatting is too slow.
     for (let from = fromBlock; from <= toBlock; from += LOG_RANGE) {
       const to = from + LOG_RANGE - 1n < toBlock ? from + LOG_RANGE - 1n : toBlock;
-      logs.push(...(await this.client.getLogs({ address: this.escrow, fromBlock: from, toBlock: to })));
-    }
-    const events: EscrowEvent[] = [];
-    for (const log of parseEventLogs({ abi: escrowAbi, logs })) {
-      const base = { blockNumber: log.blockNumber, logIndex: log.logIndex, txHash: log.transactionHash };
-      switch (log.eventName) {
-        case 'Deposited':
-          events.push({ ...base, kind: 'deposited', callId: null, ...log.args });
-          break;
-        case 'Charged':
-          events.push({ ...base, kind: 'charged', ...log.args });
-          break;
-        case 'ChargeRefused':
-          events.push({ ...base, kind: 'charge_refused', ...log.args });
-          break;
-        case 'ChargeSkipped':
-          events.push({
-            ...base,
-            kind: 'charge_skipped',
-            ...log.args,
-            status: log.args.status === CALL_STATUS.refused ? 'refused' : 'charged',
-          });
-          break;
-        case 'WithdrawalRequested':
-          events.push({ ...base, kind: 'withdrawal_requested', callId: null, ...log.args });
-          break;
-        case 'WithdrawalCancelled':
-          events.push({ ...base, kind: 'withdrawal_cancelled', callId: null, ...log.args });
-          break;
-        case 'Withdrawn':
-          events.push({ ...base, kind: 'withdrawn', callId: null, ...log.args });
-          break;
-        default: // role and ownership events do not move money
+      const logs = await this.client.request({
+        method: 'eth_getLogs',
+        params: [{ address: this.escrow, fromBlock: numberToHex(from), toBlock: numberToHex(to) }],
+      });
+      for (const log of logs) {
+        if (log.removed) continue;
+        const event = decodeEscrowLog(log); // null: role and ownership events do not move money
+        if (event) events.push(event);
       }
     }
     return events.sort((a, b) =>
@@ -272,14 +259,14 @@ class EvmChain implements SettlementChain {
 
   // Polls for a receipt of any of the batch's transactions. While none is mined, re-sends it
   // every replace_after_ms with the same nonce and a higher fee (covers stuck and dropped txs).
-  private async waitForBatch(account: PrivateKeyAccount, tx: InFlight): Promise<TransactionReceipt> {
+  private async waitForBatch(account: PrivateKeyAccount, tx: InFlight): Promise<MinedBatch> {
     let replacements = 0;
     let lastError: unknown;
     let deadline = Date.now() + this.config.replace_after_ms;
     for (;;) {
       let mined = false;
       for (const hash of [...tx.hashes]) {
-        const receipt = await this.client.getTransactionReceipt({ hash }).catch(() => null);
+        const receipt = await this.receiptOf(hash);
         if (!receipt) continue;
         mined = true;
         if (await this.confirmed(receipt)) return receipt;
@@ -313,41 +300,57 @@ class EvmChain implements SettlementChain {
   }
 
   // True once the receipt's block has the configured confirmations and is still canonical.
-  private async confirmed(receipt: TransactionReceipt): Promise<boolean> {
+  private async confirmed(receipt: MinedBatch): Promise<boolean> {
     if (this.config.confirmations <= 1) return true;
     const head = await this.client.getBlockNumber({ cacheTime: 0 });
     if (head < receipt.blockNumber + BigInt(this.config.confirmations - 1)) return false;
-    const again = await this.client.getTransactionReceipt({ hash: receipt.transactionHash }).catch(() => null);
+    const again = await this.receiptOf(receipt.transactionHash);
     return again?.blockHash === receipt.blockHash;
   }
 
-  private toBatchReceipt(receipt: TransactionReceipt, batch: Charge[]): BatchReceipt {
-    if (receipt.status !== 'success') {
+  // null while not mined, and on any RPC error (the caller polls again).
+  private async receiptOf(hash: Hex): Promise<MinedBatch | null> {
+    const r = await this.client.request({ method: 'eth_getTransactionReceipt', params: [hash] }).catch(() => null);
+    if (!r) return null;
+    return {
+      transactionHash: r.transactionHash,
+      blockHash: r.blockHash,
+      blockNumber: BigInt(r.blockNumber),
+      gasUsed: BigInt(r.gasUsed),
+      success: r.status === '0x1',
+      logs: r.logs,
+    };
+  }
+
+  private toBatchReceipt(receipt: MinedBatch, batch: Charge[]): BatchReceipt {
+    if (!receipt.success) {
       throw new SettlementError('reverted', `chargeBatch ${receipt.transactionHash} reverted onchain`, this.name);
     }
-    const logs = parseEventLogs({
-      abi: escrowAbi,
-      logs: receipt.logs.filter((l) => l.address.toLowerCase() === this.escrow.toLowerCase()),
-      eventName: ['Charged', 'ChargeRefused', 'ChargeSkipped'],
-    });
+    const escrow = this.escrow.toLowerCase();
+    const events: Extract<EscrowEvent, { kind: 'charged' | 'charge_refused' | 'charge_skipped' }>[] = [];
+    for (const log of receipt.logs) {
+      if (log.address.toLowerCase() !== escrow) continue; // the token's Transfer to the treasury
+      const e = decodeEscrowLog(log);
+      if (e?.kind === 'charged' || e?.kind === 'charge_refused' || e?.kind === 'charge_skipped') events.push(e);
+    }
     // The contract emits exactly one of these per entry, in entry order.
-    if (logs.length !== batch.length) {
-      throw new Error(`${this.name}: batch ${receipt.transactionHash} has ${logs.length} charge events for ${batch.length} charges`);
+    if (events.length !== batch.length) {
+      throw new Error(`${this.name}: batch ${receipt.transactionHash} has ${events.length} charge events for ${batch.length} charges`);
     }
     let total = 0n;
     const results = batch.map((charge, i): ChargeResult => {
-      const log = logs[i]!;
-      if (log.args.callId.toLowerCase() !== charge.callId.toLowerCase()) {
+      const e = events[i]!;
+      if (e.callId.toLowerCase() !== charge.callId.toLowerCase()) {
         throw new Error(`${this.name}: charge event ${i} of ${receipt.transactionHash} is for another call id`);
       }
-      switch (log.eventName) {
-        case 'Charged':
+      switch (e.kind) {
+        case 'charged':
           total += charge.amount;
           return { ...charge, outcome: 'charged' };
-        case 'ChargeRefused':
-          return { ...charge, outcome: 'refused', balance: log.args.balance };
-        case 'ChargeSkipped':
-          return { ...charge, outcome: log.args.status === CALL_STATUS.refused ? 'already_refused' : 'already_charged' };
+        case 'charge_refused':
+          return { ...charge, outcome: 'refused', balance: e.balance };
+        case 'charge_skipped':
+          return { ...charge, outcome: e.status === 'refused' ? 'already_refused' : 'already_charged' };
       }
     });
     return { txHash: receipt.transactionHash, blockNumber: receipt.blockNumber, gasUsed: receipt.gasUsed, total, results };
