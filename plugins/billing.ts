@@ -27,6 +27,7 @@ import { CHAIN_NAMES, type ChainName } from './chains/config.js';
 import { callIdOf } from './chains/port.js';
 import { GatewayError } from './errors.js';
 import type { Metrics } from './metrics.js';
+import type { PreparedLimits } from './rate-limit.js';
 import { usdOf } from './metrics.js';
 import { placeHold, settleHold, walletKeys, walletRedis, type WalletRedis } from './wallets.js';
 import {
@@ -119,7 +120,10 @@ export class Billing implements CallObserver {
     throw new GatewayError('invalid_billing_chain', { param: 'x-gw-billing-chain' });
   }
 
-  async gate(call: CallContext, reply: FastifyReply): Promise<void> {
+  /** Billing decides the call's rate limits in the hold script (wallets.ts), in the same step as its hold. */
+  readonly decidesLimits = true;
+
+  async gate(call: CallContext, reply: FastifyReply, limits?: PreparedLimits): Promise<readonly number[]> {
     const chain = this.chainOf(call, reply.request.headers['x-gw-billing-chain']);
     reply.header('x-gw-billing-chain', chain);
     const route = call.route!;
@@ -140,7 +144,9 @@ export class Billing implements CallObserver {
       keyId: call.identity!.keyId,
       now,
       retentionMs: this.settings.retentionMs,
-    });
+    }, limits);
+    // Refused by a rate limit: nothing held; the caller answers 429 from the decision.
+    if (!result.placed && result.rateLimited) return result.limits;
     if (!result.placed) {
       const available = result.available < 0n ? 0n : result.available;
       throw new GatewayError('insufficient_funds', {
@@ -149,6 +155,7 @@ export class Billing implements CallObserver {
     }
     this.metrics.holdsPlaced.inc({ chain });
     call.billing = { chain, hold, cacheWrite, inputBound } satisfies CallBilling;
+    return result.limits;
   }
 
   async settle(call: CallContext): Promise<void> {

@@ -2,10 +2,10 @@
  * The state of one call as it moves through the hooks (identify, police, gate, proxy, settle), and the seam
  * through which billing sees it.
  */
-import type { Readable } from 'node:stream';
 import type { KeyIdentity } from './accounts.js';
 import type { Protocol } from './errors.js';
 import type { Meter } from './metering.js';
+import type { PreparedLimits } from './rate-limit.js';
 import type { ModelRoute, TextEndpoint } from '../policies/models.js';
 import type { RewriteResult } from '../policies/rewrite.js';
 
@@ -30,7 +30,8 @@ export interface CallContext {
   client?: string;
   /** HTTP status the upstream answered, or the proxy's own for connection failures. */
   upstreamStatus?: number;
-  upstream?: Readable;
+  /** Aborts the upstream exchange while it runs (the caller went away). */
+  abortUpstream?: () => void;
   meter?: Meter;
   /** The caller went away before the whole answer was written. */
   clientAborted: boolean;
@@ -46,8 +47,13 @@ export interface CallContext {
 
 /** What billing plugs into the call path (DESIGN "The path of one call", steps 3 and 5). */
 export interface CallObserver {
-  /** Gate: after policies, before the upstream is called; throws a GatewayError (402) to refuse. */
-  gate(call: CallContext, reply: import('fastify').FastifyReply): Promise<void>;
+  /**
+   * Gate: after policies, before the upstream is called; throws a GatewayError (402) to refuse. An observer that
+   * `decidesLimits` also decides the call's rate limits in the same step (given as `limits`) and returns the
+   * decision's reply (RateLimiter.decide); a call the limits refuse is then not held, and not refused by the gate.
+   */
+  gate(call: CallContext, reply: import('fastify').FastifyReply, limits?: PreparedLimits): Promise<readonly number[] | void>;
+  readonly decidesLimits?: boolean;
   /** Settle: once, when the response has closed, whatever happened. Must not throw. */
   settle(call: CallContext): Promise<void>;
 }

@@ -9,7 +9,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import replyFrom from '@fastify/reply-from';
 import type { Redis } from 'ioredis';
 import { KeyResolver, presentedKey } from './auth.js';
 import { Billing, inputTokensBound } from './billing.js';
@@ -22,13 +21,13 @@ import { buildConfig, type FareboxConfig } from './config.js';
 import { GatewayError, isRetryable, renderError, type Protocol } from './errors.js';
 import { createMetrics, initSeries, type Metrics } from './metrics.js';
 import { serveMetrics } from './metrics-route.js';
-import { proxyCall } from './proxy.js';
+import { proxyCall, Upstreams } from './proxy.js';
 import { RateLimiter, rateLimitedError } from './rate-limit.js';
 import { closeRedis, connectRedis, redisAnswers } from './redis.js';
 import { Settler } from './settler.js';
 import { checkClientRule } from '../policies/client-rules.js';
 import { classifyClient } from '../policies/clients.js';
-import { rateLimitHeaders, type Decision } from '../policies/limits.js';
+import { rateLimitHeaders, UNLIMITED, type Decision } from '../policies/limits.js';
 import { ModelCatalog, type TextEndpoint } from '../policies/models.js';
 import { rewriteChat, rewriteMessages } from '../policies/rewrite.js';
 import { chatBody, countTokensBody, messagesBody, parseBody } from '../policies/schemas.js';
@@ -108,6 +107,12 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
   const catalog = new ModelCatalog(config);
   const metrics = opts.metrics ?? createMetrics();
   const limiter = new RateLimiter(redis, config.limits);
+  const upstreams = new Upstreams();
+  // From the start of close(): proxied answers ask keep-alive callers to close (RFC 9112 9.6), else an open
+  // socket would hold the server's close for its keep-alive timeout.
+  app.addHook('preClose', async () => {
+    upstreams.closing = true;
+  });
   if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
   const log = app.log;
 
@@ -150,12 +155,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     await settler?.stop();
     await billing?.stop();
     await keys.close();
+    await upstreams.close();
     if (!opts.redis) await closeRedis(redis);
-  });
-
-  await app.register(replyFrom, {
-    disableRequestLogging: true,
-    undici: { connections: 256, pipelining: 1, keepAliveTimeout: 30_000 },
   });
 
   if (config.metrics.enabled) await serveMetrics(app, metrics, { ...config.metrics, host: config.server.host }, opts.env ?? process.env);
@@ -193,7 +194,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
         reply.raw.once('close', () => {
           call.ended = true;
           call.clientAborted = !reply.raw.writableFinished;
-          if (call.clientAborted && call.upstream && !call.upstream.destroyed) call.upstream.destroy();
+          if (call.clientAborted) call.abortUpstream?.();
           const route = call.endpoint ?? 'other';
           metrics.requests.inc({ route, model: call.route?.model.id ?? 'none', status: String(reply.statusCode) });
           metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
@@ -245,28 +246,40 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
           const family = call.route.model.family;
           call.inputBound = inputTokensBound(call.upstreamBody, call.route.model.context_window);
           const tokens = endpoint === 'count_tokens' ? 0 : call.inputBound + call.rewrite.maxOutputTokens;
-          const limit: Decision = await limiter.check({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens });
-          if (!limit.allowed) throw rateLimitedError(limit, call.protocol);
-          if (limit.which !== null) reply.headers(rateLimitHeaders(limit, call.protocol));
-
+          const limitInput = { keyId: call.identity!.keyId, account: call.identity!.account, family, tokens };
           const billed = endpoint !== 'count_tokens' && observer !== undefined;
-          if (billed) {
-            try {
-              await observer.gate(call, reply);
-            } catch (err) {
-              // A call the funds gate refuses generates nothing: give its token estimate back (the request counts).
-              if (tokens > 0) {
-                limiter.adjust({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens }, 0)
-                  .catch((e) => log.warn({ err: e, requestId: call.id }, 'rate-limit refund failed'));
+          let limit: Decision = UNLIMITED;
+          if (billed && observer.decidesLimits) {
+            // One Redis script decides the rate limits and places the hold: a call refused by either holds nothing
+            // and is charged to no limit.
+            const prepared = limiter.prepare(limitInput);
+            const out = await observer.gate(call, reply, prepared ?? undefined);
+            if (prepared && out) limit = limiter.decide(prepared, out);
+            if (!limit.allowed) {
+              reply.removeHeader('x-gw-billing-chain');
+              throw rateLimitedError(limit, call.protocol);
+            }
+          } else {
+            limit = await limiter.check(limitInput);
+            if (!limit.allowed) throw rateLimitedError(limit, call.protocol);
+            if (billed) {
+              try {
+                await observer.gate(call, reply);
+              } catch (err) {
+                // A call the funds gate refuses generates nothing: give its token estimate back (the request counts).
+                if (tokens > 0) {
+                  limiter.adjust(limitInput, 0).catch((e) => log.warn({ err: e, requestId: call.id }, 'rate-limit refund failed'));
+                }
+                throw err;
               }
-              throw err;
             }
           }
+          if (limit.which !== null) reply.headers(rateLimitHeaders(limit, call.protocol));
           call.onEnd = () => {
             if (billed) {
               const done = observer.settle(call).then(() => {
                 if (call.billedTokens !== undefined && tokens > 0) {
-                  return limiter.adjust({ keyId: call.identity!.keyId, account: call.identity!.account, family, tokens }, call.billedTokens);
+                  return limiter.adjust(limitInput, call.billedTokens);
                 }
               }).catch((err) => log.warn({ err, requestId: call.id }, 'after-call accounting failed'));
               settling.add(done);
@@ -279,7 +292,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
             return reply.send();
           }
           metrics.overhead.observe({ route: endpoint }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
-          return proxyCall(request, reply, call, metrics);
+          return proxyCall(upstreams, reply, call, metrics);
         });
       };
       textRoute('messages', '/messages');

@@ -1,14 +1,15 @@
 /**
  * Meters what an upstream answer delivers to the caller as it streams through.
  *
- * SseMeter parses server-sent events of both protocols without buffering the answer: it forwards every
- * complete event as soon as its chunk arrives (one write per upstream chunk, never more), reads usage
+ * A meter is fed each upstream chunk and returns what to write to the caller for it (proxy.ts writes it straight
+ * to the socket: no stream objects per call, DESIGN "Hot path"). SseMeter parses server-sent events of both
+ * protocols without buffering the answer: it returns every complete event as soon as its chunk arrives (one
+ * write per upstream chunk, never more; the chunk itself when it is forwarded unchanged), reads usage
  * (Anthropic: message_start and message_delta; OpenAI: the include_usage chunk), counts the content
  * deltas that went out, and removes the OpenAI usage chunk when the caller did not ask for it (the gateway
  * always asks upstream). Only the events that carry usage are JSON-parsed (DESIGN "Hot path").
  * JsonMeter passes a JSON answer through and reads its usage at the end.
  */
-import { Transform, type TransformCallback } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import type { Protocol } from './errors.js';
 
@@ -31,9 +32,13 @@ export interface MeterReading {
   bytesOut: number;
 }
 
-/** A Transform that meters an answer; `reading` is final once the stream closes. */
-export interface Meter extends Transform {
+/** Meters one answer: `feed` each upstream chunk in order, then `end`; `reading` is final after `end`. */
+export interface Meter {
   readonly reading: MeterReading;
+  /** What to forward for this chunk (null: nothing yet). */
+  feed(chunk: Buffer): Buffer | string | null;
+  /** What is left to forward once the upstream has ended (null: nothing). */
+  end(): Buffer | string | null;
 }
 
 function newReading(): MeterReading {
@@ -45,7 +50,7 @@ const USAGE_OBJECT = /"usage"\s*:\s*\{/;
 const TOKEN_DELTA = /"(?:content|arguments|reasoning_content|reasoning|refusal)"\s*:\s*"[^"]/g;
 
 /** Meters an SSE answer of `protocol`; with `dropUsageChunk` the OpenAI usage-only chunk is not forwarded. */
-export class SseMeter extends Transform implements Meter {
+export class SseMeter implements Meter {
   readonly reading = newReading();
   private readonly decoder = new StringDecoder('utf8');
   private carry = '';
@@ -53,38 +58,35 @@ export class SseMeter extends Transform implements Meter {
   constructor(
     private readonly protocol: Protocol,
     private readonly dropUsageChunk = false,
-  ) {
-    super();
-  }
+  ) {}
 
-  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
-    const text = this.carry + this.decoder.write(chunk);
+  feed(chunk: Buffer): Buffer | string | null {
+    const whole = this.carry.length === 0;
+    const text = whole ? this.decoder.write(chunk) : this.carry + this.decoder.write(chunk);
     const cut = lastEventEnd(text);
     if (cut < 0) {
       this.carry = text;
-      cb();
-      return;
+      return null;
     }
-    this.carry = text.slice(cut);
-    const out = this.protocol === 'anthropic' ? this.anthropic(text.slice(0, cut)) : this.openai(text.slice(0, cut));
-    if (out.length > 0) {
-      this.reading.bytesOut += out.length;
-      this.push(out);
-    }
-    cb();
+    this.carry = cut === text.length ? '' : text.slice(cut);
+    const block = cut === text.length ? text : text.slice(0, cut);
+    const out = this.protocol === 'anthropic' ? this.anthropic(block) : this.openai(block);
+    if (out.length === 0) return null;
+    // A chunk of whole events forwarded unchanged goes out as it came: no re-encoding of the text.
+    const same = whole && out === text && this.carry.length === 0;
+    const bytes = same ? chunk.length : Buffer.byteLength(out, 'utf8');
+    this.reading.bytesOut += bytes;
+    return same ? chunk : out;
   }
 
-  override _flush(cb: TransformCallback): void {
+  end(): string | null {
     const rest = this.carry + this.decoder.end();
     this.carry = '';
-    if (rest.length > 0) {
-      const out = this.protocol === 'anthropic' ? this.anthropic(rest) : this.openai(rest);
-      if (out.length > 0) {
-        this.reading.bytesOut += out.length;
-        this.push(out);
-      }
-    }
-    cb();
+    if (rest.length === 0) return null;
+    const out = this.protocol === 'anthropic' ? this.anthropic(rest) : this.openai(rest);
+    if (out.length === 0) return null;
+    this.reading.bytesOut += Buffer.byteLength(out, 'utf8');
+    return out;
   }
 
   /** Anthropic: named events; everything is forwarded, usage read from message_start / message_delta. */
@@ -163,24 +165,22 @@ export class SseMeter extends Transform implements Meter {
   }
 }
 
-/** Passes a JSON answer through and parses it once at the end for its usage. */
-export class JsonMeter extends Transform implements Meter {
+/** Passes a JSON answer through chunk by chunk and parses it once at the end for its usage. */
+export class JsonMeter implements Meter {
   readonly reading = newReading();
   private readonly chunks: Buffer[] = [];
   private size = 0;
 
-  constructor(private readonly maxBytes = 64 * 1024 * 1024) {
-    super();
-  }
+  constructor(private readonly maxBytes = 64 * 1024 * 1024) {}
 
-  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+  feed(chunk: Buffer): Buffer {
     this.size += chunk.length;
     if (this.size <= this.maxBytes) this.chunks.push(chunk);
     this.reading.bytesOut += chunk.length;
-    cb(null, chunk);
+    return chunk;
   }
 
-  override _flush(cb: TransformCallback): void {
+  end(): null {
     if (this.size <= this.maxBytes) {
       try {
         const body = JSON.parse(Buffer.concat(this.chunks, this.size).toString('utf8')) as { usage?: RawUsage };
@@ -191,7 +191,7 @@ export class JsonMeter extends Transform implements Meter {
       }
     }
     this.chunks.length = 0;
-    cb();
+    return null;
   }
 }
 

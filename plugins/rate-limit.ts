@@ -25,17 +25,17 @@ import {
   type Decision, type LimitId, type LimitsConfig,
 } from '../policies/limits.js';
 
-// `now` in ms (ARGV[1], or Redis TIME when empty: one clock for all instances) and `window` (ARGV[2]).
-const NOW_LUA = `local now = tonumber(ARGV[1])
+// `now` in ms (ARGV[ao + 1], or Redis TIME when empty: one clock for all instances) and `window` (ARGV[ao + 2]).
+const nowLua = (ao: number) => `local now = tonumber(ARGV[${ao + 1}])
 if now == nil then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
-local window = tonumber(ARGV[2])`;
+local window = tonumber(ARGV[${ao + 2}])`;
 
-// The level of KEYS[i] now: what it held, drained at `limit` per `window` since it was written (never below 0).
-const LEVEL_LUA = `  local level = 0
-  local v = redis.call('GET', KEYS[i])
+// The level of KEYS[ko + i] now: what it held, drained at `limit` per `window` since it was written (never below 0).
+const levelLua = (ko: number) => `  local level = 0
+  local v = redis.call('GET', KEYS[${ko} + i])
   if v then
     local used, at = string.match(v, '^(%S+) (%S+)$')
     level = tonumber(used) - (now - tonumber(at)) * limit / window
@@ -45,19 +45,19 @@ const LEVEL_LUA = `  local level = 0
 // Each key holds "<level> <at>": units used (requests or tokens) as measured at `at` (ms); the level drains at
 // `limit` per window. This is GCRA's TAT (at + level * window / limit) kept relative, so precision follows the
 // limit: a TAT in epoch ms (~1.7e12, a 0.24 us float grid) would lose small charges under a large tpm.
-// KEYS: one per limit. ARGV: now ms ('' = Redis TIME), window ms, then limit and cost per key.
-// Reply: allowed, refusing index (1-based, 0 none), retry-after ms, now, then remaining and reset ms per key.
+// The `n` limits are KEYS[ko + 1..ko + n]; ARGV[ao + 1..]: now ms ('' = Redis TIME), window ms, then limit and cost
+// per key. Decides without writing: sets `allowed`, `levels`, `costs` and `out` (the reply: allowed, refusing
+// index (1-based, 0 none), retry-after ms, now, then remaining and reset ms per key, as after the charge).
 // The 1e-6 unit slack absorbs floating-point rounding of the drain.
-const CHECK_LUA = `
-${NOW_LUA}
-local n = #KEYS
+const decideLua = (ko: number, ao: number) => `
+${nowLua(ao)}
 local levels, costs = {}, {}
 local allowed, worst, retry = 1, 0, 0
 for i = 1, n do
-  local limit = tonumber(ARGV[2 * i + 1])
-  local cost = tonumber(ARGV[2 * i + 2])
+  local limit = tonumber(ARGV[${ao} + 2 * i + 1])
+  local cost = tonumber(ARGV[${ao} + 2 * i + 2])
   if cost > limit then cost = limit end
-${LEVEL_LUA}
+${levelLua(ko)}
   levels[i], costs[i] = level, cost
   local over = level + cost - limit
   if over > 1e-6 then
@@ -69,16 +69,37 @@ end
 -- Rounded up to whole ms, less float noise (a wait of 1.0000000002 ms is 1 ms).
 local out = { allowed, worst, math.max(allowed == 1 and 0 or 1, math.ceil(retry - 1e-6)), math.floor(now) }
 for i = 1, n do
-  local limit = tonumber(ARGV[2 * i + 1])
+  local limit = tonumber(ARGV[${ao} + 2 * i + 1])
   local level = levels[i]
-  if allowed == 1 and costs[i] > 0 then
-    level = level + costs[i]
-    redis.call('SET', KEYS[i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))
-  end
+  if allowed == 1 then level = level + costs[i] end
   local remaining = math.floor(limit - level + 1e-6)
   if remaining < 0 then remaining = 0 end
   out[3 + 2 * i] = remaining
   out[4 + 2 * i] = math.max(0, math.ceil(level * window / limit - 1e-6))
+end`;
+
+// Charge what decideLua decided (run only when it allowed the call).
+const chargeLua = (ko: number, ao: number) => `
+for i = 1, n do
+  if costs[i] > 0 then
+    local limit = tonumber(ARGV[${ao} + 2 * i + 1])
+    local level = levels[i] + costs[i]
+    redis.call('SET', KEYS[${ko} + i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))
+  end
+end`;
+
+/**
+ * The rate-limit check as a part of another script (wallets.ts folds it into the hold): its keys follow the host
+ * script's first `ko` keys and its arguments the first `ao`; `n` must be set before `decide`, and `charge` run
+ * only when `allowed == 1`. The reply tail is `out`.
+ */
+export const rateLimitLua = { decide: decideLua, charge: chargeLua };
+
+const CHECK_LUA = `
+local n = #KEYS
+${decideLua(0, 0)}
+if allowed == 1 then
+${chargeLua(0, 0)}
 end
 return out
 `;
@@ -86,13 +107,13 @@ return out
 // KEYS: token limits. ARGV: now ms ('' = Redis TIME), window ms, actual tokens, then limit and estimate per
 // key. Adds (actual - charged) tokens to each level; a refund never takes a level below empty.
 const ADJUST_LUA = `
-${NOW_LUA}
+${nowLua(0)}
 local actual = tonumber(ARGV[3])
 for i = 1, #KEYS do
   local limit = tonumber(ARGV[2 * i + 2])
   local charged = tonumber(ARGV[2 * i + 3])
   if charged > limit then charged = limit end
-${LEVEL_LUA}
+${levelLua(0)}
   level = level + actual - charged
   if level > 1e-6 then
     redis.call('SET', KEYS[i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))
@@ -125,6 +146,14 @@ interface Plan {
   readonly tokenIdx: readonly number[];
 }
 
+/** A call's rate limits, ready to be decided in Redis (RateLimiter.prepare). */
+export interface PreparedLimits {
+  readonly plan: Plan;
+  readonly keys: readonly string[];
+  /** now ms ('' = Redis TIME), window ms, then limit and cost per key. */
+  readonly args: readonly (string | number)[];
+}
+
 interface Commands {
   fareboxRateCheck(...args: (string | number)[]): Promise<number[]>;
   fareboxRateAdjust(...args: (string | number)[]): Promise<number>;
@@ -147,21 +176,33 @@ export class RateLimiter {
 
   /** Decide on a call and, if every limit passes, charge it to all of them; a refusal charges nothing. */
   async check(input: RateLimitInput): Promise<Decision> {
-    const p = this.planOf(input.family);
+    const p = this.prepare(input);
     if (!p) return UNLIMITED;
+    const reply = await this.redis.fareboxRateCheck(p.keys.length, ...p.keys, ...p.args);
+    return this.decide(p, reply);
+  }
+
+  /** The Redis keys and script arguments of a call's limits (null: none apply), for check() or the hold script. */
+  prepare(input: RateLimitInput): PreparedLimits | null {
+    const p = this.planOf(input.family);
+    if (!p) return null;
     const n = p.ids.length;
-    const args: (string | number)[] = new Array(1 + 3 * n + 2);
-    args[0] = n;
+    const keys: string[] = new Array(n);
+    const args: (string | number)[] = new Array(2 + 2 * n);
     const base = `rl:{${input.account}}:${input.family}:`;
+    args[0] = input.now ?? '';
+    args[1] = WINDOW_MS;
     for (let i = 0; i < n; i++) {
-      args[1 + i] = p.scopes[i] === 'k' ? `${base}k:${input.keyId}:${p.kinds[i]}` : `${base}a:${p.kinds[i]}`;
-      args[3 + n + 2 * i] = p.limits[i];
-      args[4 + n + 2 * i] = p.kinds[i] === 'r' ? 1 : tokenCost(input.tokens);
+      keys[i] = p.scopes[i] === 'k' ? `${base}k:${input.keyId}:${p.kinds[i]}` : `${base}a:${p.kinds[i]}`;
+      args[2 + 2 * i] = p.limits[i];
+      args[3 + 2 * i] = p.kinds[i] === 'r' ? 1 : tokenCost(input.tokens);
     }
-    args[1 + n] = input.now ?? '';
-    args[2 + n] = WINDOW_MS;
-    const reply = await this.redis.fareboxRateCheck(...args);
-    return buildDecision(p.ids, p.limits, reply);
+    return { plan: p, keys, args };
+  }
+
+  /** The decision of a script's reply (`out` of rateLimitLua.decide). */
+  decide(prepared: PreparedLimits, reply: readonly number[]): Decision {
+    return buildDecision(prepared.plan.ids, prepared.plan.limits, reply);
   }
 
   /**

@@ -23,16 +23,25 @@
 import type { Redis } from 'ioredis';
 import type { Address, ChainName } from './chains/config.js';
 import type { EscrowEvent } from './chains/port.js';
+import { rateLimitLua } from './rate-limit.js';
 
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
 
+// Decide the call's rate limits and place its hold, in one step. KEYS[1..6]: wallet, hold, holds, instance-holds,
+// usage, usage-idx; KEYS[7..]: rate-limit keys. ARGV[1..10]: the hold's fields; ARGV[11..]: the rate-limit
+// arguments (rate-limit.ts). A call the limits refuse holds nothing ({-2, 0, ...}); a hold refused for funds or as a
+// duplicate ({0|-1, available, ...}) charges no limit; a placed hold charges them ({1, available after, ...}). The
+// rate-limit decision (rateLimitLua's `out`) follows the first two values.
 const HOLD = `
+local n = #KEYS - 6
+${rateLimitLua.decide(6, 10)}
+if allowed == 0 then return {-2, 0, unpack(out)} end
 local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
 local avail = tonumber(w[1] or '0') - tonumber(w[2] or '0') - tonumber(w[3] or '0') - tonumber(w[4] or '0')
 local v = tonumber(ARGV[2])
 ${LIMIT}
-if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, avail} end
-if avail < v then return {0, avail} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, avail, unpack(out)} end
+if avail < v then return {0, avail, unpack(out)} end
 redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
 redis.call('HSET', KEYS[2], 'account', ARGV[5], 'chain', ARGV[6], 'amount', ARGV[2], 'instance', ARGV[4], 'expires', ARGV[3])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
@@ -43,7 +52,8 @@ redis.call('PEXPIRE', KEYS[5], ARGV[10])
 redis.call('ZADD', KEYS[6], ARGV[7], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', tonumber(ARGV[7]) - tonumber(ARGV[10]))
 redis.call('PEXPIRE', KEYS[6], ARGV[10])
-return {1, avail - v}
+${rateLimitLua.charge(6, 10)}
+return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). The price is capped at the hold: a worst case
@@ -135,7 +145,7 @@ return {1, v - before}
 `;
 
 interface WalletCommands {
-  fareboxHold(...args: string[]): Promise<[number, number]>;
+  fareboxHold(...args: (string | number)[]): Promise<number[]>;
   fareboxSettle(...args: string[]): Promise<[number, number]>;
   fareboxApply(...args: string[]): Promise<string[]>;
   fareboxCorrect(...args: string[]): Promise<[number, number]>;
@@ -148,7 +158,7 @@ export type WalletRedis = Redis & WalletCommands;
 export function walletRedis(redis: Redis): WalletRedis {
   const r = redis as WalletRedis;
   if (typeof r.fareboxHold !== 'function') {
-    redis.defineCommand('fareboxHold', { numberOfKeys: 6, lua: HOLD });
+    redis.defineCommand('fareboxHold', { lua: HOLD });
     redis.defineCommand('fareboxSettle', { numberOfKeys: 7, lua: SETTLE });
     redis.defineCommand('fareboxApply', { numberOfKeys: 1, lua: APPLY });
     redis.defineCommand('fareboxCorrect', { numberOfKeys: 2, lua: CORRECT });
@@ -185,19 +195,29 @@ export interface HoldInput {
   retentionMs: number;
 }
 
-/** Result of a hold: placed, or refused with what was available. */
-export type HoldResult = { placed: true; available: bigint } | { placed: false; available: bigint; duplicate: boolean };
+/**
+ * Result of a hold: placed, or refused with what was available (for funds, as a duplicate, or by a rate limit,
+ * which holds nothing). `limits` is the rate-limit decision (RateLimiter.decide), when limits were given.
+ */
+export type HoldResult =
+  | { placed: true; available: bigint; limits: number[] }
+  | { placed: false; available: bigint; duplicate: boolean; rateLimited: boolean; limits: number[] };
 
-/** Place a hold if the wallet's available balance covers it (atomic). */
-export async function placeHold(r: WalletRedis, h: HoldInput): Promise<HoldResult> {
-  const [ok, available] = await r.fareboxHold(
+/** Decide the call's rate limits (`limits`, from RateLimiter.prepare) and place its hold if they pass and the wallet's available balance covers it (atomic). */
+export async function placeHold(r: WalletRedis, h: HoldInput, limits?: { keys: readonly string[]; args: readonly (string | number)[] }): Promise<HoldResult> {
+  const reply = await r.fareboxHold(
+    6 + (limits?.keys.length ?? 0),
     walletKeys.wallet(h.account, h.chain), walletKeys.hold(h.requestId), walletKeys.holds,
     walletKeys.instanceHolds(h.instance), walletKeys.usage(h.requestId), walletKeys.usageIndex(h.account),
+    ...(limits?.keys ?? []),
     h.requestId, h.amount.toString(), String(h.expiresAt), h.instance, h.account, h.chain, String(h.now), h.model, h.keyId,
     String(h.retentionMs),
+    ...(limits?.args ?? ['', 0]),
   );
-  if (ok === 1) return { placed: true, available: BigInt(available) };
-  return { placed: false, available: BigInt(available), duplicate: ok === -1 };
+  const [ok, available] = reply;
+  const decision = reply.slice(2);
+  if (ok === 1) return { placed: true, available: BigInt(available), limits: decision };
+  return { placed: false, available: BigInt(available), duplicate: ok === -1, rateLimited: ok === -2, limits: decision };
 }
 
 /** A settle request: the hold of `requestId` becomes a debit of `price` (0 releases it). */

@@ -12,7 +12,7 @@ import { closeDevChains, startHarness } from './helpers/harness.js';
 const CLAUDE = new URL('../node_modules/.bin/claude', import.meta.url).pathname;
 const TIMEOUT_MS = 60_000;
 
-/** What the gateway saw of one request, read in onSend (before the caller gets a byte). */
+/** What the gateway saw of one request, read when its answer has been sent (onResponse). */
 interface Seen {
   method: string;
   url: string;
@@ -28,7 +28,7 @@ const seen: Seen[] = [];
 const h = await startHarness({
   chains: true,
   configure: (app) => {
-    app.addHook('onSend', async (request, reply) => {
+    app.addHook('onResponse', async (request, reply) => {
       const header = (name: string) => {
         const v = reply.getHeader(name);
         return typeof v === 'string' ? v : undefined;

@@ -3,6 +3,7 @@
 import t, { type Test } from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import type { FastifyRequest } from 'fastify';
 import { createAccount, createKey } from '../plugins/accounts.js';
 import { listUsage } from '../plugins/usage-records.js';
 import { readWallet } from '../plugins/wallets.js';
@@ -90,14 +91,19 @@ function bodyOf(endpoint: Endpoint, model: string): unknown {
   return endpoint === 'count_tokens' ? { model, messages } : { model, max_tokens: 16, messages };
 }
 
-/** The client name the gateway gave each call, by request id (read in onSend, before the caller sees a byte). */
-const clientOf = new Map<string, string | undefined>();
+/**
+ * The client name the gateway gave each call, by request id. The host app keeps every request it sees (its
+ * onRequest hook runs before the gateway's); the gateway names the client before any byte of the answer is sent.
+ */
+const requests: FastifyRequest[] = [];
+const clientOf = {
+  get: (id: string) => requests.find((r) => r.farebox?.id === id)?.farebox?.client,
+};
 const h = await startHarness({
   chains: true,
   configure: (app) => {
-    app.addHook('onSend', async (request, reply) => {
-      const id = reply.getHeader('x-request-id');
-      if (typeof id === 'string') clientOf.set(id, request.farebox?.client);
+    app.addHook('onRequest', async (request) => {
+      requests.push(request);
     });
   },
 });

@@ -1,9 +1,8 @@
 import t from 'tap';
-import { Readable } from 'node:stream';
 import { JsonMeter, SseMeter, type Meter } from '../plugins/metering.js';
 
-/** Feed `text` through `meter` cut into chunks at the given sizes; resolve with the output. */
-async function run(meter: Meter, text: string, sizes: number[]): Promise<string> {
+/** Feed `text` through `meter` cut into chunks at the given sizes; resolve with the output (and count its writes). */
+async function run(meter: Meter, text: string, sizes: number[], writes = { count: 0 }): Promise<string> {
   const buf = Buffer.from(text, 'utf8');
   const chunks: Buffer[] = [];
   let at = 0;
@@ -14,8 +13,13 @@ async function run(meter: Meter, text: string, sizes: number[]): Promise<string>
     at += n;
   }
   const out: Buffer[] = [];
-  Readable.from(chunks).pipe(meter);
-  for await (const c of meter) out.push(c as Buffer);
+  const take = (c: Buffer | string | null) => {
+    if (c === null) return;
+    writes.count++;
+    out.push(typeof c === 'string' ? Buffer.from(c, 'utf8') : c);
+  };
+  for (const c of chunks) take(meter.feed(c));
+  take(meter.end());
   return Buffer.concat(out).toString('utf8');
 }
 
@@ -76,10 +80,19 @@ for (const sizes of [[100000], [1], [7, 13], [3, 64, 5]]) {
 
 t.test('one upstream chunk gives at most one write downstream', async (t) => {
   const m = new SseMeter('openai', true);
-  let writes = 0;
-  m.on('data', () => writes++);
-  await run(m, openaiStream, [100000]);
-  t.equal(writes, 1);
+  const writes = { count: 0 };
+  await run(m, openaiStream, [100000], writes);
+  t.equal(writes.count, 1);
+});
+
+t.test('a chunk of whole events forwarded unchanged is passed on as the same buffer', async (t) => {
+  const m = new SseMeter('anthropic');
+  const chunk = Buffer.from(anthropicStream.split('\n\n').slice(0, 2).join('\n\n') + '\n\n', 'utf8');
+  t.equal(m.feed(chunk), chunk);
+  t.equal(m.reading.bytesOut, chunk.length);
+  const half = Buffer.from('event: ping\ndata: {"type":', 'utf8');
+  t.equal(m.feed(half), null, 'no whole event yet');
+  t.equal(m.feed(Buffer.from(' "ping"}\n\n', 'utf8')), 'event: ping\ndata: {"type": "ping"}\n\n', 'joined with the carry: a new string');
 });
 
 t.test('anthropic error event mid-stream is recorded, stream not complete', async (t) => {

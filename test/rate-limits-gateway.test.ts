@@ -207,7 +207,7 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
   t.same((await listUsage(g.redis, g.account)).map((r) => r.call_id), usageBefore.map((r) => r.call_id), 'no new usage record');
 });
 
-t.test('billed: a call the funds gate refuses (402) gives its token estimate back', async (t) => {
+t.test('billed: a call the funds gate refuses (402) uses none of its token limit', async (t) => {
   const g = await startHarness({
     chains: true,
     edit: (cfg) => {
@@ -215,7 +215,7 @@ t.test('billed: a call the funds gate refuses (402) gives its token estimate bac
     },
   });
   t.teardown(() => g.close());
-  // Unfunded: every call is refused at the gate; without the refund the third would hit the token limit.
+  // Unfunded: every call is refused at the gate; were its estimate charged, the third would hit the token limit.
   for (let i = 0; i < 5; i++) {
     const res = await post(g, 'chat', g.key, 'alpha-sonnet-4-6');
     await res.arrayBuffer();
