@@ -205,3 +205,36 @@ export function pinSelf(core: number): Promise<void> {
     p.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`taskset exited ${code}`))));
   });
 }
+
+function run(cmd: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+    let out = '';
+    p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    p.once('error', reject);
+    p.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${cmd} exited ${code}`))));
+  });
+}
+
+/**
+ * Pin the Redis server behind `redisUrl` (all its threads) to `core` when it runs on this machine, so it does not
+ * take the measured server's core; resolves with a function that puts its old CPU mask back, or with null when
+ * Redis is elsewhere or cannot be pinned (the report then says so).
+ */
+export async function pinLocalRedis(redisUrl: string, core: number): Promise<(() => Promise<void>) | null> {
+  const u = new URL(redisUrl);
+  if (!['127.0.0.1', 'localhost', '[::1]'].includes(u.hostname)) return null;
+  try {
+    const listening = await run('ss', ['-ltnpH', `sport = :${u.port || '6379'}`]);
+    const pid = /pid=(\d+)/.exec(listening)?.[1];
+    if (!pid) return null;
+    const mask = /affinity mask: ([0-9a-f]+)/.exec(await run('taskset', ['-p', pid]))?.[1];
+    if (!mask) return null;
+    await run('taskset', ['-a', '-cp', String(core), pid]);
+    return async () => {
+      await run('taskset', ['-a', '-p', mask, pid]).catch(() => {});
+    };
+  } catch {
+    return null;
+  }
+}

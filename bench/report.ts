@@ -48,6 +48,12 @@ export interface MemoryPoint {
   rssMiB: number;
   heapUsedAfterGcMiB: number;
   rssAfterGcMiB: number;
+  /** V8's committed heap (young generation included: it grows under load and is kept). */
+  heapTotalAfterGcMiB: number;
+  /** Memory of Buffers and other objects outside the V8 heap. */
+  externalAfterGcMiB: number;
+  /** Seconds waited for the settlement backlog to clear before reading (null: it did not clear in 60 s). */
+  settleWaitS: number | null;
 }
 
 /** Everything one run produced (bench/results/latest.json). */
@@ -65,8 +71,8 @@ export interface BenchResults {
   memory: {
     /** VmHWM (peak resident set) of each server process at the end of the run, MiB. */
     peakRssMiB: Record<string, number>;
-    /** RSS of an idle node, and of an idle node under tsx (as farebox runs here), MiB. */
-    baselineRssMiB: { node: number; nodeWithTsx: number };
+    /** RSS of an idle node, MiB. */
+    baselineRssMiB: { node: number };
     farebox: MemoryPoint[];
   };
   problems: string[];
@@ -179,12 +185,14 @@ export function toMarkdown(r: BenchResults): string {
     '',
     ...table(['process', 'peak RSS MiB (VmHWM)'], Object.entries(r.memory.peakRssMiB).map(([k, v]) => [k, f(v, 1)])),
     '',
-    `farebox and the simulator run from TypeScript under tsx: an idle node holds ${f(r.memory.baselineRssMiB.node, 1)} MiB, ` +
-      `an idle node under tsx ${f(r.memory.baselineRssMiB.nodeWithTsx, 1)} MiB (its loader thread); the peer runs plain JS.`,
+    `Every server runs plain JS (farebox and the simulator compiled to dist/); an idle node holds ${f(r.memory.baselineRssMiB.node, 1)} MiB.`,
+    '',
+    'Each point is read once farebox has settled every call so far onchain (the settlement backlog of a burst is ' +
+      'work in flight, not a leak), after a full GC.',
     '',
     ...table(
-      ['farebox', 'RSS MiB', 'RSS after GC MiB', 'heap used after GC MiB'],
-      r.memory.farebox.map((x) => [x.when, f(x.rssMiB, 1), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1)]),
+      ['farebox', 'settled after s', 'RSS MiB', 'RSS after GC MiB', 'heap used after GC MiB', 'heap committed after GC MiB', 'external after GC MiB'],
+      r.memory.farebox.map((x) => [x.when, x.settleWaitS === null ? 'not in 60 s' : f(x.settleWaitS, 1), f(x.rssMiB, 1), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1), f(x.heapTotalAfterGcMiB, 1), f(x.externalAfterGcMiB, 1)]),
     ),
     '',
   );

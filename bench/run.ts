@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: the simulator (no delay), farebox and a peer gateway (@portkey-ai/gateway) in their own
  * processes, measured side by side on the same calls. Servers are pinned to core 1; this process (the load
- * generator) and the simulator to core 0, so the measured server has a core to itself.
+ * generator), the simulator, the dev chains and a local Redis to core 0 (Redis's CPU mask is put back at the end),
+ * so the measured server has a core to itself.
  *
  * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500),
  * BENCH_CONCURRENCY (50,200), REDIS_URL (redis://127.0.0.1:6379), BENCH_PROFILE=<scenario> (instead: a CPU
@@ -18,8 +19,9 @@ import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey } from '../plugins/accounts.js';
 import { connectRedis, deleteKeys } from '../plugins/redis.js';
+import { readWallet } from '../plugins/wallets.js';
 import {
-  ask, cpuMsOf, freePort, killAllNow, memAfterGc, memOf, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
+  ask, cpuMsOf, freePort, killAllNow, memAfterGc, memOf, pinLocalRedis, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
 } from './children.js';
 import { runLoad } from './load.js';
 import { summarizeProfile } from './profile.js';
@@ -30,9 +32,9 @@ import { round } from './stats.js';
 
 const ROOT = dirname(dirname(fileURLToPath(import.meta.url)));
 const RESULTS = join(ROOT, 'bench', 'results');
-const SERVER = join(ROOT, 'bench', 'server.ts');
-// Resolved here so that the children find tsx whatever the working directory.
-const TSX = `--import=${import.meta.resolve('tsx')}`;
+// The servers run compiled (dist/, built by `npm run bench` first), as a deployment runs them: not under tsx,
+// whose loader thread would add its own memory and work to theirs.
+const SERVER = join(ROOT, 'dist', 'bench', 'server.js');
 const LOAD_CORE = 0;
 const SERVER_CORE = 1;
 
@@ -90,13 +92,13 @@ const log = (s: string) => process.stderr.write(s + '\n');
 
 /** Start the simulator, farebox and (unless told not to) the peer. */
 async function startServers(prefix: string, withPeer = true): Promise<{ sim: Child; simUrl: string; fb: Child; fbUrl: string; peer?: Child; peerUrl?: string }> {
-  const tsx = [TSX];
-  const sim = spawnNode('simulator', LOAD_CORE, tsx, SERVER, ['sim']);
+  const sim = spawnNode('simulator', LOAD_CORE, [], SERVER, ['sim']);
   const simUrl = await readyUrl(sim);
   // The dev chains farebox settles on run beside the simulator, off the measured core (bench/farebox-target.ts).
-  const chains = spawnNode('dev chains', LOAD_CORE, tsx, SERVER, ['chains', REDIS_URL, prefix]);
+  const chains = spawnNode('dev chains', LOAD_CORE, [], SERVER, ['chains', REDIS_URL, prefix]);
   await readyUrl(chains);
-  const fb = spawnNode('farebox', SERVER_CORE, tsx, SERVER, ['farebox', simUrl, REDIS_URL, prefix]);
+  // Source maps only for a profile: its frames are then named by their .ts positions.
+  const fb = spawnNode('farebox', SERVER_CORE, PROFILE ? ['--enable-source-maps'] : [], SERVER, ['farebox', simUrl, REDIS_URL, prefix]);
   const fbUrl = await readyUrl(fb);
   if (!withPeer) return { sim, simUrl, fb, fbUrl };
   const { script } = peerPackage();
@@ -137,10 +139,30 @@ async function sanity(targets: Target[], simUrl: string, key: string, problems: 
   return ok;
 }
 
-async function memoryPoint(fb: Child, when: string): Promise<MemoryPoint> {
+/**
+ * Wait (at most 60 s) until farebox has settled every call of the bench account onchain, so that memory is read
+ * at rest: a settlement backlog (debits queued, events not yet applied) is work in flight, not a leak.
+ * Returns the seconds waited, or null if it did not settle in time.
+ */
+async function settledAtRest(redis: Redis): Promise<number | null> {
+  const account = process.env.FAREBOX_BENCH_ACCOUNT!;
+  const start = Date.now();
+  for (;;) {
+    const w = await readWallet(redis, account, 'chain_a');
+    if (w.pending === 0n && w.held === 0n) return round((Date.now() - start) / 1000, 1);
+    if (Date.now() - start > 60_000) return null;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function memoryPoint(fb: Child, when: string, redis: Redis): Promise<MemoryPoint> {
+  const settleWaitS = await settledAtRest(redis);
   const rss = memOf(fb.pid).rssKiB;
   const gc = await memAfterGc(fb);
-  return { when, rssMiB: mib(rss, 'KiB'), rssAfterGcMiB: mib(gc.rss, 'B'), heapUsedAfterGcMiB: mib(gc.heapUsed, 'B') };
+  return {
+    when, rssMiB: mib(rss, 'KiB'), rssAfterGcMiB: mib(gc.rss, 'B'), heapUsedAfterGcMiB: mib(gc.heapUsed, 'B'),
+    heapTotalAfterGcMiB: mib(gc.heapTotal, 'B'), externalAfterGcMiB: mib(gc.external, 'B'), settleWaitS,
+  };
 }
 
 async function profileOnly(scenario: Scenario, prefix: string, key: string): Promise<void> {
@@ -175,12 +197,11 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   process.stdout.write(md);
 }
 
-async function fullRun(prefix: string, key: string): Promise<void> {
+async function fullRun(prefix: string, key: string, redis: Redis): Promise<void> {
   const problems: string[] = [];
   const loadAvgStart = loadavg().map((v) => round(v, 2));
   const peerPkg = peerPackage();
-  // farebox runs from its TypeScript sources under tsx, whose loader thread the peer (plain JS) does not carry.
-  const baselineRssMiB = { node: await idleRss([]), nodeWithTsx: await idleRss([TSX]) };
+  const baselineRssMiB = { node: await idleRss([]) };
   const s = await startServers(prefix);
   const targets: Target[] = [
     { name: 'direct', url: s.simUrl, pid: s.sim.pid },
@@ -192,7 +213,7 @@ async function fullRun(prefix: string, key: string): Promise<void> {
   for (const p of problems) log(`problem: ${p}`);
 
   // Memory of farebox on a fresh process: after 1,000 and after 10,000 calls (a leak grows between the two).
-  const memory: MemoryPoint[] = [await memoryPoint(s.fb, 'start (after the sanity calls)')];
+  const memory: MemoryPoint[] = [await memoryPoint(s.fb, 'start (after the sanity calls)', redis)];
   const json = requestFor('chat-json', byName('farebox'), s.simUrl, key);
   let done = 0;
   for (const upTo of [1000, 10_000]) {
@@ -200,7 +221,7 @@ async function fullRun(prefix: string, key: string): Promise<void> {
     const r = await runLoad(json, 50, 0, upTo - done);
     done = upTo;
     if (r.non2xx || r.errors) problems.push(`farebox memory phase: ${r.non2xx} non-2xx, ${r.errors} errors`);
-    memory.push(await memoryPoint(s.fb, `after ${upTo.toLocaleString('en-US')} calls`));
+    memory.push(await memoryPoint(s.fb, `after ${upTo.toLocaleString('en-US')} calls`, redis));
   }
 
   const sequential: SequentialCell[] = [];
@@ -251,7 +272,7 @@ async function fullRun(prefix: string, key: string): Promise<void> {
       }
     }
   }
-  memory.push(await memoryPoint(s.fb, 'end of run'));
+  memory.push(await memoryPoint(s.fb, 'end of run', redis));
 
   const peakRssMiB: Record<string, number> = {
     simulator: mib(memOf(s.sim.pid).hwmKiB, 'KiB'),
@@ -266,7 +287,7 @@ async function fullRun(prefix: string, key: string): Promise<void> {
       warmupS: WARMUP,
       sequential: SEQUENTIAL,
       concurrency: CONCURRENCY,
-      pinning: `Servers (farebox, peer) on core ${SERVER_CORE}; load generator and simulator on core ${LOAD_CORE} (taskset); Redis unpinned.`,
+      pinning: `Servers (farebox, peer) on core ${SERVER_CORE}; load generator, simulator, dev chains${redisPinned ? ' and Redis' : ''} on core ${LOAD_CORE} (taskset)${redisPinned ? '' : '; Redis unpinned (not local, or taskset failed)'}.`,
     },
     loadAverage: { start: loadAvgStart, end: loadavg().map((v) => round(v, 2)) },
     versions: {
@@ -290,8 +311,14 @@ async function fullRun(prefix: string, key: string): Promise<void> {
 /** Stops the children and deletes the bench's Redis keys; set once Redis is open. */
 let cleanup: () => Promise<void> = stopAll;
 
+/** Whether Redis was pinned to the load core for this run. */
+let redisPinned = false;
+
 async function main(): Promise<number> {
   await pinSelf(LOAD_CORE);
+  // Redis serves farebox like the simulator does: it runs beside them, off the measured core.
+  const unpinRedis = await pinLocalRedis(REDIS_URL, LOAD_CORE);
+  redisPinned = unpinRedis !== null;
   const prefix = `farebox-bench:${randomBytes(6).toString('hex')}:`;
   const redis = connectRedis({ url: REDIS_URL, prefix, failFast: true });
   let cleaned: Promise<void> | undefined;
@@ -300,6 +327,7 @@ async function main(): Promise<number> {
       await stopAll();
       await deleteKeys(redis, ['*']).catch((err: Error) => log(`could not delete ${prefix}*: ${err.message}`));
       redis.disconnect();
+      await unpinRedis?.();
     })());
   try {
     const account = await createAccount(redis, {});
@@ -307,7 +335,7 @@ async function main(): Promise<number> {
     // The farebox child funds it on its dev chains (bench/farebox-target.ts).
     process.env.FAREBOX_BENCH_ACCOUNT = account.address;
     if (PROFILE) await profileOnly(PROFILE, prefix, key);
-    else await fullRun(prefix, key);
+    else await fullRun(prefix, key, redis);
     return 0;
   } finally {
     await cleanup();

@@ -1,6 +1,7 @@
 /**
- * A server process of the benchmark: `server.ts sim`, `server.ts chains <redisUrl> <redisPrefix>` (the four dev
- * chains, published in Redis as `farebox serve` publishes them) or `server.ts farebox <simUrl> <redisUrl> <redisPrefix>`.
+ * A server process of the benchmark, run compiled (dist/bench/server.js): `server.js sim`, `server.js chains
+ * <redisUrl> <redisPrefix>` (the four dev chains, published in Redis as `farebox serve` publishes them) or
+ * `server.js farebox <simUrl> <redisUrl> <redisPrefix>`.
  * Prints one JSON line `{"url":"http://127.0.0.1:PORT"}` once listening; closes and exits 0 on SIGTERM.
  * Over IPC, {type:'profile-start'} and {type:'profile-stop', file} record a CPU profile of the main thread
  * (inspector Profiler domain) for just the span between them, start-up excluded.
@@ -28,13 +29,13 @@ if (kind === 'sim') {
   const { startFarebox } = await import('./farebox-target.js');
   running = await startFarebox(args[0]!, args[1]!, args[2]!);
 } else {
-  process.stderr.write('usage: server.ts sim | chains <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n');
+  process.stderr.write('usage: server.js sim | chains <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n');
   process.exit(2);
 }
 
 /**
- * Frames of the TypeScript sources moved to their positions in the .ts files: tsx runs transpiled code whose
- * positions mean nothing to a reader (its source maps are registered, so node:module finds them).
+ * Frames of the compiled sources moved to their files and positions in the .ts sources (farebox runs from dist/
+ * with --enable-source-maps when profiled, so node:module finds the maps).
  */
 function toSourcePositions(profile: Profiler.Profile): Profiler.Profile {
   for (const node of profile.nodes) {
@@ -42,6 +43,7 @@ function toSourcePositions(profile: Profiler.Profile): Profiler.Profile {
     if (!frame.url.startsWith('file:') || frame.url.includes('/node_modules/')) continue;
     const entry = findSourceMap(frame.url)?.findEntry(frame.lineNumber, frame.columnNumber);
     if (!entry || !('originalLine' in entry)) continue;
+    if (typeof entry.originalSource === 'string') frame.url = entry.originalSource;
     frame.lineNumber = entry.originalLine;
     frame.columnNumber = entry.originalColumn;
     delete node.positionTicks;
