@@ -8,13 +8,13 @@ import {
   createPublicClient,
   decodeErrorResult,
   defineChain,
-  encodeFunctionData,
   numberToHex,
   type Hex,
   type PublicClient,
 } from 'viem';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { CALL_STATUS, escrowAbi } from './abi.js';
+import { encodeChargeBatch, signTransaction } from './charge-tx.js';
 import type { Address, ChainConfig, ChainName } from './config.js';
 import { decodeEscrowLog, type RpcLog } from './escrow-logs.js';
 import { rpcTransport } from './rpc-transport.js';
@@ -98,6 +98,7 @@ class EvmChain implements SettlementChain {
   readonly canSettle: boolean;
   private readonly client: PublicClient;
   private readonly account: PrivateKeyAccount | undefined;
+  private readonly settlerKey: Hex | undefined;
   private readonly queue: NonceQueue | undefined;
   private readonly pollMs: number;
   private readonly maxReplacements: number;
@@ -123,6 +124,7 @@ class EvmChain implements SettlementChain {
     if (key !== undefined && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
       throw new SettlementError('not_configured', `settler key in ${config.settler_key_env} is not a 32-byte hex key`, name);
     }
+    this.settlerKey = key as Hex | undefined;
     this.account = key ? privateKeyToAccount(key as Hex) : undefined;
     this.canSettle = this.account !== undefined;
     const account = this.account;
@@ -193,27 +195,23 @@ class EvmChain implements SettlementChain {
     if (!account || !queue) throw new SettlementError('not_configured', 'no settler key configured', this.name);
     this.validate(charges);
     const batch = [...charges];
-    const data = encodeFunctionData({
-      abi: escrowAbi,
-      functionName: 'chargeBatch',
-      args: [batch.map((c) => c.callId), batch.map((c) => c.account), batch.map((c) => c.amount)],
-    });
+    const data = encodeChargeBatch(batch);
     const gas = gasLimitFor(batch.length);
     // Preflight outside the nonce queue so concurrent batches only serialize sign + send.
     const [fees] = await Promise.all([this.client.estimateFeesPerGas(), this.preflight(account.address, data, gas)]);
-    const tx: InFlight = { ...(await this.sendNext(account, queue, data, gas, fees)), data, gas, fees };
+    const tx: InFlight = { ...(await this.sendNext(queue, data, gas, fees)), data, gas, fees };
     // Watched from now on, awaited or not, so a stuck batch gets replaced either way.
-    const settled = this.waitForBatch(account, tx).then((r) => this.toBatchReceipt(r, batch));
+    const settled = this.waitForBatch(tx).then((r) => this.toBatchReceipt(r, batch));
     settled.catch(() => undefined); // reported through wait(); not an unhandled rejection
     return { nonce: tx.nonce, txHash: tx.hashes[0]!, wait: () => settled };
   }
 
   // Takes the next nonce and sends; if another sender used the key meanwhile ("nonce too low"),
   // the queue resyncs from the chain and we try again.
-  private async sendNext(account: PrivateKeyAccount, queue: NonceQueue, data: Hex, gas: bigint, fees: Fees) {
+  private async sendNext(queue: NonceQueue, data: Hex, gas: bigint, fees: Fees) {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await queue.run(async (nonce) => ({ nonce, hashes: [await this.send(account, nonce, data, gas, fees)] }));
+        return await queue.run(async (nonce) => ({ nonce, hashes: [await this.send(nonce, data, gas, fees)] }));
       } catch (err) {
         if (attempt >= 3 || !isNonceConsumed(err)) throw err;
       }
@@ -244,8 +242,9 @@ class EvmChain implements SettlementChain {
     }
   }
 
-  private async send(account: PrivateKeyAccount, nonce: number, data: Hex, gas: bigint, fees: Fees): Promise<Hex> {
-    const serializedTransaction = await account.signTransaction({
+  private async send(nonce: number, data: Hex, gas: bigint, fees: Fees): Promise<Hex> {
+    // Signed with the settler key as account.signTransaction would, on a faster keccak (charge-tx.ts).
+    const serializedTransaction = await signTransaction({
       type: 'eip1559',
       chainId: this.chainId,
       nonce,
@@ -253,13 +252,13 @@ class EvmChain implements SettlementChain {
       data,
       gas,
       ...fees,
-    });
+    }, this.settlerKey!);
     return this.client.request({ method: 'eth_sendRawTransaction', params: [serializedTransaction] });
   }
 
   // Polls for a receipt of any of the batch's transactions. While none is mined, re-sends it
   // every replace_after_ms with the same nonce and a higher fee (covers stuck and dropped txs).
-  private async waitForBatch(account: PrivateKeyAccount, tx: InFlight): Promise<MinedBatch> {
+  private async waitForBatch(tx: InFlight): Promise<MinedBatch> {
     let replacements = 0;
     let lastError: unknown;
     let deadline = Date.now() + this.config.replace_after_ms;
@@ -277,21 +276,21 @@ class EvmChain implements SettlementChain {
           throw new SettlementError('timeout', msg, this.name, { cause: lastError });
         }
         replacements++;
-        lastError = await this.replace(account, tx).catch((err: unknown) => err);
+        lastError = await this.replace(tx).catch((err: unknown) => err);
         deadline = Date.now() + this.config.replace_after_ms;
       }
       await sleep(this.pollMs);
     }
   }
 
-  private async replace(account: PrivateKeyAccount, tx: InFlight): Promise<undefined> {
+  private async replace(tx: InFlight): Promise<undefined> {
     const now = await this.client.estimateFeesPerGas();
     tx.fees = {
       maxPriorityFeePerGas: max((tx.fees.maxPriorityFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxPriorityFeePerGas),
       maxFeePerGas: max((tx.fees.maxFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxFeePerGas),
     };
     try {
-      tx.hashes.push(await this.send(account, tx.nonce, tx.data, tx.gas, tx.fees));
+      tx.hashes.push(await this.send(tx.nonce, tx.data, tx.gas, tx.fees));
     } catch (err) {
       // "nonce too low" / "already known": one of ours was mined or is pending; keep polling.
       if (!isNonceConsumed(err)) throw err;
