@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis';
 import type { ChainName } from './chains/config.js';
 import type { SettlementChain } from './chains/port.js';
 import type { Metrics } from './metrics.js';
-import { usdOf } from './metrics.js';
+import { countBy, usdOf } from './metrics.js';
 import { applyEvents, correctSynced, readCursor, readWallet, walletKeys, walletRedis, type WalletRedis } from './wallets.js';
 
 /** Watcher settings. */
@@ -101,7 +101,7 @@ export class ChainWatcher {
     const to = head - from + 1n > BigInt(this.settings.maxRange) ? from + BigInt(this.settings.maxRange) - 1n : head;
     const events = await chain.readEvents(from, to);
     const kinds = await applyEvents(this.r, name, events);
-    for (const kind of kinds) this.metrics.chainEvents.inc({ chain: name, kind });
+    countBy(kinds, (kind, n) => this.metrics.chainEvents.inc({ chain: name, kind }, n));
     const applied = kinds.length;
     await this.r.set(`scanned:${name}`, to.toString());
     this.metrics.chainLagBlocks.set({ chain: name }, Number(head - to));

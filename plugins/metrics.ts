@@ -60,3 +60,10 @@ export function initSeries(m: Metrics, chains: readonly string[], models: readon
 export function usdOf(atomic: bigint): number {
   return Number(atomic) / 1e6;
 }
+
+/** Calls `add` once per distinct value with its count: one counter update per label set of a batch, not per item. */
+export function countBy<T extends string>(values: readonly T[], add: (value: T, count: number) => void): void {
+  const counts = new Map<T, number>();
+  for (const v of values) counts.set(v, (counts.get(v) ?? 0) + 1);
+  for (const [v, n] of counts) add(v, n);
+}

@@ -8,7 +8,7 @@
 import type { Redis } from 'ioredis';
 import type { ChainName } from './chains/config.js';
 import type { Charge, Hex, SettlementChain } from './chains/port.js';
-import type { Metrics } from './metrics.js';
+import { countBy, type Metrics } from './metrics.js';
 import { walletKeys } from './wallets.js';
 
 const GROUP = 'settlers';
@@ -144,7 +144,7 @@ export class Settler {
     this.metrics.settlementDuration.observe({ chain: name }, Number(process.hrtime.bigint() - started) / 1e9);
     this.metrics.settlementBatches.inc({ chain: name, result: 'mined' });
     const now = Date.now();
-    for (const r of receipt.results) this.metrics.settlementCharges.inc({ chain: name, outcome: r.outcome });
+    countBy(receipt.results.map((r) => r.outcome), (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n));
     for (const id of ids) this.metrics.settlementLag.observe({ chain: name }, Math.max(0, now - entryTime(id)) / 1000);
     await conn.xack(key, GROUP, ...ids);
     // Acknowledged entries are done with: keep the stream short.
