@@ -13,10 +13,12 @@ import { DEV_KEYS, DEV_SETTLER_KEY_ENV } from '../plugins/chains/dev-chains.js';
 import { buildConfig, embeddedDefault } from '../plugins/config.js';
 import farebox from '../plugins/gateway.js';
 import { closeRedis, connectRedis } from '../plugins/redis.js';
-import { DEV_CHAINS_KEY, fundOnDevChain } from '../plugins/serve.js';
+import { DEV_CHAINS_KEY, fundOnDevChain, tuneHeap } from '../plugins/serve.js';
 
 /** Start farebox on 127.0.0.1 (ephemeral port), upstreams at `simUrl`, Redis keys under `redisPrefix`. */
 export async function startFarebox(simUrl: string, redisUrl: string, redisPrefix: string): Promise<{ url: string; close(): Promise<void> }> {
+  // The process runs as `farebox serve` runs it.
+  tuneHeap();
   const input = embeddedDefault(simUrl);
   input.redis = { url: redisUrl, prefix: redisPrefix };
   input.server = { host: '127.0.0.1', port: 0 };

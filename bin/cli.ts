@@ -126,7 +126,8 @@ export async function main(
     switch (cmd) {
       case 'serve': {
         // Heavy modules load only for the commands that need them: the CLI's quick commands stay quick.
-        const { demoGreeting, serve } = await import('../plugins/serve.js');
+        const { demoGreeting, serve, tuneHeap } = await import('../plugins/serve.js');
+        tuneHeap();
         const server = await serve(env);
         if (server.config.embedded) {
           const r = db();

@@ -8,6 +8,7 @@
  * the watcher rebuilds them from the new chains' events.
  */
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts.js';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from './chains/config.js';
@@ -30,6 +31,23 @@ export interface Server {
   /** The environment the gateway was started with (dev settler key added on the embedded default). */
   env: ConfigEnv;
   close(): Promise<void>;
+}
+
+/** V8's old-generation growth factor `farebox serve` runs with, as heap-growing-percent (1.5x). */
+export const HEAP_GROWING_PERCENT = 50;
+
+/**
+ * Run the process with a 1.5x old-generation growth factor instead of V8's adaptive one (up to 4x). A gateway's
+ * live heap is small (~30 MiB) and its garbage is per call, so that headroom was most of its RSS: in the bench, peak
+ * RSS went from ~260 MiB to ~165 and the growth between 1,000 and 10,000 calls from ~38 MiB to ~15, at the same
+ * CPU per call (full GCs are cheap on a small live heap). V8 reads the factor at every GC, so setting it at start
+ * works. `farebox serve` calls this; an operator's own --heap-growing-percent on node's command line wins, and a
+ * host app that registers the plugin keeps its own settings. Returns whether it set the flag.
+ */
+export function tuneHeap(execArgv: readonly string[] = process.execArgv): boolean {
+  if (execArgv.some((a) => a.startsWith('--heap-growing-percent') || a.startsWith('--heap_growing_percent'))) return false;
+  setFlagsFromString(`--heap-growing-percent=${HEAP_GROWING_PERCENT}`);
+  return true;
 }
 
 /** Redis key where the embedded default publishes its dev chains for the CLI (`farebox chains`, `farebox fund`). */

@@ -5,7 +5,7 @@ import { Agent, request } from 'undici';
 import type { Address, ChainsConfig } from '../plugins/chains/config.js';
 import { createEvmChain } from '../plugins/chains/evm.js';
 import { connectRedis } from '../plugins/redis.js';
-import { DEV_CHAINS_KEY } from '../plugins/serve.js';
+import { DEV_CHAINS_KEY, HEAP_GROWING_PERCENT, tuneHeap } from '../plugins/serve.js';
 import { listUsage } from '../plugins/usage-records.js';
 import { readWallet } from '../plugins/wallets.js';
 import { formatUsd } from '../pricing/index.js';
@@ -93,6 +93,16 @@ const url = `http://127.0.0.1:${port}`;
 const head = /^farebox: embedded default at (\S+) \(simulated upstreams, dev chains\)\. Demo account (0x[0-9a-f]{40}), 10 USD on chain_a\./m.exec(first.stdout);
 const demo = head?.[2] as Address;
 const demoKey = /^ {2}export FAREBOX_KEY=(sk_[A-Za-z0-9_-]+)$/m.exec(first.stdout)?.[1] ?? '';
+
+t.test("serve's heap tuning: a flag this node's V8 knows, set unless the operator set it", async (t) => {
+  // setFlagsFromString ignores unknown flags silently: make sure this Node's V8 still has it.
+  const options = await new Promise<string>((resolve, reject) =>
+    execFile(process.execPath, ['--v8-options'], { maxBuffer: 16 * 2 ** 20 }, (err, out) => (err ? reject(err) : resolve(out))));
+  t.match(options, /--heap-growing-percent \(/);
+  t.equal(HEAP_GROWING_PERCENT, 50);
+  t.equal(tuneHeap(['--heap-growing-percent=80']), false, "the operator's own value wins");
+  t.equal(tuneHeap(['--enable-source-maps']), true);
+});
 
 t.test('serve prints the demo account, its key and a curl line that works as pasted', async (t) => {
   t.ok(head, first.stdout);
