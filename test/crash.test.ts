@@ -31,29 +31,45 @@ const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
 const dev = await devChains();
 const prefix = testPrefix();
 const redis = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
-const port = await freePort();
 const dir = mkdtempSync(join(tmpdir(), 'farebox-crash-'));
-const configFile = join(dir, 'farebox.json');
-writeFileSync(configFile, JSON.stringify({
-  ...embeddedDefault(sim.url),
-  server: { port, host: '127.0.0.1' },
-  redis: { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix },
-  chains: devChainsConfig(dev),
-  billing: { instance_timeout_ms: 1_500, claim_idle_ms: 2_000, batch_wait_ms: 0 },
-}));
-const env = { ...process.env, FAREBOX_CONFIG: configFile, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, LOG_LEVEL: 'error' };
-const url = `http://127.0.0.1:${port}`;
+let url = '';
 let child: ChildProcess | undefined;
 
+/**
+ * Start `farebox serve` on a port of its own. Each start takes a new port: the killed gateway's port is free for
+ * any process to take while the next one starts (other test files run alongside), and a health check answered by
+ * someone else's server would send the test on against the wrong gateway.
+ */
 async function startGateway(): Promise<ChildProcess> {
+  const port = await freePort();
+  const configFile = join(dir, `farebox-${port}.json`);
+  writeFileSync(configFile, JSON.stringify({
+    ...embeddedDefault(sim.url),
+    server: { port, host: '127.0.0.1' },
+    redis: { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix },
+    chains: devChainsConfig(dev),
+    billing: { instance_timeout_ms: 1_500, claim_idle_ms: 2_000, batch_wait_ms: 0 },
+  }));
+  const env = { ...process.env, FAREBOX_CONFIG: configFile, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, LOG_LEVEL: 'error' };
   const c = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'serve'], { env, stdio: ['ignore', 'ignore', 'inherit'] });
-  for (let i = 0; i < 300; i++) {
-    const ok = await fetch(`${url}/v1/health`).then((r) => r.ok, () => false);
-    if (ok) return c;
+  url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 300 && c.exitCode === null; i++) {
+    // Ours: farebox's health body, from a child still running; a listener that never answers cannot stall this.
+    const health = await fetch(`${url}/v1/health`, { signal: AbortSignal.timeout(2_000) })
+      .then((r) => (r.ok ? r.json() : null), () => null) as { status?: string; redis?: string } | null;
+    if (health?.status === 'ok' && health.redis === 'ok' && c.exitCode === null) return c;
     await new Promise((r) => setTimeout(r, 100));
   }
   c.kill('SIGKILL');
-  throw new Error('gateway did not start');
+  throw new Error(`gateway did not start (exit code ${c.exitCode})`);
+}
+
+/** What the restarted gateway still has to do, for a failure message. */
+async function state(account: string): Promise<string> {
+  const w = await readWallet(redis, account, 'chain_a');
+  const holds = await redis.zcard(walletKeys.holds);
+  const queued = await redis.xlen(walletKeys.debits('chain_a'));
+  return `holds ${holds}, held ${w.held}, pending ${w.pending}, synced ${w.synced}, debits queued ${queued}`;
 }
 
 t.teardown(async () => {
@@ -93,11 +109,13 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
 
   child = await startGateway();
   // The new instance releases the dead one's holds and takes over its unacknowledged debits.
-  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await redis.keys('hold:*')).length === 0, 120_000);
+  // Each phase takes seconds (the dead watcher's 10 s lease included); a stuck one fails with what is left.
+  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await redis.keys('hold:*')).length === 0, 40_000)
+    .catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
   const w = await until('every debit onchain', async () => {
     const x = await readWallet(redis, account, 'chain_a');
     return x.pending === 0n && x.held === 0n && (await redis.xlen(walletKeys.debits('chain_a'))) === 0 ? x : null;
-  }, 120_000);
+  }, 40_000).catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
 
   const ids = await redis.zrange(walletKeys.usageIndex(account), 0, -1);
   const records = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.usage(id))));
