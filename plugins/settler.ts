@@ -30,6 +30,17 @@ function toCharge(fields: string[]): Charge | null {
   return { callId: f.call_id as Hex, account: f.account as Hex, amount: BigInt(f.amount) };
 }
 
+/**
+ * Acknowledge entries and delete them, in one transaction. Acknowledged entries are done with, and deleting them keeps
+ * the stream short; apart, a crash between the two left an entry no consumer would ever take again, holding the queue
+ * depth and oldest-debit gauges up for good (seen in the crash test).
+ */
+async function done(conn: Redis, key: string, ids: string[]): Promise<void> {
+  const results = await conn.multi().xack(key, GROUP, ...ids).xdel(key, ...ids).exec();
+  const failed = results?.find(([err]) => err);
+  if (!results || failed) throw failed?.[0] ?? new Error('debit acknowledgement transaction discarded');
+}
+
 /** Stream entry ids start with their creation time in ms. */
 function entryTime(id: string): number {
   return Number(id.slice(0, id.indexOf('-')));
@@ -136,7 +147,7 @@ export class Settler {
     }
     if (malformed.length) {
       this.log.error({ chain: name, ids: malformed }, 'malformed debit entries dropped');
-      await conn.xack(key, GROUP, ...malformed);
+      await done(conn, key, malformed);
     }
     if (charges.length === 0) return;
     const started = process.hrtime.bigint();
@@ -146,9 +157,7 @@ export class Settler {
     const now = Date.now();
     countBy(receipt.results.map((r) => r.outcome), (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n));
     for (const id of ids) this.metrics.settlementLag.observe({ chain: name }, Math.max(0, now - entryTime(id)) / 1000);
-    await conn.xack(key, GROUP, ...ids);
-    // Acknowledged entries are done with: keep the stream short.
-    await conn.xdel(key, ...ids);
+    await done(conn, key, ids);
   }
 
   /** Queue depth and age of the oldest debit not yet charged, per chain. */

@@ -9,7 +9,9 @@ import { buildConfig, embeddedDefault } from '../plugins/config.js';
 import { createMetrics } from '../plugins/metrics.js';
 import { connectRedis } from '../plugins/redis.js';
 import { listUsage } from '../plugins/usage-records.js';
+import { walletKeys } from '../plugins/wallets.js';
 import { closeDevChains, dropPrefix, startHarness, testPrefix, type Harness } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 t.teardown(closeDevChains);
 
@@ -172,10 +174,12 @@ t.test('billed calls: tokens and charged USD match the usage record; holds, sett
   t.equal(select(s, 'farebox_holds_open').length, 1, 'holds open reported');
   t.equal(select(s, 'farebox_chain_watcher_lag_blocks', { chain: 'chain_a' }).length, 1, 'watcher lag reported');
 
+  // Acknowledged and deleted in one step: the charged debit leaves the queue.
+  await until('the charged debit left the queue', async () => (await h.redis.xlen(walletKeys.debits('chain_a'))) === 0);
   // Queue gauges are measured every 5 s by the settler.
-  const q = await scrapeUntil(url, (s) => select(s, 'farebox_debit_queue_depth', { chain: 'chain_a' }).length === 1);
-  t.equal(select(q, 'farebox_debit_queue_depth', { chain: 'chain_a' }).length, 1, 'debit queue depth by chain');
-  t.equal(select(q, 'farebox_debit_queue_oldest_seconds', { chain: 'chain_a' }).length, 1, 'oldest debit age by chain');
+  const q = await scrapeUntil(url, (s) => select(s, 'farebox_debit_queue_depth', { chain: 'chain_a' })[0]?.value === 0);
+  t.match(select(q, 'farebox_debit_queue_depth', { chain: 'chain_a' }), [{ value: 0 }], 'debit queue depth by chain: empty');
+  t.match(select(q, 'farebox_debit_queue_oldest_seconds', { chain: 'chain_a' }), [{ value: 0 }], 'oldest debit age by chain: none');
 });
 
 t.test('metrics.port: served on a port of its own, not on the gateway port', async (t) => {
