@@ -99,6 +99,7 @@ function accountArg(flags: Flags): string {
 const HELP = `usage: farebox <command> [options]
   serve                                   run the gateway (PORT, HOST, REDIS_URL, FAREBOX_CONFIG)
   sim [--port N]                          run the simulated upstream providers alone
+  settle [--metrics-port N] [--json]      settle debits onchain and watch the chains, with no gateway in the process
   account create [--address 0x..] [--status active|pending|suspended] [--json]
   account status --account 0x.. --set active|pending|suspended
   key create --account 0x.. [--json]
@@ -147,6 +148,33 @@ export async function main(
         const sim = await startSimulator({ host: env.HOST ?? '127.0.0.1', port });
         out(json ? JSON.stringify({ url: sim.url }) : `farebox sim: simulated upstreams at ${sim.url}`);
         const stop = () => void sim.close().then(() => process.exit(0));
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+        return -1;
+      }
+      case 'settle': {
+        // Settlement alone: run beside gateways whose config says billing.settler / billing.watcher false.
+        const port = flags['metrics-port'] === undefined ? undefined : Number(str(flags, 'metrics-port'));
+        if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) throw new UsageError('--metrics-port must be a port number');
+        const { startSettleProcess } = await import('../plugins/settlement.js');
+        const { tuneHeap } = await import('../plugins/serve.js');
+        tuneHeap();
+        let config;
+        let runEnv: NodeJS.ProcessEnv = env;
+        if (env.FAREBOX_CONFIG) {
+          const { loadConfig } = await import('../plugins/config.js');
+          config = loadConfig(env);
+        } else {
+          const { embeddedSettleConfig } = await import('../plugins/serve.js');
+          ({ config, env: runEnv } = embeddedSettleConfig(await chainsOf(env, db()), env));
+          await db().quit();
+          redis = undefined;
+        }
+        const settle = await startSettleProcess(config, runEnv, { metricsPort: port });
+        out(json
+          ? JSON.stringify({ instance: settle.instance, metrics: settle.metricsUrl ?? null })
+          : `farebox settle: settling and watching chain_a..chain_d as ${settle.instance}${settle.metricsUrl ? `; metrics at ${settle.metricsUrl}` : ''}`);
+        const stop = () => void settle.close().then(() => process.exit(0));
         process.once('SIGINT', stop);
         process.once('SIGTERM', stop);
         return -1;

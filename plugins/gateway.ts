@@ -13,10 +13,7 @@ import type { Redis } from 'ioredis';
 import { KeyResolver, presentedKey } from './auth.js';
 import { Billing, inputTokensBound } from './billing.js';
 import type { CallContext, CallObserver } from './call.js';
-import { ChainWatcher } from './chain-watcher.js';
-import { CHAIN_NAMES, type ChainName } from './chains/config.js';
-import { createEvmChain } from './chains/evm.js';
-import type { SettlementChain } from './chains/port.js';
+import { CHAIN_NAMES } from './chains/config.js';
 import { buildConfig, type FareboxConfig } from './config.js';
 import { GatewayError, isRetryable, renderError, type Protocol } from './errors.js';
 import { createMetrics, initSeries, type Metrics } from './metrics.js';
@@ -24,7 +21,7 @@ import { serveMetrics } from './metrics-route.js';
 import { proxyCall, Upstreams } from './proxy.js';
 import { RateLimiter, rateLimitedError } from './rate-limit.js';
 import { closeRedis, connectRedis, redisAnswers } from './redis.js';
-import { Settler } from './settler.js';
+import { Settlement } from './settlement.js';
 import { checkClientRule } from '../policies/client-rules.js';
 import { classifyClient } from '../policies/clients.js';
 import { rateLimitHeaders, UNLIMITED, type Decision } from '../policies/limits.js';
@@ -116,11 +113,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
   if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
   const log = app.log;
 
-  // Billing: the funds gate and settlement on the call path; the settler and the chain watcher beside it.
-  const chains: Partial<Record<ChainName, SettlementChain>> = {};
-  if (config.chains) {
-    for (const name of CHAIN_NAMES) chains[name] = createEvmChain(name, config.chains[name], { env: opts.env ?? process.env });
-  }
+  // Billing: the funds gate and settlement on the call path; the settler and the chain watcher beside it, unless
+  // this instance leaves them to others (`farebox settle`, plugins/settlement.ts).
   const billing = opts.observer === undefined && config.chains
     ? new Billing(redis, config.prices, {
       retentionMs: config.billing.retention_days * 86_400_000,
@@ -129,30 +123,20 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     }, metrics, log)
     : undefined;
   const observer: CallObserver | undefined = opts.observer === false ? undefined : (opts.observer ?? billing);
-  const settler = billing && config.billing.settler
-    ? new Settler(redis, chains, billing.instance, { batchSize: config.billing.batch_size, batchWaitMs: config.billing.batch_wait_ms, claimIdleMs: config.billing.claim_idle_ms }, metrics, log)
-    : undefined;
-  const watcher = billing && config.billing.watcher
-    ? new ChainWatcher(redis, chains, billing.instance, {
-      pollMs: Math.min(...CHAIN_NAMES.map((n) => config.chains![n].poll_interval_ms)),
-      reconcileMs: config.billing.reconcile_interval_ms,
-      maxRange: 2_000,
-      startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(config.chains![n].deploy_block)])),
-    }, metrics, log)
+  const settlement = billing && config.chains
+    ? new Settlement(redis, config.chains, config.billing, billing.instance, metrics, log, opts.env ?? process.env)
     : undefined;
   app.addHook('onReady', async () => {
     // Heartbeats well inside the timeout, so a live instance is never taken for dead.
     billing?.start(Math.min(5_000, Math.max(250, Math.floor(config.billing.instance_timeout_ms / 3))));
-    await settler?.start();
-    watcher?.start();
+    await settlement?.start();
   });
 
   // Settlements still running at shutdown finish before Redis closes (else their holds would only expire).
   const settling = new Set<Promise<void>>();
   app.addHook('onClose', async () => {
     await Promise.allSettled([...settling]);
-    await watcher?.stop();
-    await settler?.stop();
+    await settlement?.stop();
     await billing?.stop();
     await keys.close();
     await upstreams.close();

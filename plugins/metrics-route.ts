@@ -6,6 +6,13 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { FastifyInstance } from 'fastify';
 import type { Metrics } from './metrics.js';
 
+/** Whether an Authorization header passes: always, when no token is configured. */
+function tokenCheck(tokenEnv: string | undefined, env: Record<string, string | undefined>): (auth: string | undefined) => boolean {
+  const token = tokenEnv ? env[tokenEnv] : undefined;
+  if (tokenEnv && !token) throw new Error(`metrics.token_env: environment variable ${tokenEnv} is not set`);
+  return (auth) => !token || auth === `Bearer ${token}`;
+}
+
 /** Serve the registry of `metrics` as configured. */
 export async function serveMetrics(
   app: FastifyInstance,
@@ -13,11 +20,8 @@ export async function serveMetrics(
   opts: { port?: number; token_env?: string; host?: string },
   env: Record<string, string | undefined>,
 ): Promise<void> {
-  const token = opts.token_env ? env[opts.token_env] : undefined;
-  if (opts.token_env && !token) throw new Error(`metrics.token_env: environment variable ${opts.token_env} is not set`);
-  const allowed = (auth: string | undefined) => !token || auth === `Bearer ${token}`;
-
   if (opts.port === undefined) {
+    const allowed = tokenCheck(opts.token_env, env);
     app.get('/metrics', async (request, reply) => {
       if (!allowed(request.headers.authorization)) return reply.code(401).send('unauthorized\n');
       reply.header('content-type', metrics.registry.contentType);
@@ -25,6 +29,17 @@ export async function serveMetrics(
     });
     return;
   }
+  const server = await startMetricsServer(metrics, { ...opts, port: opts.port }, env);
+  app.addHook('onClose', () => server.close());
+}
+
+/** GET /metrics on a port of its own (0 = ephemeral); behind a bearer token when `opts.token_env` names one. */
+export async function startMetricsServer(
+  metrics: Metrics,
+  opts: { port: number; token_env?: string; host?: string },
+  env: Record<string, string | undefined>,
+): Promise<{ port: number; close(): Promise<void> }> {
+  const allowed = tokenCheck(opts.token_env, env);
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     if (req.url !== '/metrics') {
       res.writeHead(404).end();
@@ -44,7 +59,8 @@ export async function serveMetrics(
     server.listen(opts.port, opts.host ?? '127.0.0.1', () => resolve());
   });
   metrics.server.port = (server.address() as { port: number }).port;
-  app.addHook('onClose', async () => {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
+  return {
+    port: metrics.server.port,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
 }

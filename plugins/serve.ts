@@ -63,6 +63,16 @@ export function devChainsConfig(dev: DevChains): ChainsConfig {
   return out;
 }
 
+/**
+ * The embedded default's config for a process that only settles (`farebox settle` beside `npm start`): the dev
+ * chains a gateway published in Redis and the dev settler key. Such a process calls no upstream, so the simulator's
+ * address and key in it are placeholders.
+ */
+export function embeddedSettleConfig(chains: ChainsConfig, env: ConfigEnv): { config: FareboxConfig; env: ConfigEnv } {
+  const runEnv = { ...env, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
+  return { config: buildConfig({ ...embeddedDefault('http://127.0.0.1:8090'), chains }, runEnv, true), env: runEnv };
+}
+
 /** Clear what Redis knows of the previous dev chains: they start empty, so their balances and debits are gone. */
 export async function resyncDevChains(redis: Redis): Promise<void> {
   const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
