@@ -167,6 +167,17 @@ export function cpuMsOf(pid: number): number {
 }
 
 /**
+ * Busy time of one core since boot, in ms: user, nice, system, irq, softirq and steal of its line in /proc/stat
+ * (proc(5)); steal is time the hypervisor gave to another guest.
+ */
+export function coreBusyMsOf(core: number): number {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n').find((l) => l.startsWith(`cpu${core} `));
+  if (!line) throw new Error(`/proc/stat has no line for cpu${core}`);
+  const [user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number);
+  return ((user! + nice! + system! + irq! + softirq! + (steal ?? 0)) * 1000) / TICKS_PER_S;
+}
+
+/**
  * Time the main thread of `pid` spent runnable but waiting for a core, in ms: how much other processes held
  * it back (proc(5) and the kernel's sched-stats doc: /proc/<pid>/schedstat, second field, ns).
  */

@@ -1,9 +1,10 @@
 /**
  * How the benchmark runs farebox: the plugin in a Fastify app set up as `farebox serve` sets it up
  * (plugins/serve.ts), on the embedded default's config routed to an out-of-process simulator, with billing on:
- * real holds, the debit queue, the settler and the watcher, against the four dev chains of another process (the
- * bench's `chains` server, published in Redis as serve publishes them): a production gateway's chains are
- * elsewhere too, and EVM execution on the gateway's core would measure the dev chain, not the gateway.
+ * real holds and the debit queue here, the settler and the watcher in a `farebox settle` process beside it (the
+ * bench's `settle` server), against the four dev chains of another process (the bench's `chains` server,
+ * published in Redis as serve publishes them): a production gateway's chains are elsewhere too, and EVM execution
+ * on the gateway's core would measure the dev chain, not the gateway.
  * serve() itself cannot be used: without FAREBOX_CONFIG it starts the simulator and the chains in its own
  * process. The bench account (FAREBOX_BENCH_ACCOUNT) is funded on chain_a before the load starts.
  */
@@ -25,6 +26,9 @@ export async function startFarebox(simUrl: string, redisUrl: string, redisPrefix
   // Rate limits still count every call (their Redis round trip is part of the hot path) but never refuse one:
   // the defaults (3,000 requests/min per key) would answer most of the load with 429.
   input.limits = { default: { key: { rpm: 1e12 }, account: { rpm: 1e12 } } };
+  // Settlement runs in a `farebox settle` process beside it (bench/server.ts settle), as a production deployment
+  // runs it: its CPU and garbage stay off the gateway's event loop. The bench counts its CPU with the gateway's.
+  input.billing = { settler: false, watcher: false };
   const published = connectRedis({ url: redisUrl, prefix: redisPrefix });
   const chains = await published.get(DEV_CHAINS_KEY);
   await closeRedis(published);

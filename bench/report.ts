@@ -19,8 +19,13 @@ export interface Machine {
 export interface LoadCell extends LoadResult {
   scenario: Scenario;
   target: TargetName;
-  /** CPU (user+system) the measured server spent per 2xx response, ms; the simulator's own for `direct`. */
+  /**
+   * CPU (user+system) the measured server spent per 2xx response, ms; the simulator's own for `direct`; for
+   * farebox, its gateway's and its settle process's together.
+   */
   serverCpuMsPerReq: number | null;
+  /** farebox only: its settle process's share of serverCpuMsPerReq. */
+  settleCpuMsPerReq: number | null;
   /** The simulator's CPU per 2xx response, ms. */
   simCpuMsPerReq: number | null;
   /** The measured server's VmRSS after the cell, MiB. */
@@ -29,10 +34,15 @@ export interface LoadCell extends LoadResult {
   serverCpuPct: number;
   /**
    * Share of the cell (%) that each main thread spent runnable but waiting for its core: the measured server,
-   * the load generator, the simulator. The last two share core 0 and wait for each other; a gateway alone on
-   * core 1 waits only for other load on the machine (near 0 when it is quiet).
+   * the load generator, the simulator. The last two share core 0 and wait for each other; a gateway's main
+   * thread on core 1 waits for its own helper threads (GC, libuv pool) and, for farebox, its settle process.
    */
   waitPct: { server: number; loadgen: number; sim: number };
+  /**
+   * Busy time of the server core that no server process accounts for, % of the cell: other processes,
+   * interrupts, the hypervisor's steal. Near 0 on a quiet machine.
+   */
+  otherOnServerCorePct: number;
 }
 
 /** One sequential cell. */
@@ -52,6 +62,8 @@ export interface MemoryPoint {
   heapTotalAfterGcMiB: number;
   /** Memory of Buffers and other objects outside the V8 heap. */
   externalAfterGcMiB: number;
+  /** VmRSS of farebox's settle process at the same point. */
+  settleRssMiB: number;
   /** Seconds waited for the settlement backlog to clear before reading (null: it did not clear in 60 s). */
   settleWaitS: number | null;
 }
@@ -147,11 +159,11 @@ export function toMarkdown(r: BenchResults): string {
     '## Under load',
     '',
     ...table(
-      ['scenario', 'conc', 'target', 'req/s', 'p50', 'p90', 'p99', 'TTFB p50', 'TTFB p99', 'non-2xx', 'errors', 'server CPU ms/req', 'server CPU %', 'sim CPU ms/req', 'run-queue wait % server/loadgen/sim'],
+      ['scenario', 'conc', 'target', 'req/s', 'p50', 'p90', 'p99', 'TTFB p50', 'TTFB p99', 'non-2xx', 'errors', 'server CPU ms/req', 'of it settle', 'server CPU %', 'sim CPU ms/req', 'run-queue wait % server/loadgen/sim', 'other on server core %'],
       r.load.map((x) => [
         x.scenario, x.connections, x.target, f(x.rps, 0), p(x.latency, 'p50'), p(x.latency, 'p90'), p(x.latency, 'p99'),
-        p(x.ttfb, 'p50'), p(x.ttfb, 'p99'), x.non2xx, x.errors, f(x.serverCpuMsPerReq, 3), f(x.serverCpuPct, 0),
-        f(x.simCpuMsPerReq, 3), `${x.waitPct.server} / ${x.waitPct.loadgen} / ${x.waitPct.sim}`,
+        p(x.ttfb, 'p50'), p(x.ttfb, 'p99'), x.non2xx, x.errors, f(x.serverCpuMsPerReq, 3), f(x.settleCpuMsPerReq, 3), f(x.serverCpuPct, 0),
+        f(x.simCpuMsPerReq, 3), `${x.waitPct.server} / ${x.waitPct.loadgen} / ${x.waitPct.sim}`, f(x.otherOnServerCorePct, 1),
       ]),
     ),
     '',
@@ -191,8 +203,8 @@ export function toMarkdown(r: BenchResults): string {
       'work in flight, not a leak), after a full GC.',
     '',
     ...table(
-      ['farebox', 'settled after s', 'RSS MiB', 'RSS after GC MiB', 'heap used after GC MiB', 'heap committed after GC MiB', 'external after GC MiB'],
-      r.memory.farebox.map((x) => [x.when, x.settleWaitS === null ? 'not in 60 s' : f(x.settleWaitS, 1), f(x.rssMiB, 1), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1), f(x.heapTotalAfterGcMiB, 1), f(x.externalAfterGcMiB, 1)]),
+      ['farebox', 'settled after s', 'RSS MiB', 'RSS after GC MiB', 'heap used after GC MiB', 'heap committed after GC MiB', 'external after GC MiB', 'settle process RSS MiB'],
+      r.memory.farebox.map((x) => [x.when, x.settleWaitS === null ? 'not in 60 s' : f(x.settleWaitS, 1), f(x.rssMiB, 1), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1), f(x.heapTotalAfterGcMiB, 1), f(x.externalAfterGcMiB, 1), f(x.settleRssMiB, 1)]),
     ),
     '',
   );

@@ -1,8 +1,8 @@
 /**
  * `npm run bench`: the simulator (no delay), farebox and a peer gateway (@portkey-ai/gateway) in their own
- * processes, measured side by side on the same calls. Servers are pinned to core 1; this process (the load
- * generator), the simulator, the dev chains and a local Redis to core 0 (Redis's CPU mask is put back at the end),
- * so the measured server has a core to itself.
+ * processes, measured side by side on the same calls. Servers are pinned to core 1 (farebox's settle process with
+ * it: settlement is farebox's work); this process (the load generator), the simulator, the dev chains and a local
+ * Redis to core 0 (Redis's CPU mask is put back at the end), so the measured server has a core to itself.
  *
  * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500),
  * BENCH_CONCURRENCY (50,200), REDIS_URL (redis://127.0.0.1:6379), BENCH_PROFILE=<scenario> (instead: a CPU
@@ -21,7 +21,7 @@ import { createAccount, createKey } from '../plugins/accounts.js';
 import { connectRedis, deleteKeys } from '../plugins/redis.js';
 import { readWallet } from '../plugins/wallets.js';
 import {
-  ask, cpuMsOf, freePort, killAllNow, memAfterGc, memOf, pinLocalRedis, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
+  ask, coreBusyMsOf, cpuMsOf, freePort, killAllNow, memAfterGc, memOf, pinLocalRedis, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
 } from './children.js';
 import { runLoad } from './load.js';
 import { summarizeProfile } from './profile.js';
@@ -90,22 +90,36 @@ function packageVersion(name: string): string {
 
 const log = (s: string) => process.stderr.write(s + '\n');
 
-/** Start the simulator, farebox and (unless told not to) the peer. */
-async function startServers(prefix: string, withPeer = true): Promise<{ sim: Child; simUrl: string; fb: Child; fbUrl: string; peer?: Child; peerUrl?: string }> {
+interface Servers {
+  sim: Child;
+  simUrl: string;
+  fb: Child;
+  fbUrl: string;
+  /** farebox's `farebox settle` process: its settler and watcher. */
+  settle: Child;
+  peer?: Child;
+  peerUrl?: string;
+}
+
+/** Start the simulator, farebox with its settle process and (unless told not to) the peer. */
+async function startServers(prefix: string, withPeer = true): Promise<Servers> {
   const sim = spawnNode('simulator', LOAD_CORE, [], SERVER, ['sim']);
   const simUrl = await readyUrl(sim);
   // The dev chains farebox settles on run beside the simulator, off the measured core (bench/farebox-target.ts).
   const chains = spawnNode('dev chains', LOAD_CORE, [], SERVER, ['chains', REDIS_URL, prefix]);
   await readyUrl(chains);
+  // Settlement on farebox's core, started first: farebox funds the bench account, which needs the watcher.
+  const settle = spawnNode('farebox settle', SERVER_CORE, [], SERVER, ['settle', REDIS_URL, prefix]);
+  await readyUrl(settle);
   // Source maps only for a profile: its frames are then named by their .ts positions.
   const fb = spawnNode('farebox', SERVER_CORE, PROFILE ? ['--enable-source-maps'] : [], SERVER, ['farebox', simUrl, REDIS_URL, prefix]);
   const fbUrl = await readyUrl(fb);
-  if (!withPeer) return { sim, simUrl, fb, fbUrl };
+  if (!withPeer) return { sim, simUrl, fb, fbUrl, settle };
   const { script } = peerPackage();
   const port = await freePort();
   const peer = spawnNode('peer', SERVER_CORE, [], script, [`--port=${port}`, '--headless']);
   await waitForPort(peer, port);
-  return { sim, simUrl, fb, fbUrl, peer, peerUrl: `http://127.0.0.1:${port}` };
+  return { sim, simUrl, fb, fbUrl, settle, peer, peerUrl: `http://127.0.0.1:${port}` };
 }
 
 /** RSS of an idle node process with `nodeArgs`, MiB: what a server's RSS holds before any code of its own. */
@@ -155,13 +169,14 @@ async function settledAtRest(redis: Redis): Promise<number | null> {
   }
 }
 
-async function memoryPoint(fb: Child, when: string, redis: Redis): Promise<MemoryPoint> {
+async function memoryPoint(s: Servers, when: string, redis: Redis): Promise<MemoryPoint> {
   const settleWaitS = await settledAtRest(redis);
-  const rss = memOf(fb.pid).rssKiB;
-  const gc = await memAfterGc(fb);
+  const rss = memOf(s.fb.pid).rssKiB;
+  const settleRss = memOf(s.settle.pid).rssKiB;
+  const gc = await memAfterGc(s.fb);
   return {
     when, rssMiB: mib(rss, 'KiB'), rssAfterGcMiB: mib(gc.rss, 'B'), heapUsedAfterGcMiB: mib(gc.heapUsed, 'B'),
-    heapTotalAfterGcMiB: mib(gc.heapTotal, 'B'), externalAfterGcMiB: mib(gc.external, 'B'), settleWaitS,
+    heapTotalAfterGcMiB: mib(gc.heapTotal, 'B'), externalAfterGcMiB: mib(gc.external, 'B'), settleRssMiB: mib(settleRss, 'KiB'), settleWaitS,
   };
 }
 
@@ -213,7 +228,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
   for (const p of problems) log(`problem: ${p}`);
 
   // Memory of farebox on a fresh process: after 1,000 and after 10,000 calls (a leak grows between the two).
-  const memory: MemoryPoint[] = [await memoryPoint(s.fb, 'start (after the sanity calls)', redis)];
+  const memory: MemoryPoint[] = [await memoryPoint(s, 'start (after the sanity calls)', redis)];
   const json = requestFor('chat-json', byName('farebox'), s.simUrl, key);
   let done = 0;
   for (const upTo of [1000, 10_000]) {
@@ -221,7 +236,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
     const r = await runLoad(json, 50, 0, upTo - done);
     done = upTo;
     if (r.non2xx || r.errors) problems.push(`farebox memory phase: ${r.non2xx} non-2xx, ${r.errors} errors`);
-    memory.push(await memoryPoint(s.fb, `after ${upTo.toLocaleString('en-US')} calls`, redis));
+    memory.push(await memoryPoint(s, `after ${upTo.toLocaleString('en-US')} calls`, redis));
   }
 
   const sequential: SequentialCell[] = [];
@@ -243,40 +258,48 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
         const spec = requestFor(scenario, t, s.simUrl, key);
         log(`load ${scenario} c=${connections} ${t.name}`);
         if (WARMUP) await runLoad(spec, connections, WARMUP);
-        const cpu0 = cpuMsOf(t.pid);
+        // farebox's CPU is its gateway's and its settle process's.
+        const pids = t.name === 'farebox' ? [t.pid, s.settle.pid] : [t.pid];
+        const cpu0 = pids.map(cpuMsOf);
         const sim0 = cpuMsOf(s.sim.pid);
+        // What runs on the server core besides the servers: other processes, interrupts, the hypervisor.
+        const onServerCore = [s.fb.pid, s.settle.pid, s.peer!.pid];
+        const core0 = coreBusyMsOf(SERVER_CORE) - onServerCore.map(cpuMsOf).reduce((a, b) => a + b, 0);
         const waits = [t.pid, s.sim.pid, process.pid];
         const wait0 = waits.map(runWaitMsOf);
         const wall0 = performance.now();
         const r = await runLoad(spec, connections, DURATION);
         const wall = performance.now() - wall0;
         const [serverWait, simWait, loadWait] = waits.map((pid, i) => round((100 * (runWaitMsOf(pid) - wait0[i]!)) / wall, 1));
-        const server = cpuMsOf(t.pid) - cpu0;
+        const cpu = pids.map((pid, i) => cpuMsOf(pid) - cpu0[i]!);
+        const server = cpu.reduce((a, b) => a + b, 0);
         const sim = cpuMsOf(s.sim.pid) - sim0;
+        const other = round((100 * (coreBusyMsOf(SERVER_CORE) - onServerCore.map(cpuMsOf).reduce((a, b) => a + b, 0) - core0)) / wall, 1);
         const cell: LoadCell = {
           scenario,
           target: t.name,
           ...r,
           serverCpuMsPerReq: r.ok ? round(server / r.ok, 4) : null,
+          settleCpuMsPerReq: t.name === 'farebox' && r.ok ? round(cpu[1]! / r.ok, 4) : null,
           serverCpuPct: round((100 * server) / wall, 1),
           simCpuMsPerReq: r.ok ? round(sim / r.ok, 4) : null,
           serverRssMiB: mib(memOf(t.pid).rssKiB, 'KiB'),
           waitPct: { server: serverWait!, loadgen: loadWait!, sim: simWait! },
+          otherOnServerCorePct: other,
         };
         load.push(cell);
-        // The load generator and the simulator share core 0 and wait for each other by design; a gateway has
-        // core 1 to itself, so its waiting is other load on the machine.
-        if (t.name !== 'direct' && serverWait! > 5) {
-          problems.push(`${scenario} c=${connections} ${t.name}: the server waited for its core ${serverWait}% of the time (other load on the machine)`);
+        if (other > 5) {
+          problems.push(`${scenario} c=${connections} ${t.name}: ${other}% of the server core went to neither server (other load on the machine)`);
         }
       }
     }
   }
-  memory.push(await memoryPoint(s.fb, 'end of run', redis));
+  memory.push(await memoryPoint(s, 'end of run', redis));
 
   const peakRssMiB: Record<string, number> = {
     simulator: mib(memOf(s.sim.pid).hwmKiB, 'KiB'),
     farebox: mib(memOf(s.fb.pid).hwmKiB, 'KiB'),
+    'farebox settle': mib(memOf(s.settle.pid).hwmKiB, 'KiB'),
     peer: mib(memOf(s.peer!.pid).hwmKiB, 'KiB'),
   };
   const results: BenchResults = {
@@ -287,7 +310,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
       warmupS: WARMUP,
       sequential: SEQUENTIAL,
       concurrency: CONCURRENCY,
-      pinning: `Servers (farebox, peer) on core ${SERVER_CORE}; load generator, simulator, dev chains${redisPinned ? ' and Redis' : ''} on core ${LOAD_CORE} (taskset)${redisPinned ? '' : '; Redis unpinned (not local, or taskset failed)'}.`,
+      pinning: `Servers (farebox and its settle process, peer) on core ${SERVER_CORE}; load generator, simulator, dev chains${redisPinned ? ' and Redis' : ''} on core ${LOAD_CORE} (taskset)${redisPinned ? '' : '; Redis unpinned (not local, or taskset failed)'}.`,
     },
     loadAverage: { start: loadAvgStart, end: loadavg().map((v) => round(v, 2)) },
     versions: {

@@ -1,7 +1,8 @@
 /**
  * A server process of the benchmark, run compiled (dist/bench/server.js): `server.js sim`, `server.js chains
- * <redisUrl> <redisPrefix>` (the four dev chains, published in Redis as `farebox serve` publishes them) or
- * `server.js farebox <simUrl> <redisUrl> <redisPrefix>`.
+ * <redisUrl> <redisPrefix>` (the four dev chains, published in Redis as `farebox serve` publishes them), `server.js
+ * settle <redisUrl> <redisPrefix>` (`farebox settle` on those chains; its url is its /metrics) or `server.js
+ * farebox <simUrl> <redisUrl> <redisPrefix>`.
  * Prints one JSON line `{"url":"http://127.0.0.1:PORT"}` once listening; closes and exits 0 on SIGTERM.
  * Over IPC, {type:'profile-start'} and {type:'profile-stop', file} record a CPU profile of the main thread
  * (inspector Profiler domain) for just the span between them, start-up excluded.
@@ -25,11 +26,24 @@ if (kind === 'sim') {
   await redis.set(DEV_CHAINS_KEY, JSON.stringify(devChainsConfig(dev)));
   await closeRedis(redis);
   running = { url: dev.chains.chain_a.rpc_url, close: () => dev.close() };
+} else if (kind === 'settle' && args.length === 2) {
+  // `farebox settle` on the chains the `chains` server published: the settler and the watcher, no gateway.
+  const { embeddedSettleConfig, DEV_CHAINS_KEY, tuneHeap } = await import('../plugins/serve.js');
+  const { startSettleProcess } = await import('../plugins/settlement.js');
+  const { closeRedis, connectRedis } = await import('../plugins/redis.js');
+  tuneHeap();
+  const redis = connectRedis({ url: args[0]!, prefix: args[1]! });
+  const chains = await redis.get(DEV_CHAINS_KEY);
+  await closeRedis(redis);
+  if (!chains) throw new Error('no dev chains published under this prefix: start the chains server first');
+  const { config, env } = embeddedSettleConfig(JSON.parse(chains), { ...process.env, REDIS_URL: args[0]!, FAREBOX_REDIS_PREFIX: args[1]! });
+  const settle = await startSettleProcess(config, env, { metricsPort: 0 });
+  running = { url: settle.metricsUrl!, close: () => settle.close() };
 } else if (kind === 'farebox' && args.length === 3) {
   const { startFarebox } = await import('./farebox-target.js');
   running = await startFarebox(args[0]!, args[1]!, args[2]!);
 } else {
-  process.stderr.write('usage: server.js sim | chains <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n');
+  process.stderr.write('usage: server.js sim | chains <redisUrl> <redisPrefix> | settle <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n');
   process.exit(2);
 }
 
