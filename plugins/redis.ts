@@ -1,6 +1,6 @@
 /**
- * The one Redis connection a gateway instance uses: auto-pipelined (without it Redis spent 3x the CPU per
- * call), every key under the deployment's prefix.
+ * The one Redis connection a gateway instance uses: the commands of one event-loop turn leave in one socket write
+ * (without that Redis spent 3x the CPU per call), every key under the deployment's prefix.
  */
 import { Redis } from 'ioredis';
 
@@ -14,14 +14,47 @@ export interface RedisOptions {
 
 /** Open a Redis connection with the gateway's settings. */
 export function connectRedis(opts: RedisOptions): Redis {
-  return new Redis(opts.url, {
+  const redis = new Redis(opts.url, {
     keyPrefix: opts.prefix,
-    enableAutoPipelining: true,
     maxRetriesPerRequest: opts.failFast ? 1 : 20,
     enableOfflineQueue: true,
     lazyConnect: false,
   });
+  coalesceWrites(redis);
+  return redis;
 }
+
+/**
+ * Send the commands written in one turn of the event loop in one socket write: each new socket is corked at the
+ * first write of a turn and uncorked on setImmediate, after the turn's I/O callbacks. Redis then reads them at once,
+ * as with ioredis's enableAutoPipelining, which costs a Pipeline object per turn: with it, every young-generation GC
+ * of a gateway copied and promoted about a third of what the turn allocated (5-14 ms per scavenge on the call path,
+ * against 0.5-1 ms with this). Commands keep their order; a socket that closes while corked fails its buffered
+ * writes, and ioredis retries the commands it had queued, as for any write lost with a connection.
+ */
+function coalesceWrites(redis: Redis): void {
+  redis.on('connect', () => {
+    const stream = redis.stream;
+    if (patched.has(stream)) return;
+    patched.add(stream);
+    const write = stream.write;
+    let corked = false;
+    const flush = () => {
+      corked = false;
+      stream.uncork();
+    };
+    stream.write = function (this: typeof stream, ...args: Parameters<typeof write>): boolean {
+      if (!corked) {
+        corked = true;
+        stream.cork();
+        setImmediate(flush);
+      }
+      return write.apply(this, args);
+    } as typeof write;
+  });
+}
+
+const patched = new WeakSet<object>();
 
 /** Whether Redis answers a PING within `timeoutMs`. */
 export async function redisAnswers(redis: Redis, timeoutMs = 500): Promise<boolean> {
