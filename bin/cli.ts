@@ -162,8 +162,12 @@ export async function main(
         let config;
         let runEnv: NodeJS.ProcessEnv = env;
         if (env.FAREBOX_CONFIG) {
+          // It calls no provider: their keys need not be on the settle host.
+          const providers = (configFile(env)?.providers ?? {}) as Record<string, { key_env?: unknown }>;
+          const unused: Record<string, string> = {};
+          for (const p of Object.values(providers)) if (typeof p?.key_env === 'string' && !env[p.key_env]) unused[p.key_env] = 'unused';
           const { loadConfig } = await import('../plugins/config.js');
-          config = loadConfig(env);
+          config = loadConfig({ ...env, ...unused });
         } else {
           const { embeddedSettleConfig } = await import('../plugins/serve.js');
           ({ config, env: runEnv } = embeddedSettleConfig(await chainsOf(env, db()), env));

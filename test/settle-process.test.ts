@@ -1,8 +1,13 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import OpenAI from 'openai';
 import { createEvmChain } from '../plugins/chains/evm.js';
+import { embeddedDefault } from '../plugins/config.js';
+import { DEV_SETTLER_KEY_ENV, DEV_KEYS } from '../plugins/chains/dev-chains.js';
 import { callIdOf } from '../plugins/chains/port.js';
 import { DEV_CHAINS_KEY } from '../plugins/serve.js';
 import { readWallet } from '../plugins/wallets.js';
@@ -78,4 +83,30 @@ t.test('on a Redis where no gateway published dev chains it says so and exits no
   const r = await runCli(['settle'], { FAREBOX_REDIS_PREFIX: testPrefix(), FAREBOX_CONFIG: '' });
   t.not(r.code, 0);
   t.match(r.stderr, /no gateway on the embedded default has started on this Redis/);
+});
+
+t.test('on FAREBOX_CONFIG it needs the settler keys, not the providers\' keys', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'farebox-settle-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const input = embeddedDefault('http://127.0.0.1:9');
+  for (const p of Object.values(input.providers as Record<string, { key_env: string }>)) p.key_env = 'FAREBOX_TEST_PROVIDER_KEY_NOT_SET';
+  input.chains = h.config.chains;
+  input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: h.prefix };
+  const file = join(dir, 'farebox.json');
+  writeFileSync(file, JSON.stringify(input));
+  const { FAREBOX_REDIS_PREFIX: _p, ...withoutPrefix } = process.env;
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'settle', '--json'], {
+    env: { ...withoutPrefix, FAREBOX_CONFIG: file, [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let err = '';
+  child.stderr.on('data', (d) => (err += d));
+  const done = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const line = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: child.stdout }).once('line', resolve);
+    void done.then((code) => reject(new Error(`exited ${code}: ${err}`)));
+  });
+  t.same(JSON.parse(line).metrics, null, 'no metrics port asked for');
+  child.kill('SIGTERM');
+  t.equal(await done, 0, err);
 });
