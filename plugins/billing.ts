@@ -29,7 +29,7 @@ import { GatewayError } from './errors.js';
 import type { Metrics } from './metrics.js';
 import type { PreparedLimits } from './rate-limit.js';
 import { usdOf } from './metrics.js';
-import { placeHold, settleHold, walletKeys, walletRedis, type WalletRedis } from './wallets.js';
+import { placeHold, settleHold, walletKeys } from './wallets.js';
 import {
   formatUsd,
   fromAnthropicUsage,
@@ -100,7 +100,7 @@ export function billedUsage(call: CallContext, b: { cacheWrite: CacheWriteTier; 
 /** The funds gate and per-call settlement. */
 export class Billing implements CallObserver {
   readonly instance = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
-  private readonly r: WalletRedis;
+  private readonly r: Redis;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -110,7 +110,7 @@ export class Billing implements CallObserver {
     private readonly metrics: Metrics,
     private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
   ) {
-    this.r = walletRedis(redis);
+    this.r = redis;
   }
 
   /** Chain of a call: the x-gw-billing-chain header, or the account's default (`auto` or absent). */

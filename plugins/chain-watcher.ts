@@ -12,7 +12,7 @@ import type { ChainName } from './chains/config.js';
 import type { SettlementChain } from './chains/port.js';
 import type { Metrics } from './metrics.js';
 import { countBy, usdOf } from './metrics.js';
-import { applyEvents, correctSynced, readCursor, readWallet, walletKeys, walletRedis, type WalletRedis } from './wallets.js';
+import { applyEvents, correctSynced, readCursor, readWallet, walletKeys } from './wallets.js';
 
 /** Watcher settings. */
 export interface WatcherSettings {
@@ -28,7 +28,7 @@ const LEASE_MS = 10_000;
 
 /** Follows the escrows of all chains. */
 export class ChainWatcher {
-  private readonly r: WalletRedis;
+  private readonly r: Redis;
   private running = false;
   private readonly loops: Promise<void>[] = [];
   /** Differences seen in the last reconcile round, per chain and account. */
@@ -42,7 +42,7 @@ export class ChainWatcher {
     private readonly metrics: Metrics,
     private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
   ) {
-    this.r = walletRedis(redis);
+    this.r = redis;
   }
 
   start(): void {

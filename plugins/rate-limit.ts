@@ -20,6 +20,7 @@
 import type { Redis } from 'ioredis';
 import { FAMILIES } from '../policies/families.js';
 import { GatewayError, type Protocol } from './errors.js';
+import { LuaScript } from './redis-script.js';
 import {
   buildDecision, LIMIT_IDS, rateLimitHeaders, refusalMessage, resolveLimits, UNLIMITED, WINDOW_MS,
   type Decision, type LimitId, type LimitsConfig,
@@ -154,21 +155,18 @@ export interface PreparedLimits {
   readonly args: readonly (string | number)[];
 }
 
-interface Commands {
-  fareboxRateCheck(...args: (string | number)[]): Promise<number[]>;
-  fareboxRateAdjust(...args: (string | number)[]): Promise<number>;
-}
+const checkScript = new LuaScript(CHECK_LUA);
+const adjustScript = new LuaScript(ADJUST_LUA);
 
 /** Checks and charges the rate limits of calls, shared through Redis. */
 export class RateLimiter {
   private readonly plans = new Map<string, Plan | null>();
   private readonly fallback: Plan | null;
-  private readonly redis: Redis & Commands;
 
-  constructor(redis: Redis, config: LimitsConfig) {
-    redis.defineCommand('fareboxRateCheck', { lua: CHECK_LUA });
-    redis.defineCommand('fareboxRateAdjust', { lua: ADJUST_LUA });
-    this.redis = redis as Redis & Commands;
+  constructor(
+    private readonly redis: Redis,
+    config: LimitsConfig,
+  ) {
     // Plans are built once: the per-call path only looks one up and fills in the ids.
     for (const family of FAMILIES) this.plans.set(family, plan(config, family));
     this.fallback = plan(config, '');
@@ -178,7 +176,7 @@ export class RateLimiter {
   async check(input: RateLimitInput): Promise<Decision> {
     const p = this.prepare(input);
     if (!p) return UNLIMITED;
-    const reply = await this.redis.fareboxRateCheck(p.keys.length, ...p.keys, ...p.args);
+    const reply = await checkScript.run<number[]>(this.redis, p.keys, p.args);
     return this.decide(p, reply);
   }
 
@@ -217,12 +215,11 @@ export class RateLimiter {
     const actual = tokenCost(actualTokens);
     // An estimate above the limit was charged as the limit: compare per limit.
     if (p.tokenIdx.every((i) => Math.min(estimate, p.limits[i]) === actual)) return;
-    const args: (string | number)[] = [p.tokenIdx.length];
     const base = `rl:{${input.account}}:${input.family}:`;
-    for (const i of p.tokenIdx) args.push(p.scopes[i] === 'k' ? `${base}k:${input.keyId}:t` : `${base}a:t`);
-    args.push(input.now ?? '', WINDOW_MS, actual);
-    for (const i of p.tokenIdx) args.push(p.limits[i], estimate);
-    await this.redis.fareboxRateAdjust(...args);
+    const keys = p.tokenIdx.map((i) => (p.scopes[i] === 'k' ? `${base}k:${input.keyId}:t` : `${base}a:t`));
+    const args: (string | number)[] = [input.now ?? '', WINDOW_MS, actual];
+    for (const i of p.tokenIdx) args.push(p.limits[i]!, estimate);
+    await adjustScript.run(this.redis, keys, args);
   }
 
   private planOf(family: string): Plan | null {

@@ -24,6 +24,7 @@ import type { Redis } from 'ioredis';
 import type { Address, ChainName } from './chains/config.js';
 import type { EscrowEvent } from './chains/port.js';
 import { rateLimitLua } from './rate-limit.js';
+import { LuaScript } from './redis-script.js';
 
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
 
@@ -144,27 +145,10 @@ redis.call('HSET', KEYS[2], 'synced', ARGV[2])
 return {1, v - before}
 `;
 
-interface WalletCommands {
-  fareboxHold(...args: (string | number)[]): Promise<number[]>;
-  fareboxSettle(...args: string[]): Promise<[number, number]>;
-  fareboxApply(...args: string[]): Promise<string[]>;
-  fareboxCorrect(...args: string[]): Promise<[number, number]>;
-}
-
-/** The connection with the wallet scripts defined on it (EVALSHA through ioredis, one round trip each). */
-export type WalletRedis = Redis & WalletCommands;
-
-/** Define the wallet scripts on a connection (idempotent). */
-export function walletRedis(redis: Redis): WalletRedis {
-  const r = redis as WalletRedis;
-  if (typeof r.fareboxHold !== 'function') {
-    redis.defineCommand('fareboxHold', { lua: HOLD });
-    redis.defineCommand('fareboxSettle', { numberOfKeys: 7, lua: SETTLE });
-    redis.defineCommand('fareboxApply', { numberOfKeys: 1, lua: APPLY });
-    redis.defineCommand('fareboxCorrect', { numberOfKeys: 2, lua: CORRECT });
-  }
-  return r;
-}
+const holdScript = new LuaScript(HOLD);
+const settleScript = new LuaScript(SETTLE);
+const applyScript = new LuaScript(APPLY);
+const correctScript = new LuaScript(CORRECT);
 
 /** Key names (under the connection's prefix). */
 export const walletKeys = {
@@ -204,16 +188,18 @@ export type HoldResult =
   | { placed: false; available: bigint; duplicate: boolean; rateLimited: boolean; limits: number[] };
 
 /** Decide the call's rate limits (`limits`, from RateLimiter.prepare) and place its hold if they pass and the wallet's available balance covers it (atomic). */
-export async function placeHold(r: WalletRedis, h: HoldInput, limits?: { keys: readonly string[]; args: readonly (string | number)[] }): Promise<HoldResult> {
-  const reply = await r.fareboxHold(
-    6 + (limits?.keys.length ?? 0),
+export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonly string[]; args: readonly (string | number)[] }): Promise<HoldResult> {
+  const keys = [
     walletKeys.wallet(h.account, h.chain), walletKeys.hold(h.requestId), walletKeys.holds,
     walletKeys.instanceHolds(h.instance), walletKeys.usage(h.requestId), walletKeys.usageIndex(h.account),
-    ...(limits?.keys ?? []),
-    h.requestId, h.amount.toString(), String(h.expiresAt), h.instance, h.account, h.chain, String(h.now), h.model, h.keyId,
-    String(h.retentionMs),
-    ...(limits?.args ?? ['', 0]),
-  );
+  ];
+  if (limits) keys.push(...limits.keys);
+  const args: (string | number)[] = [
+    h.requestId, h.amount.toString(), h.expiresAt, h.instance, h.account, h.chain, h.now, h.model, h.keyId, h.retentionMs,
+  ];
+  if (limits) args.push(...limits.args);
+  else args.push('', 0);
+  const reply = await holdScript.run<number[]>(r, keys, args);
   const [ok, available] = reply;
   const decision = reply.slice(2);
   if (ok === 1) return { placed: true, available: BigInt(available), limits: decision };
@@ -235,18 +221,17 @@ export interface SettleInput {
 }
 
 /** Settle a hold: returns the amount debited (null when the hold was already settled or released). */
-export async function settleHold(r: WalletRedis, s: SettleInput): Promise<{ debited: bigint; capped: boolean } | null> {
-  const [price, capped] = await r.fareboxSettle(
+export async function settleHold(r: Redis, s: SettleInput): Promise<{ debited: bigint; capped: boolean } | null> {
+  const [price, capped] = await settleScript.run<[number, number]>(r, [
     walletKeys.wallet(s.account, s.chain), walletKeys.hold(s.requestId), walletKeys.holds,
     walletKeys.instanceHolds(s.instance), walletKeys.usage(s.requestId), walletKeys.debit(s.callId), walletKeys.debits(s.chain),
-    s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', String(s.retentionMs),
-  );
+  ], [s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', s.retentionMs]);
   if (price === -1) return null;
   return { debited: BigInt(price), capped: capped === 1 };
 }
 
 /** Apply escrow events (in chain order) to the synced state, each exactly once; returns the kinds applied. */
-export async function applyEvents(r: WalletRedis, chain: ChainName, events: readonly EscrowEvent[]): Promise<string[]> {
+export async function applyEvents(r: Redis, chain: ChainName, events: readonly EscrowEvent[]): Promise<string[]> {
   const prefix = (r.options.keyPrefix as string | undefined) ?? '';
   const applied: string[] = [];
   for (let i = 0; i < events.length; i += 500) {
@@ -254,13 +239,13 @@ export async function applyEvents(r: WalletRedis, chain: ChainName, events: read
     for (const e of events.slice(i, i + 500)) {
       args.push(e.blockNumber.toString(), String(e.logIndex), e.kind, e.amount.toString(), e.account.toLowerCase(), e.callId ?? '', e.txHash);
     }
-    applied.push(...(await r.fareboxApply(walletKeys.cursor(chain), ...args)));
+    applied.push(...(await applyScript.run<string[]>(r, [walletKeys.cursor(chain)], args)));
   }
   return applied;
 }
 
 /** Apply one escrow event (applyEvents of one). */
-export async function applyEvent(r: WalletRedis, chain: ChainName, e: EscrowEvent): Promise<boolean> {
+export async function applyEvent(r: Redis, chain: ChainName, e: EscrowEvent): Promise<boolean> {
   return (await applyEvents(r, chain, [e])).length === 1;
 }
 
@@ -273,8 +258,8 @@ export async function readCursor(r: Redis, chain: ChainName): Promise<{ raw: str
 }
 
 /** Set the synced balance to `onchain` unless the cursor moved from `cursorRaw`; returns the correction made. */
-export async function correctSynced(r: WalletRedis, chain: ChainName, account: Address | string, cursorRaw: string, onchain: bigint): Promise<bigint | null> {
-  const [ok, diff] = await r.fareboxCorrect(walletKeys.cursor(chain), walletKeys.wallet(account.toLowerCase(), chain), cursorRaw, onchain.toString());
+export async function correctSynced(r: Redis, chain: ChainName, account: Address | string, cursorRaw: string, onchain: bigint): Promise<bigint | null> {
+  const [ok, diff] = await correctScript.run<[number, number]>(r, [walletKeys.cursor(chain), walletKeys.wallet(account.toLowerCase(), chain)], [cursorRaw, onchain.toString()]);
   return ok === 1 ? BigInt(diff) : null;
 }
 

@@ -12,7 +12,7 @@ import { callIdOf, type SettlementChain } from '../plugins/chains/port.js';
 import { createMetrics, type Metrics } from '../plugins/metrics.js';
 import { connectRedis } from '../plugins/redis.js';
 import { Settler } from '../plugins/settler.js';
-import { placeHold, readWallet, settleHold, walletKeys, walletRedis } from '../plugins/wallets.js';
+import { placeHold, readWallet, settleHold, walletKeys } from '../plugins/wallets.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
 import { until } from './helpers/wait.js';
 
@@ -278,7 +278,7 @@ t.test('reconciler: a difference seen twice alike is corrected to balanceOf and 
     await w.poll('chain_a', chainA);
     return (await readWallet(s.redis, x, 'chain_a')).synced === 2_000_000n;
   });
-  const wr = walletRedis(s.redis);
+  const wr = s.redis;
   await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '5000000');
   t.equal(await w.reconcile('chain_a', chainA), 0, 'first sighting: could be the watcher lagging');
   await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '6000000');
@@ -331,7 +331,7 @@ t.test('reconciler: a deposit the watcher has not reached yet (confirmations) is
 /** A debit of `price` for `account` made by the wallet scripts, as a billed call makes it. */
 async function debit(s: ReturnType<typeof session>, address: string, hold: bigint, price: bigint) {
   const account = address.toLowerCase(); // account ids are lowercase addresses (accounts.ts)
-  const r = walletRedis(s.redis);
+  const r = s.redis;
   const requestId = `req_${randomBytes(16).toString('hex')}`;
   const now = Date.now();
   const placed = await placeHold(r, {
