@@ -47,6 +47,22 @@ function crlf(buf: Buffer, off: number): number {
   return off + 2;
 }
 
+/** UTF-8 length of `s`, counted here for short ASCII strings (most keys and arguments) without a call into C++. */
+function byteLength(s: string): number {
+  if (s.length > 64) return Buffer.byteLength(s);
+  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 0x7f) return Buffer.byteLength(s);
+  return s.length;
+}
+
+/** Write `s` (`len` UTF-8 bytes) at `off`; returns the offset after it. Short ASCII strings are copied here. */
+function writeString(buf: Buffer, off: number, s: string, len: number): number {
+  if (len === s.length && len <= 64) {
+    for (let i = 0; i < len; i++) buf[off + i] = s.charCodeAt(i);
+    return off + len;
+  }
+  return off + buf.write(s, off, len, 'utf8');
+}
+
 /** Bytes of a bulk string of `len` bytes: `$<len>\r\n<bytes>\r\n`. */
 function bulkSize(len: number): number {
   return 1 + digits(len) + 2 + len + 2;
@@ -89,19 +105,19 @@ export class LuaScript {
       head = this.evalHead;
     }
     const count = 3 + keys.length + args.length;
-    const prefixBytes = Buffer.byteLength(prefix);
+    const prefixBytes = byteLength(prefix);
     const keyLens = new Array<number>(keys.length);
     const argStrs = new Array<string>(args.length);
     const argLens = new Array<number>(args.length);
     let size = 1 + digits(count) + 2 + head.length + bulkSize(digits(keys.length));
     for (let i = 0; i < keys.length; i++) {
-      keyLens[i] = prefixBytes + Buffer.byteLength(keys[i]!);
+      keyLens[i] = prefixBytes + byteLength(keys[i]!);
       size += bulkSize(keyLens[i]!);
     }
     for (let i = 0; i < args.length; i++) {
       const a = args[i]!;
       argStrs[i] = typeof a === 'string' ? a : String(a);
-      argLens[i] = Buffer.byteLength(argStrs[i]!);
+      argLens[i] = byteLength(argStrs[i]!);
       size += bulkSize(argLens[i]!);
     }
     const buf = Buffer.allocUnsafeSlow(size);
@@ -112,13 +128,13 @@ export class LuaScript {
     off = crlf(buf, off);
     for (let i = 0; i < keys.length; i++) {
       off = writeHeader(buf, off, 0x24, keyLens[i]!);
-      if (prefixBytes) off += buf.write(prefix, off, prefixBytes, 'utf8');
-      off += buf.write(keys[i]!, off, keyLens[i]! - prefixBytes, 'utf8');
+      off = writeString(buf, off, prefix, prefixBytes);
+      off = writeString(buf, off, keys[i]!, keyLens[i]! - prefixBytes);
       off = crlf(buf, off);
     }
     for (let i = 0; i < args.length; i++) {
       off = writeHeader(buf, off, 0x24, argLens[i]!);
-      if (argLens[i]) off += buf.write(argStrs[i]!, off, argLens[i]!, 'utf8');
+      off = writeString(buf, off, argStrs[i]!, argLens[i]!);
       off = crlf(buf, off);
     }
     return buf;

@@ -19,8 +19,8 @@ const fresh = () => new LuaScript(`-- ${randomBytes(8).toString('hex')}\nredis.c
 t.test('encodes the command ioredis would send, EVAL with the source on a new socket, then EVALSHA', async (t) => {
   const script = fresh();
   const socket = {};
-  const keys = ['a:1', 'wallet:0xabc:chain_a', ''];
-  const args = ['req_1', 1234567890123, '', 0, 'ünïcode ✓', '{"x":1}', 1e12];
+  const keys = ['a:1', 'wallet:0xabc:chain_a', '', 'kéy'];
+  const args = ['req_1', 1234567890123, '', 0, 'ünïcode ✓', '{"x":1}', 1e12, 'a'.repeat(64), 'b'.repeat(65), `${'é'.repeat(40)}😀`];
   const ioredisForm = (name: string, first: string) =>
     Buffer.from(new Command(name, [first, keys.length, ...keys.map((k) => prefix + k), ...args]).toWritable(socket as never) as string);
   t.same(script.encode(socket, prefix, keys, args), ioredisForm('eval', script.lua));
