@@ -1,10 +1,10 @@
 /**
- * Lua scripts on the call path, each run as one RESP command encoded straight into one Buffer.
+ * The project's Lua scripts, each run as one RESP command encoded straight into one Buffer.
  *
  * ioredis's defineCommand builds every command as a chain of string concatenations (about 100 short-lived string
  * pieces for a hold of 25 arguments) plus a closure per run; on the call path that was the largest source of
- * garbage, and the strings often lived long enough to be copied by a scavenge. Here the keys (under the
- * connection's prefix) and arguments are measured, then written once into a Buffer.
+ * garbage (62 KB allocated per billed call, 44 KB without it). Here the keys (under the connection's prefix) and
+ * arguments are measured, then written once into a Buffer.
  *
  * As ioredis does: EVALSHA, except the first time a script goes out on a socket (EVAL with the source, which loads
  * it, so the EVALSHAs queued behind it find it); a NOSCRIPT reply (Redis restarted, SCRIPT FLUSH) marks the socket
