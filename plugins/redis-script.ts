@@ -120,6 +120,8 @@ export class LuaScript {
       argLens[i] = byteLength(argStrs[i]!);
       size += bulkSize(argLens[i]!);
     }
+    // Memory of its own, not a slice of Node's shared 8 KB pool, which any one slice keeps alive while a command
+    // waits in ioredis's queues (across a reconnect, too); GC traces showed the two cost the same.
     const buf = Buffer.allocUnsafeSlow(size);
     let off = writeHeader(buf, 0, 0x2a, count);
     off += head.copy(buf, off);
