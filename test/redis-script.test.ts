@@ -1,17 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { Command } from 'ioredis';
-import { closeRedis, connectRedis } from '../plugins/redis.js';
 import { LuaScript } from '../plugins/redis-script.js';
-import { dropPrefix, testPrefix } from './helpers/harness.js';
+import { testRedis } from './helpers/harness.js';
 
-const prefix = testPrefix();
-const redis = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
-t.teardown(async () => {
-  await dropPrefix(redis, prefix);
-  await closeRedis(redis);
-});
-await redis.ping();
+const { redis, prefix } = await testRedis(t);
 
 // A script of its own per run (a comment with random bytes): no other test or earlier run has loaded it.
 const fresh = () => new LuaScript(`-- ${randomBytes(8).toString('hex')}\nredis.call('SET', KEYS[1], ARGV[1])\nreturn {KEYS, ARGV}`);

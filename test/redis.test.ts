@@ -1,14 +1,7 @@
 import t from 'tap';
-import { closeRedis, connectRedis } from '../plugins/redis.js';
-import { dropPrefix, testPrefix } from './helpers/harness.js';
+import { testRedis } from './helpers/harness.js';
 
-const prefix = testPrefix();
-const redis = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
-t.teardown(async () => {
-  await dropPrefix(redis, prefix);
-  await closeRedis(redis);
-});
-await redis.ping();
+const { redis } = await testRedis(t);
 
 /** Count the socket's writes to the kernel (one _write or _writev each) while `fn` runs. */
 async function socketWrites(fn: () => Promise<unknown>): Promise<number> {

@@ -66,6 +66,21 @@ export async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
   }
 }
 
+/**
+ * A connection with the gateway's settings under a fresh prefix, for one test file: its keys are deleted and the
+ * connection closed at the file's teardown.
+ */
+export async function testRedis(t: { teardown(fn: () => Promise<void>): void }): Promise<{ redis: Redis; prefix: string }> {
+  const prefix = testPrefix();
+  const redis = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
+  t.teardown(async () => {
+    await dropPrefix(redis, prefix);
+    await closeRedis(redis);
+  });
+  await redis.ping();
+  return { redis, prefix };
+}
+
 /** Start a simulator and a gateway routed to it. */
 export async function startHarness(opts: {
   edit?: (cfg: ConfigInput) => void;
