@@ -247,7 +247,8 @@ export class Billing implements CallObserver {
       requestId, callId: callIdOf(requestId), account: h[0], chain: h[1] as ChainName, instance: h[2],
       price: 0n, usageJson: JSON.stringify(makeUsage({})), freeStatus: 'free', retentionMs: this.settings.retentionMs,
     });
-    if (!done) return 0;
+    // Debited: the call settled itself between the read and this release.
+    if (!done || done.debited > 0n) return 0;
     this.metrics.holdsReleased.inc({ reason });
     return 1;
   }

@@ -49,8 +49,9 @@ const levelLua = (ko: number) => `  local level = 0
 // The `n` limits are KEYS[ko + 1..ko + n]; ARGV[ao + 1..]: now ms ('' = Redis TIME), window ms, then limit and cost
 // per key. Decides without writing: sets `allowed`, `levels`, `costs` and `out` (the reply: allowed, refusing
 // index (1-based, 0 none), retry-after ms, now, then remaining and reset ms per key, as after the charge).
+// `free`, a Lua expression, makes every cost 0 where true: the decision of a call already charged, as it stands.
 // The 1e-6 unit slack absorbs floating-point rounding of the drain.
-const decideLua = (ko: number, ao: number) => `
+const decideLua = (ko: number, ao: number, free = 'false') => `
 ${nowLua(ao)}
 local levels, costs = {}, {}
 local allowed, worst, retry = 1, 0, 0
@@ -58,6 +59,7 @@ for i = 1, n do
   local limit = tonumber(ARGV[${ao} + 2 * i + 1])
   local cost = tonumber(ARGV[${ao} + 2 * i + 2])
   if cost > limit then cost = limit end
+  if ${free} then cost = 0 end
 ${levelLua(ko)}
   levels[i], costs[i] = level, cost
   local over = level + cost - limit

@@ -33,15 +33,21 @@ const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redi
 // arguments (rate-limit.ts). A call the limits refuse holds nothing ({-2, 0, ...}); a hold refused for funds or as a
 // duplicate ({0|-1, available, ...}) charges no limit; a placed hold charges them ({1, available after, ...}). The
 // rate-limit decision (rateLimitLua's `out`) follows the first two values.
+// Request ids are the gateway's own, so a hold already there with this instance and amount is this very call, run
+// again: ioredis resends a command whose reply a dropped connection lost. It answers as placed the first time,
+// with the decision as it stands, and changes nothing.
 const HOLD = `
 local n = #KEYS - 6
-${rateLimitLua.decide(6, 10)}
+local prior = redis.call('HMGET', KEYS[2], 'instance', 'amount')
+local again = prior[1] == ARGV[4] and prior[2] == ARGV[2]
+${rateLimitLua.decide(6, 10, 'again')}
 if allowed == 0 then return {-2, 0, unpack(out)} end
 local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
 local avail = tonumber(w[1] or '0') - tonumber(w[2] or '0') - tonumber(w[3] or '0') - tonumber(w[4] or '0')
 local v = tonumber(ARGV[2])
 ${LIMIT}
-if redis.call('EXISTS', KEYS[2]) == 1 then return {-1, avail, unpack(out)} end
+if again then return {1, avail, unpack(out)} end
+if prior[1] then return {-1, avail, unpack(out)} end
 if avail < v then return {0, avail, unpack(out)} end
 redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
 redis.call('HSET', KEYS[2], 'account', ARGV[5], 'chain', ARGV[6], 'amount', ARGV[2], 'instance', ARGV[4], 'expires', ARGV[3])
@@ -58,10 +64,16 @@ return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). The price is capped at the hold: a worst case
-// that was too low is a bug that must never overdraw a wallet (the cap is reported as {price, 1}).
+// that was too low is a bug that must never overdraw a wallet (the cap is reported as {price, 1}). With the hold
+// gone, a debit of this request is this settlement run again (a resend after a lost reply, or a retry): it answers
+// with the amount debited then and changes nothing.
 const SETTLE = `
 local held = redis.call('HGET', KEYS[2], 'amount')
-if not held then return {-1, 0} end
+if not held then
+  local d = redis.call('HMGET', KEYS[6], 'request_id', 'amount')
+  if d[1] == ARGV[1] then return {tonumber(d[2]), 0} end
+  return {-1, 0}
+end
 local price = ARGV[2]
 local capped = 0
 if tonumber(price) > tonumber(held) then price = held; capped = 1 end
@@ -220,7 +232,10 @@ export interface SettleInput {
   retentionMs: number;
 }
 
-/** Settle a hold: returns the amount debited (null when the hold was already settled or released). */
+/**
+ * Settle a hold: returns the amount debited (run again, the amount the first run debited), or null when there was
+ * no hold to settle (released, or never placed).
+ */
 export async function settleHold(r: Redis, s: SettleInput): Promise<{ debited: bigint; capped: boolean } | null> {
   const [price, capped] = await settleScript.run<[number, number]>(r, [
     walletKeys.wallet(s.account, s.chain), walletKeys.hold(s.requestId), walletKeys.holds,
