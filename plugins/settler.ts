@@ -9,9 +9,34 @@ import type { Redis } from 'ioredis';
 import type { ChainName } from './chains/config.js';
 import type { Charge, Hex, SettlementChain } from './chains/port.js';
 import { countBy, type Metrics } from './metrics.js';
+import { LuaScript } from './redis-script.js';
 import { walletKeys } from './wallets.js';
 
 const GROUP = 'settlers';
+
+// Each gateway process joins the group under a name of its own, so names of processes long gone would pile up.
+// Deletes the consumers of KEYS[1]'s group ARGV[1] that hold no entry and have been idle over ARGV[2] ms (ARGV[3],
+// when given: only that one). In one script: a consumer that takes an entry between a check and its deletion would
+// lose it from the group (entries delivered once are not delivered again). A live consumer deleted while idle is
+// made again by its next read.
+const PRUNE = `
+local gone = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f.pending == 0 and f.idle >= tonumber(ARGV[2]) and (ARGV[3] == nil or f.name == ARGV[3]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f.name)
+    gone = gone + 1
+  end
+end
+return gone
+`;
+const pruneScript = new LuaScript(PRUNE);
+
+/** Delete the idle consumers of a chain's debit stream that hold nothing (`only`: that one); returns how many. */
+export function pruneConsumers(r: Redis, chain: ChainName, idleMs: number, only?: string): Promise<number> {
+  return pruneScript.run<number>(r, [walletKeys.debits(chain)], only === undefined ? [GROUP, idleMs] : [GROUP, idleMs, only]);
+}
 
 /** Settler settings. */
 export interface SettlerSettings {
@@ -107,6 +132,7 @@ export class Settler {
           lastClaim = Date.now();
           const claimed = (await conn.xautoclaim(key, GROUP, this.consumer, this.settings.claimIdleMs, '0-0', 'COUNT', this.settings.batchSize)) as [string, Entry[]];
           entries = claimed[1] ?? [];
+          await pruneConsumers(this.redis, name, this.settings.claimIdleMs);
         }
         if (entries.length === 0) {
           const fresh = (await conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', this.settings.batchSize, 'BLOCK', 1000, 'STREAMS', key, '>')) as [string, Entry[]][] | null;
@@ -171,11 +197,14 @@ export class Settler {
     }
   }
 
-  /** Stop after the batches in flight. */
+  /** Stop after the batches in flight, and leave the groups where nothing is left pending to this consumer. */
   async stop(): Promise<void> {
     this.running = false;
     clearInterval(this.timer);
     for (const c of this.conns) c.disconnect();
     await Promise.allSettled(this.loops);
+    for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
+      if (chain.canSettle) await pruneConsumers(this.redis, name, 0, this.consumer).catch(() => {});
+    }
   }
 }

@@ -11,7 +11,7 @@ import { createEvmChain } from '../plugins/chains/evm.js';
 import { callIdOf, type SettlementChain } from '../plugins/chains/port.js';
 import { createMetrics, type Metrics } from '../plugins/metrics.js';
 import { connectRedis } from '../plugins/redis.js';
-import { Settler } from '../plugins/settler.js';
+import { pruneConsumers, Settler } from '../plugins/settler.js';
 import { placeHold, readWallet, settleHold, walletKeys } from '../plugins/wallets.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
 import { until } from './helpers/wait.js';
@@ -417,4 +417,33 @@ t.test('a ChargeRefused event (balance gone before settlement) moves the debit o
   await s.redis.del('scanned:chain_a');
   t.equal(await w.poll('chain_a', chainA), 0, 're-scan applies nothing');
   t.equal((await readWallet(s.redis, y.address, 'chain_a')).pending, 0n, 'not released twice');
+});
+
+t.test('settler consumers: one that stops leaves its group; idle ones holding nothing are pruned, the rest kept', async (t) => {
+  const s = session(t);
+  const key = walletKeys.debits('chain_a');
+  const consumers = async () =>
+    ((await s.redis.call('XINFO', 'CONSUMERS', (s.redis.options.keyPrefix as string) + key, 'settlers')) as string[][]).map((c) => c[1]!).sort();
+  const st = settler(t, s, createMetrics({ defaults: false }));
+  await st.start();
+  await until('the settler joined its group', async () => (await consumers().catch((): string[] => [])).includes('settler-test'));
+  await st.stop();
+  t.same(await consumers(), [], 'a stopped settler with nothing pending leaves');
+
+  // 'gone' took an entry and acknowledged it a while ago; 'busy' holds one it never acknowledged; 'live' just took
+  // and acknowledged one.
+  const take = async (consumer: string, ack: boolean) => {
+    await s.redis.xadd(key, '*', 'request_id', 'r', 'call_id', '0x01', 'account', '0x02', 'amount', '1');
+    const got = (await s.redis.xreadgroup('GROUP', 'settlers', consumer, 'COUNT', 1, 'STREAMS', key, '>')) as [string, [string, string[]][]][];
+    if (ack) await s.redis.xack(key, 'settlers', got[0]![1][0]![0]);
+  };
+  await take('gone', true);
+  await take('busy', false);
+  await new Promise((r) => setTimeout(r, 50));
+  await take('live', true);
+  t.equal(await pruneConsumers(s.redis, 'chain_a', 40), 1);
+  t.same(await consumers(), ['busy', 'live'], 'the entry busy holds stays claimable');
+  t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'busy'), 0, 'never one holding an entry');
+  t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'live'), 1, 'only the one named');
+  t.same(await consumers(), ['busy']);
 });
