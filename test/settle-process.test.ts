@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -85,28 +85,53 @@ t.test('on a Redis where no gateway published dev chains it says so and exits no
   t.match(r.stderr, /no gateway on the embedded default has started on this Redis/);
 });
 
-t.test('on FAREBOX_CONFIG it needs the settler keys, not the providers\' keys', async (t) => {
+/** `farebox settle` on a config file of the embedded default's models with `edit` applied, no provider keys set. */
+function settleOnConfig(t: Test, args: string[], env: Record<string, string>, edit: (c: Record<string, unknown>) => void = () => {}) {
   const dir = mkdtempSync(join(tmpdir(), 'farebox-settle-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const input = embeddedDefault('http://127.0.0.1:9');
   for (const p of Object.values(input.providers as Record<string, { key_env: string }>)) p.key_env = 'FAREBOX_TEST_PROVIDER_KEY_NOT_SET';
   input.chains = h.config.chains;
   input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: h.prefix };
+  edit(input);
   const file = join(dir, 'farebox.json');
   writeFileSync(file, JSON.stringify(input));
   const { FAREBOX_REDIS_PREFIX: _p, ...withoutPrefix } = process.env;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'settle', '--json'], {
-    env: { ...withoutPrefix, FAREBOX_CONFIG: file, [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey },
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'settle', '--json', ...args], {
+    env: { ...withoutPrefix, FAREBOX_CONFIG: file, [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  t.teardown(() => void (child.exitCode === null && child.kill('SIGKILL')));
   let err = '';
   child.stderr.on('data', (d) => (err += d));
   const done = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const line = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout }).once('line', resolve);
+  const started = new Promise<{ instance: string; metrics: string | null }>((resolve, reject) => {
+    createInterface({ input: child.stdout }).once('line', (line) => resolve(JSON.parse(line)));
     void done.then((code) => reject(new Error(`exited ${code}: ${err}`)));
   });
-  t.same(JSON.parse(line).metrics, null, 'no metrics port asked for');
-  child.kill('SIGTERM');
-  t.equal(await done, 0, err);
+  return { child, done, started, stderr: () => err };
+}
+
+t.test('on FAREBOX_CONFIG it needs the settler keys, not the providers\' keys', async (t) => {
+  const p = settleOnConfig(t, [], {});
+  t.same((await p.started).metrics, null, 'no metrics port asked for');
+  p.child.kill('SIGTERM');
+  t.equal(await p.done, 0, p.stderr());
+});
+
+t.test('metrics.token_env puts its metrics behind the bearer token; the variable unset, it refuses to start', async (t) => {
+  const withToken = (c: Record<string, unknown>) => void (c.metrics = { token_env: 'FAREBOX_TEST_SETTLE_METRICS_TOKEN' });
+  const p = settleOnConfig(t, ['--metrics-port', '0'], { FAREBOX_TEST_SETTLE_METRICS_TOKEN: 's3cret' }, withToken);
+  const url = (await p.started).metrics!;
+  t.equal((await fetch(url)).status, 401, 'no token');
+  t.equal((await fetch(url, { headers: { authorization: 'Bearer wrong' } })).status, 401, 'a wrong token');
+  const ok = await fetch(url, { headers: { authorization: 'Bearer s3cret' } });
+  t.equal(ok.status, 200);
+  t.match(await ok.text(), /^farebox_settlement_failures_total\{chain="chain_a"\} 0$/m);
+  p.child.kill('SIGTERM');
+  t.equal(await p.done, 0, p.stderr());
+
+  const unset = settleOnConfig(t, ['--metrics-port', '0'], {}, withToken);
+  await t.rejects(unset.started, /exited [1-9]/);
+  t.match(unset.stderr(), /FAREBOX_TEST_SETTLE_METRICS_TOKEN is not set/);
 });
