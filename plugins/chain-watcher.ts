@@ -25,6 +25,8 @@ export interface WatcherSettings {
 }
 
 const LEASE_MS = 10_000;
+/** A held lease is renewed once this much of it has run, not on every poll. */
+const RENEW_AFTER_MS = LEASE_MS / 3;
 
 /** Follows the escrows of all chains. */
 export class ChainWatcher {
@@ -33,6 +35,10 @@ export class ChainWatcher {
   private readonly loops: Promise<void>[] = [];
   /** Differences seen in the last reconcile round, per chain and account. */
   private readonly suspects = new Map<string, bigint>();
+  /** Per chain: when this instance last took or renewed its lease (ms; absent: not held). */
+  private readonly leasedAt = new Map<ChainName, number>();
+  /** Per chain: the head the last poll scanned up to, while the lease has been held since. */
+  private readonly scannedHead = new Map<ChainName, bigint>();
 
   constructor(
     redis: Redis,
@@ -52,13 +58,24 @@ export class ChainWatcher {
     }
   }
 
+  /**
+   * Take or keep the chain's lease. Held, it is renewed only after RENEW_AFTER_MS: it is known to be this
+   * instance's until LEASE_MS after the last renewal (Redis starts its PX later than `now` is read here).
+   */
   private async lease(name: ChainName): Promise<boolean> {
+    const now = Date.now();
+    const at = this.leasedAt.get(name);
+    if (at !== undefined && now - at < RENEW_AFTER_MS) return true;
     const key = `watcher-lease:${name}`;
-    const got = await this.r.set(key, this.instance, 'PX', LEASE_MS, 'NX');
-    if (got === 'OK') return true;
-    if ((await this.r.get(key)) !== this.instance) return false;
-    await this.r.pexpire(key, LEASE_MS);
-    return true;
+    let held = (await this.r.set(key, this.instance, 'PX', LEASE_MS, 'NX')) === 'OK';
+    if (!held && (await this.r.get(key)) === this.instance) held = (await this.r.pexpire(key, LEASE_MS)) === 1;
+    if (held) {
+      this.leasedAt.set(name, now);
+    } else {
+      this.leasedAt.delete(name);
+      this.scannedHead.delete(name);
+    }
+    return held;
   }
 
   private async loop(name: ChainName, chain: SettlementChain): Promise<void> {
@@ -70,7 +87,12 @@ export class ChainWatcher {
           // A standby's last lag reading would go stale: the lease holder reports it.
           this.metrics.chainLagBlocks.remove({ chain: name });
         } else {
-          await this.poll(name, chain);
+          // Polls mostly find the head where the last one left it: that costs one RPC request and no Redis.
+          const head = await chain.latestBlock();
+          if (head !== this.scannedHead.get(name)) {
+            this.scannedHead.delete(name);
+            await this.poll(name, chain, head);
+          }
           if (Date.now() - lastReconcile >= this.settings.reconcileMs) {
             lastReconcile = Date.now();
             await this.reconcile(name, chain);
@@ -90,12 +112,13 @@ export class ChainWatcher {
   }
 
   /** Read and apply the events of the blocks not scanned yet (one step; exported for tests). */
-  async poll(name: ChainName, chain: SettlementChain): Promise<number> {
-    const head = await chain.latestBlock();
+  async poll(name: ChainName, chain: SettlementChain, head?: bigint): Promise<number> {
+    head ??= await chain.latestBlock();
     const scannedRaw = await this.r.get(`scanned:${name}`);
     const from = scannedRaw !== null ? BigInt(scannedRaw) + 1n : (this.settings.startBlocks[name] ?? 0n);
     if (from > head) {
       this.metrics.chainLagBlocks.set({ chain: name }, 0);
+      if (this.leasedAt.has(name)) this.scannedHead.set(name, head);
       return 0;
     }
     const to = head - from + 1n > BigInt(this.settings.maxRange) ? from + BigInt(this.settings.maxRange) - 1n : head;
@@ -104,6 +127,7 @@ export class ChainWatcher {
     countBy(kinds, (kind, n) => this.metrics.chainEvents.inc({ chain: name, kind }, n));
     const applied = kinds.length;
     await this.r.set(`scanned:${name}`, to.toString());
+    if (to === head && this.leasedAt.has(name)) this.scannedHead.set(name, head);
     this.metrics.chainLagBlocks.set({ chain: name }, Number(head - to));
     return applied;
   }
@@ -145,6 +169,8 @@ export class ChainWatcher {
   async stop(): Promise<void> {
     this.running = false;
     await Promise.allSettled(this.loops);
+    this.leasedAt.clear();
+    this.scannedHead.clear();
     // Hand the leases over now: a successor would otherwise wait LEASE_MS for them to expire.
     for (const name of Object.keys(this.chains)) {
       await this.r

@@ -222,6 +222,29 @@ t.test('a stopped watcher gives up its chain lease, so a successor takes over wi
   t.not(await s.redis.get('watcher-lease:chain_a'), 'leaving', 'lease released on stop');
 });
 
+t.test('a watcher holding its lease polls an unmoved head with no Redis command; a new block is read at once', async (t) => {
+  const s = session(t);
+  const { w } = s.watcher({ chain_a: chainA }, 'quiet');
+  let commands = 0;
+  const send = s.redis.sendCommand.bind(s.redis);
+  s.redis.sendCommand = ((...args: Parameters<typeof send>) => {
+    commands++;
+    return send(...args);
+  }) as typeof s.redis.sendCommand;
+  w.start();
+  const head = await chainA.latestBlock();
+  await until('scanned to the head', async () => (await s.redis.get('scanned:chain_a')) === head.toString());
+  await new Promise((r) => setTimeout(r, 200)); // the poll that wrote it has finished
+  commands = 0;
+  await new Promise((r) => setTimeout(r, 1000)); // ~20 polls at 50 ms
+  t.equal(commands, 0, 'no Redis command while the head stands still (the lease is renewed every 3.3 s)');
+  t.equal(await s.redis.get('watcher-lease:chain_a'), 'quiet', 'the lease still held');
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 7_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === 7_000n);
+  t.ok(commands > 0);
+});
+
 /** chain_a whose reads of the head and of events fail while `failing` says so (an RPC outage or rate limit). */
 function flaky(inner: SettlementChain) {
   const state = { events: false, head: false };
