@@ -1,5 +1,6 @@
 // A hold or a settlement that reaches Redis but whose reply is lost with the connection is resent by ioredis once it
-// has reconnected: the second run must answer as the first did and change nothing.
+// has reconnected (once, on the gateway's fail-fast connection): the second run must answer as the first did and
+// change nothing.
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import t, { type Test } from 'tap';
@@ -100,7 +101,7 @@ t.test('a hold run twice answers placed both times and holds once; the rate limi
 
 t.test('a hold whose reply a dropped connection lost is resent and answers placed', async (t) => {
   const relay = await lossyRelay(t);
-  const r = connectRedis({ url: relay.url, prefix });
+  const r = connectRedis({ url: relay.url, prefix, failFast: true });
   t.teardown(() => closeRedis(r));
   await r.ping();
   const before = await readWallet(redis, account, 'chain_a');
@@ -118,7 +119,7 @@ t.test('a hold whose reply a dropped connection lost is resent and answers place
 
 t.test('a settlement whose reply was lost is resent and answers with the amount debited, once', async (t) => {
   const relay = await lossyRelay(t);
-  const r = connectRedis({ url: relay.url, prefix });
+  const r = connectRedis({ url: relay.url, prefix, failFast: true });
   t.teardown(() => closeRedis(r));
   const h = hold(40_000n);
   t.ok((await placeHold(r, h)).placed);
