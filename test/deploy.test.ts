@@ -193,7 +193,7 @@ t.test('grafana-dashboard.json: parses, a Prometheus datasource variable, every 
 
 // ---- compose.yaml, prometheus.yml, redis.conf, k8s.yaml ----
 
-/** The overlay script of a command (`node -e '...' && exec npm start`). */
+/** The overlay script of a command (`node -e '...' && exec node bin/farebox.js ...`). */
 function overlayScript(command: unknown): string | undefined {
   const text = Array.isArray(command) ? command.join(' ') : String(command ?? '');
   return /node -e '([^']*)'/.exec(text)?.[1];
@@ -233,7 +233,7 @@ t.test('redis.conf: AOF on, never evicts', async (t) => {
   t.ok(lines.includes('maxmemory-policy noeviction'), 'maxmemory-policy noeviction');
 });
 
-t.test('compose.yaml: Redis with redis.conf, gateways on one Redis, one settler, Prometheus and Grafana wired', async (t) => {
+t.test('compose.yaml: Redis with redis.conf, gateways and a settle process on one Redis, Prometheus and Grafana wired', async (t) => {
   const compose = yaml('compose.yaml') as { services: Record<string, Service>; secrets: Record<string, { environment?: string }>; configs: Record<string, { content: string }> };
   const services = compose.services;
   for (const s of ['redis', 'prometheus', 'grafana']) t.ok(services[s], `service ${s}`);
@@ -250,40 +250,52 @@ t.test('compose.yaml: Redis with redis.conf, gateways on one Redis, one settler,
   const confPath = redis.volumes!.find((v) => v.startsWith('./redis.conf:'))!.split(':')[1];
   t.same(redis.command, ['redis-server', confPath], 'redis-server runs on it');
 
-  const gateways = Object.entries(services).filter(([name]) => /^farebox-\d+$/.test(name));
+  // Every farebox service runs `farebox $FAREBOX_RUN` on its overlaid config: `serve`, or `settle --metrics-port N`.
+  const farebox = Object.entries(services).filter(([name]) => name.startsWith('farebox-'));
+  const gateways = farebox.filter(([, s]) => s.environment?.FAREBOX_RUN === 'serve');
+  const settles = farebox.filter(([, s]) => /^settle --metrics-port \d+$/.test(s.environment?.FAREBOX_RUN ?? ''));
   t.ok(gateways.length >= 2, 'several gateway instances');
+  t.equal(settles.length, 1, 'one settle process');
+  t.equal(gateways.length + settles.length, farebox.length, 'every farebox service serves or settles');
   const prom = yaml('prometheus.yml') as {
     rule_files: string[];
     scrape_configs: { job_name: string; static_configs: { targets: string[] }[]; authorization?: { credentials_file?: string }; params?: Record<string, string[]> }[];
   };
   const job = prom.scrape_configs.find((j) => j.job_name === 'farebox')!;
+  const settleJob = prom.scrape_configs.find((j) => j.job_name === 'farebox-settle')!;
   t.ok(job, 'a farebox scrape job');
-  const targets = job.static_configs.flatMap((c) => c.targets).sort();
-  const settlers: string[] = [];
+  t.ok(settleJob, 'a farebox-settle scrape job');
+  t.equal(settleJob.authorization?.credentials_file, job.authorization?.credentials_file, 'the same token for both');
+  const scraped = (j: typeof job) => j.static_configs.flatMap((c) => c.targets).sort();
   const expected: string[] = [];
-  for (const [name, s] of gateways) {
+  const expectedSettle: string[] = [];
+  for (const [name, s] of farebox) {
     const env = s.environment ?? {};
-    t.match(String(s.command), /exec npm start/, `${name}: npm start`);
+    const settle = !gateways.some(([g]) => g === name);
+    t.match(String(s.command), /exec node bin\/farebox\.js \$\$FAREBOX_RUN$/, `${name}: runs farebox $FAREBOX_RUN`);
     t.equal(env.REDIS_URL, 'redis://redis:6379', `${name}: the one Redis`);
     t.ok(s.volumes?.some((v) => v.startsWith('./farebox.example.json:')), `${name}: mounts farebox.example.json`);
     const script = overlayScript(s.command);
     t.ok(script, `${name}: start-up overlay`);
     const config = configFor(script!, env.FAREBOX_OVERLAY ?? '{}');
     t.ok(config.chains, `${name}: its config loads, with the four chains`);
-    t.type(config.metrics.port, 'number', `${name}: metrics on a port of their own`);
-    expected.push(`${name}:${config.metrics.port}`);
+    const port = settle ? Number(/--metrics-port (\d+)/.exec(env.FAREBOX_RUN!)![1]) : config.metrics.port;
+    t.type(port, 'number', `${name}: metrics on a port of their own`);
+    (settle ? expectedSettle : expected).push(`${name}:${port}`);
     t.ok(config.metrics.token_env && env[config.metrics.token_env], `${name}: metrics token variable set`);
     const keyEnvs = Object.values(config.chains!).map((c) => c.settler_key_env).filter((k): k is string => !!k);
-    if (config.billing.settler) {
-      settlers.push(name);
+    t.ok(keyEnvs.length > 0, `${name}: the chains name their settler keys`);
+    if (settle) {
       for (const k of keyEnvs) t.ok(env[k], `${name}: settler key ${k}`);
+      for (const k of Object.values(config.providers).map((p) => p.key_env)) t.notOk(env[k], `${name}: no provider key ${k}`);
     } else {
-      for (const k of keyEnvs) t.notOk(env[k], `${name}: no settler key ${k} on a serving instance`);
+      for (const k of keyEnvs) t.notOk(env[k], `${name}: no settler key ${k} on a gateway`);
+      t.equal(config.billing.settler, false, `${name}: does not settle`);
+      t.ok(config.billing.watcher, `${name}: stands by as watcher`);
     }
-    t.ok(config.billing.watcher, `${name}: stands by as watcher`);
   }
-  t.equal(settlers.length, 1, 'exactly one settler instance');
-  t.same(targets, expected.sort(), 'Prometheus scrapes every gateway on its metrics port');
+  t.same(scraped(job), expected.sort(), 'Prometheus scrapes every gateway on its metrics port');
+  t.same(scraped(settleJob), expectedSettle, 'and the settle process on its own, in a job of its own');
 
   // Token: the compose secret Prometheus reads is the gateways' token variable.
   const secret = /^\/run\/secrets\/(.+)$/.exec(job.authorization?.credentials_file ?? '')?.[1];
@@ -319,22 +331,53 @@ t.test('k8s.yaml: Deployments, Services and a ConfigMap that agree', async (t) =
   const kinds = new Set(objects.map((o) => o.kind));
   for (const k of ['Deployment', 'Service', 'ConfigMap']) t.ok(kinds.has(k), `a ${k}`);
   const roles = objects.find((o) => o.kind === 'ConfigMap')!;
-  type Container = { command: string[]; env: { name: string; valueFrom?: { configMapKeyRef?: { name: string; key: string } } }[]; ports: { name: string; containerPort: number }[] };
+  type Container = {
+    command: string[];
+    env: { name: string; valueFrom?: { configMapKeyRef?: { name: string; key: string } } }[];
+    envFrom?: { secretRef?: { name: string } }[];
+    ports: { name: string; containerPort: number }[];
+  };
+  type DeploymentSpec = {
+    replicas: number;
+    strategy?: { type: string };
+    selector: { matchLabels: Record<string, string> };
+    template: { metadata: { labels: Record<string, string> }; spec: { containers: Container[] } };
+  };
+  const deployments = objects.filter((o) => o.kind === 'Deployment');
   let settlers = 0;
-  for (const dep of objects.filter((o) => o.kind === 'Deployment')) {
-    const spec = dep.spec as { replicas: number; selector: { matchLabels: Record<string, string> }; template: { metadata: { labels: Record<string, string> }; spec: { containers: Container[] } } };
+  for (const dep of deployments) {
+    const spec = dep.spec as DeploymentSpec;
     t.match(spec.template.metadata.labels, spec.selector.matchLabels, `${dep.metadata.name}: selector matches its pods`);
     const c = spec.template.spec.containers[0];
     const ref = c.env.find((e) => e.name === 'FAREBOX_OVERLAY')?.valueFrom?.configMapKeyRef;
     t.equal(ref?.name, roles.metadata.name, `${dep.metadata.name}: overlay from the ConfigMap`);
     const config = configFor(overlayScript(c.command)!, roles.data![ref!.key]);
-    t.ok(c.ports.some((p) => p.containerPort === config.metrics.port), `${dep.metadata.name}: metrics port exposed`);
-    if (config.billing.settler) {
+    const run = /exec node bin\/farebox\.js (serve|settle --metrics-port (\d+))$/.exec(c.command.join(' '));
+    t.ok(run, `${dep.metadata.name}: runs farebox serve or settle`);
+    const settle = run?.[1]?.startsWith('settle') ?? false;
+    const metricsPort = settle ? Number(run![2]) : config.metrics.port;
+    t.ok(c.ports.some((p) => p.containerPort === metricsPort), `${dep.metadata.name}: metrics port exposed`);
+    const keys = (c.envFrom ?? []).some((e) => e.secretRef?.name === 'farebox-settler-keys');
+    if (settle) {
       settlers++;
       t.equal(spec.replicas, 1, 'one settler replica');
+      t.equal(spec.strategy?.type, 'Recreate', 'never two settlers during an update');
+      t.ok(keys, 'the settler has the settler keys');
+    } else {
+      t.notOk(keys, `${dep.metadata.name}: no settler keys on a gateway`);
+      t.equal(config.billing.settler, false, `${dep.metadata.name}: does not settle`);
     }
   }
   t.equal(settlers, 1, 'one settler Deployment');
+  // The calls' Service selects gateway pods only.
+  const calls = objects.find((o) => o.kind === 'Service' && o.metadata.name === 'farebox')!;
+  const callSelector = (calls.spec as { selector: Record<string, string> }).selector;
+  for (const dep of deployments) {
+    const labels = (dep.spec as DeploymentSpec).template.metadata.labels;
+    const selected = Object.entries(callSelector).every(([k, v]) => labels[k] === v);
+    const settle = (dep.spec as DeploymentSpec).template.spec.containers[0].command.join(' ').includes('farebox.js settle');
+    t.equal(selected, !settle, `${dep.metadata.name}: ${settle ? 'not ' : ''}behind the calls' Service`);
+  }
   for (const svc of objects.filter((o) => o.kind === 'Service')) {
     const selector = (svc.spec as { selector: Record<string, string> }).selector;
     const matches = objects.filter((o) => o.kind === 'Deployment' && Object.entries(selector).every(([k, v]) =>
