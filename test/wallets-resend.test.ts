@@ -1,24 +1,33 @@
 // A hold or a settlement that reaches Redis but whose reply is lost with the connection is resent by ioredis once it
 // has reconnected (once, on the gateway's fail-fast connection): the second run must answer as the first did and
-// change nothing.
+// change nothing. Last, the same through the gateway with the official OpenAI SDK: the caller sees 200, not 402.
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import t, { type Test } from 'tap';
+import OpenAI from 'openai';
 import { closeRedis, connectRedis } from '../plugins/redis.js';
 import { RateLimiter } from '../plugins/rate-limit.js';
 import { callIdOf } from '../plugins/chains/port.js';
 import { limitsConfigSchema } from '../policies/limits.js';
 import { placeHold, readWallet, settleHold, walletKeys, type HoldInput } from '../plugins/wallets.js';
-import { testRedis } from './helpers/harness.js';
+import { createEvmChain } from '../plugins/chains/evm.js';
+import { closeDevChains, startHarness, testRedis } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 const { redis, prefix } = await testRedis(t);
 
-/** A TCP relay to Redis that can drop a connection in place of forwarding Redis's next reply. */
+/**
+ * A TCP relay to Redis that can drop a connection in place of forwarding Redis's next reply: at once
+ * (`dropNextReply`), or on the connection that next sends a command containing `dropAfter`. The connection is cut
+ * 50 ms after that reply, forwarding nothing more, so every command it had sent has run in Redis.
+ */
 async function lossyRelay(t: Test) {
   const target = new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
   const sockets = new Set<net.Socket>();
   const relay = {
     dropNextReply: false,
+    dropAfter: null as string | null,
+    drops: 0,
     /** Everything clients sent, in order. */
     sent: [] as Buffer[],
     connections: 0,
@@ -28,18 +37,28 @@ async function lossyRelay(t: Test) {
     relay.connections++;
     const upstream = net.connect(Number(target.port || 6379), target.hostname);
     sockets.add(client).add(upstream);
+    let armed = false;
+    let cut = false;
     client.on('data', (d) => {
       relay.sent.push(d);
+      if (relay.dropAfter !== null && d.includes(relay.dropAfter)) {
+        relay.dropAfter = null;
+        armed = true;
+      }
       upstream.write(d);
     });
     upstream.on('data', (d) => {
-      if (relay.dropNextReply) {
+      if (relay.dropNextReply || armed) {
         relay.dropNextReply = false;
-        client.destroy();
-        upstream.destroy();
-        return;
+        armed = false;
+        cut = true;
+        relay.drops++;
+        setTimeout(() => {
+          client.destroy();
+          upstream.destroy();
+        }, 50);
       }
-      client.write(d);
+      if (!cut) client.write(d);
     });
     for (const s of [client, upstream]) {
       s.on('error', () => {});
@@ -137,4 +156,38 @@ t.test('a settlement whose reply was lost is resent and answers with the amount 
 
   // A settlement with no hold and no debit of its own (a released hold) still answers null.
   t.equal(await settleHold(redis, { ...h, callId: callIdOf(`${h.requestId}x`), requestId: `${h.requestId}x`, price: 5n, usageJson: '{}', retentionMs: 1000 }), null);
+});
+
+t.test('through the gateway: a call whose hold reply was lost answers 200 and is charged once', async (t) => {
+  const relay = await lossyRelay(t);
+  // The gateway's Redis goes through the relay.
+  const h = await startHarness({ chains: true, edit: (c) => void (c.redis = { ...c.redis!, url: relay.url }) });
+  t.teardown(async () => {
+    await h.close();
+    await closeDevChains();
+  });
+  await h.fund('chain_a', 2_000_000n);
+  const before = await readWallet(h.redis, h.account, 'chain_a');
+  const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
+  // The next command carrying a usage index key is a hold (settlements carry none).
+  relay.dropAfter = 'usage-idx:';
+  const { data, response } = await openai.chat.completions
+    .create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi #sim:tokens=5' }] })
+    .withResponse();
+  t.equal(relay.drops, 1, 'the connection was cut after the hold ran');
+  t.equal(response.status, 200, 'not a 402');
+  t.ok(data.choices[0]!.message.content, 'the answer');
+  const id = response.headers.get('x-request-id')!;
+  const rec = await until(`settled ${id}`, async () => {
+    const r = await h.redis.hgetall(`usage:${id}`);
+    return r.status === 'settled' ? r : null;
+  });
+  // Two holds and one settlement carry the call's hold key.
+  t.equal(occurrences(relay.sent, `hold:${id}`), 3, 'the hold went out twice');
+  const w = await until('nothing held or pending', async () => {
+    const x = await readWallet(h.redis, h.account, 'chain_a');
+    return x.held === 0n && x.pending === 0n ? x : null;
+  });
+  t.equal(before.synced - w.synced, BigInt(rec.price), 'charged the call\'s price once');
+  t.equal(w.synced, await createEvmChain('chain_a', h.config.chains!.chain_a).balanceOf(h.account as `0x${string}`), 'as onchain');
 });
