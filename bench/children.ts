@@ -227,23 +227,29 @@ function run(cmd: string, args: string[]): Promise<string> {
   });
 }
 
+/** The pid of the Redis server behind `redisUrl` when it listens on this machine, else null. */
+export async function localRedisPid(redisUrl: string): Promise<number | null> {
+  const u = new URL(redisUrl);
+  if (!['127.0.0.1', 'localhost', '[::1]'].includes(u.hostname)) return null;
+  const listening = await run('ss', ['-ltnpH', `sport = :${u.port || '6379'}`]);
+  const pid = /pid=(\d+)/.exec(listening)?.[1];
+  return pid ? Number(pid) : null;
+}
+
 /**
  * Pin the Redis server behind `redisUrl` (all its threads) to `core` when it runs on this machine, so it does not
  * take the measured server's core; resolves with a function that puts its old CPU mask back, or with null when
  * Redis is elsewhere or cannot be pinned (the report then says so).
  */
 export async function pinLocalRedis(redisUrl: string, core: number): Promise<(() => Promise<void>) | null> {
-  const u = new URL(redisUrl);
-  if (!['127.0.0.1', 'localhost', '[::1]'].includes(u.hostname)) return null;
   try {
-    const listening = await run('ss', ['-ltnpH', `sport = :${u.port || '6379'}`]);
-    const pid = /pid=(\d+)/.exec(listening)?.[1];
-    if (!pid) return null;
-    const mask = /affinity mask: ([0-9a-f]+)/.exec(await run('taskset', ['-p', pid]))?.[1];
+    const pid = await localRedisPid(redisUrl);
+    if (pid === null) return null;
+    const mask = /affinity mask: ([0-9a-f]+)/.exec(await run('taskset', ['-p', String(pid)]))?.[1];
     if (!mask) return null;
-    await run('taskset', ['-a', '-cp', String(core), pid]);
+    await run('taskset', ['-a', '-cp', String(core), String(pid)]);
     return async () => {
-      await run('taskset', ['-a', '-p', mask, pid]).catch(() => {});
+      await run('taskset', ['-a', '-p', mask, String(pid)]).catch(() => {});
     };
   } catch {
     return null;

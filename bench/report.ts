@@ -43,6 +43,13 @@ export interface LoadCell extends LoadResult {
    * interrupts, the hypervisor's steal. Near 0 on a quiet machine.
    */
   otherOnServerCorePct: number;
+  /** Busy time of the load core (load generator, simulator, Redis, dev chains), % of the cell. */
+  loadCoreBusyPct: number;
+  /**
+   * CPU per 2xx response on the load core, ms, of the load generator, Redis and the dev chains (the simulator's is
+   * simCpuMsPerReq); null where Redis is not a local process.
+   */
+  loadCoreMsPerReq: { loadgen: number | null; redis: number | null; chains: number | null };
 }
 
 /** One sequential cell. */
@@ -159,11 +166,12 @@ export function toMarkdown(r: BenchResults): string {
     '## Under load',
     '',
     ...table(
-      ['scenario', 'conc', 'target', 'req/s', 'p50', 'p90', 'p99', 'TTFB p50', 'TTFB p99', 'non-2xx', 'errors', 'server CPU ms/req', 'of it settle', 'server CPU %', 'sim CPU ms/req', 'run-queue wait % server/loadgen/sim', 'other on server core %'],
+      ['scenario', 'conc', 'target', 'req/s', 'p50', 'p90', 'p99', 'TTFB p50', 'TTFB p99', 'non-2xx', 'errors', 'server CPU ms/req', 'of it settle', 'server CPU %', 'sim CPU ms/req', 'run-queue wait % server/loadgen/sim', 'other on server core %', 'load core busy %', 'load core CPU ms/req loadgen/redis/chains'],
       r.load.map((x) => [
         x.scenario, x.connections, x.target, f(x.rps, 0), p(x.latency, 'p50'), p(x.latency, 'p90'), p(x.latency, 'p99'),
         p(x.ttfb, 'p50'), p(x.ttfb, 'p99'), x.non2xx, x.errors, f(x.serverCpuMsPerReq, 3), f(x.settleCpuMsPerReq, 3), f(x.serverCpuPct, 0),
         f(x.simCpuMsPerReq, 3), `${x.waitPct.server} / ${x.waitPct.loadgen} / ${x.waitPct.sim}`, f(x.otherOnServerCorePct, 1),
+        f(x.loadCoreBusyPct, 0), [x.loadCoreMsPerReq.loadgen, x.loadCoreMsPerReq.redis, x.loadCoreMsPerReq.chains].map((v) => f(v, 3)).join(' / '),
       ]),
     ),
     '',

@@ -6,8 +6,12 @@
  *
  * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500),
  * BENCH_CONCURRENCY (50,200), REDIS_URL (redis://127.0.0.1:6379), BENCH_PROFILE=<scenario> (instead: a CPU
- * profile of farebox's main thread under that load at 50 connections). Writes bench/results/latest.{json,md};
+ * profile of farebox's main thread under that load at 50 connections; BENCH_PROFILE_PROCESS=settle or chains:
+ * of the settle process's or the dev chains' instead). Writes bench/results/latest.{json,md};
  * with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the .cpuprofile opens in Chrome DevTools).
+ * BENCH_QUICK=<scenario>[,<scenario>...]: farebox alone, BENCH_REPEAT (3) cells of each scenario at each
+ * concurrency, printing req/s and CPU per call (an A/B of a change in a few minutes; writes nothing).
+ * BENCH_FAREBOX_NODE_ARGS: extra node flags for farebox's gateway process (space-separated), to try V8 settings.
  */
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
@@ -21,7 +25,7 @@ import { createAccount, createKey } from '../plugins/accounts.js';
 import { connectRedis, deleteKeys } from '../plugins/redis.js';
 import { readWallet } from '../plugins/wallets.js';
 import {
-  ask, coreBusyMsOf, cpuMsOf, freePort, killAllNow, memAfterGc, memOf, pinLocalRedis, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
+  ask, coreBusyMsOf, cpuMsOf, freePort, localRedisPid, killAllNow, memAfterGc, memOf, pinLocalRedis, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
 } from './children.js';
 import { runLoad } from './load.js';
 import { summarizeProfile } from './profile.js';
@@ -52,8 +56,14 @@ const SEQUENTIAL = intEnv('BENCH_SEQUENTIAL', 500);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '50,200').split(',').map((s) => Number(s.trim()));
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const PROFILE = process.env.BENCH_PROFILE as Scenario | undefined;
+const PROFILE_PROCESS = (process.env.BENCH_PROFILE_PROCESS ?? 'farebox') as 'farebox' | 'settle' | 'chains';
+const QUICK = process.env.BENCH_QUICK ? (process.env.BENCH_QUICK.split(',').map((x) => x.trim()) as Scenario[]) : undefined;
+const REPEAT = intEnv('BENCH_REPEAT', 3);
+const FAREBOX_NODE_ARGS = (process.env.BENCH_FAREBOX_NODE_ARGS ?? '').split(' ').filter(Boolean);
 if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1)) throw new Error('BENCH_CONCURRENCY: comma-separated positive integers');
 if (PROFILE !== undefined && !SCENARIOS.includes(PROFILE)) throw new Error(`BENCH_PROFILE must be one of ${SCENARIOS.join(', ')}`);
+if (!['farebox', 'settle', 'chains'].includes(PROFILE_PROCESS)) throw new Error('BENCH_PROFILE_PROCESS must be farebox, settle or chains');
+if (QUICK?.some((q) => !SCENARIOS.includes(q))) throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}`);
 if (!DURATION) throw new Error('BENCH_DURATION must be at least 1');
 
 const require = createRequire(import.meta.url);
@@ -97,6 +107,8 @@ interface Servers {
   fbUrl: string;
   /** farebox's `farebox settle` process: its settler and watcher. */
   settle: Child;
+  /** The dev chains farebox settles on. */
+  chains: Child;
   peer?: Child;
   peerUrl?: string;
 }
@@ -106,20 +118,22 @@ async function startServers(prefix: string, withPeer = true): Promise<Servers> {
   const sim = spawnNode('simulator', LOAD_CORE, [], SERVER, ['sim']);
   const simUrl = await readyUrl(sim);
   // The dev chains farebox settles on run beside the simulator, off the measured core (bench/farebox-target.ts).
-  const chains = spawnNode('dev chains', LOAD_CORE, [], SERVER, ['chains', REDIS_URL, prefix]);
+  // Source maps only for a profile: its frames are then named by their .ts positions.
+  const mapArgs = PROFILE ? ['--enable-source-maps'] : [];
+  const chains = spawnNode('dev chains', LOAD_CORE, mapArgs, SERVER, ['chains', REDIS_URL, prefix]);
   await readyUrl(chains);
   // Settlement on farebox's core, started first: farebox funds the bench account, which needs the watcher.
-  const settle = spawnNode('farebox settle', SERVER_CORE, [], SERVER, ['settle', REDIS_URL, prefix]);
+  const settle = spawnNode('farebox settle', SERVER_CORE, mapArgs, SERVER, ['settle', REDIS_URL, prefix]);
   await readyUrl(settle);
-  // Source maps only for a profile: its frames are then named by their .ts positions.
-  const fb = spawnNode('farebox', SERVER_CORE, PROFILE ? ['--enable-source-maps'] : [], SERVER, ['farebox', simUrl, REDIS_URL, prefix]);
+  const fbArgs = [...FAREBOX_NODE_ARGS, ...mapArgs];
+  const fb = spawnNode('farebox', SERVER_CORE, fbArgs, SERVER, ['farebox', simUrl, REDIS_URL, prefix]);
   const fbUrl = await readyUrl(fb);
-  if (!withPeer) return { sim, simUrl, fb, fbUrl, settle };
+  if (!withPeer) return { sim, simUrl, fb, fbUrl, settle, chains };
   const { script } = peerPackage();
   const port = await freePort();
   const peer = spawnNode('peer', SERVER_CORE, [], script, [`--port=${port}`, '--headless']);
   await waitForPort(peer, port);
-  return { sim, simUrl, fb, fbUrl, settle, peer, peerUrl: `http://127.0.0.1:${port}` };
+  return { sim, simUrl, fb, fbUrl, settle, chains, peer, peerUrl: `http://127.0.0.1:${port}` };
 }
 
 /** RSS of an idle node process with `nodeArgs`, MiB: what a server's RSS holds before any code of its own. */
@@ -189,12 +203,13 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   if (WARMUP) await runLoad(spec, 50, WARMUP);
   log(`profiling farebox under ${scenario} at 50 connections for ${DURATION} s`);
   const file = join(RESULTS, 'profile.cpuprofile');
-  await ask(s.fb, { type: 'profile-start' }, 'profile-started');
+  const child = { farebox: s.fb, settle: s.settle, chains: s.chains }[PROFILE_PROCESS];
+  await ask(child, { type: 'profile-start' }, 'profile-started');
   const r = await runLoad(spec, 50, DURATION);
-  await ask(s.fb, { type: 'profile-stop', file }, 'profile-stopped', 60_000);
+  await ask(child, { type: 'profile-stop', file }, 'profile-stopped', 60_000);
   const sum = summarizeProfile(file, ROOT);
   const md = [
-    `# farebox CPU profile: ${scenario}, 50 connections, ${DURATION} s (${new Date().toISOString()})`,
+    `# ${PROFILE_PROCESS === 'farebox' ? 'farebox' : `farebox's ${PROFILE_PROCESS} process`} CPU profile: ${scenario}, 50 connections, ${DURATION} s (${new Date().toISOString()})`,
     '',
     `${r.rps} req/s, p50 ${r.latency?.p50} ms, p99 ${r.latency?.p99} ms. Main thread busy ${sum.busyMs} ms, idle ${sum.idleMs} ms;`,
     'shares below are of the busy time.',
@@ -212,12 +227,67 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   process.stdout.write(md);
 }
 
+/**
+ * CPU on the load core from now until the returned function is called with the cell's 2xx count: the core's busy
+ * % and, per response, the load generator's (this process), Redis's and the dev chains' CPU in ms.
+ */
+function loadCoreMeter(s: Servers, redisPid: number | null): (ok: number) => { busyPct: number; perReq: LoadCell['loadCoreMsPerReq'] } {
+  const pids = [process.pid, redisPid, s.chains.pid];
+  const cpu0 = pids.map((pid) => (pid === null ? 0 : cpuMsOf(pid)));
+  const busy0 = coreBusyMsOf(LOAD_CORE);
+  const wall0 = performance.now();
+  return (ok) => {
+    const wall = performance.now() - wall0;
+    const [loadgen, redis, chains] = pids.map((pid, i) => (pid === null || !ok ? null : round((cpuMsOf(pid) - cpu0[i]!) / ok, 4)));
+    return { busyPct: round((100 * (coreBusyMsOf(LOAD_CORE) - busy0)) / wall, 1), perReq: { loadgen, redis, chains } };
+  };
+}
+
+/** farebox alone: REPEAT cells per scenario and concurrency; req/s, latency and CPU per call, printed. */
+async function quickRun(scenarios: Scenario[], prefix: string, key: string): Promise<void> {
+  const s = await startServers(prefix, false);
+  const fb: Target = { name: 'farebox', url: s.fbUrl, pid: s.fb.pid };
+  const problems: string[] = [];
+  const ok = await sanity([fb], s.simUrl, key, problems);
+  if (problems.length) throw new Error(problems.join('\n'));
+  const redisPid = await localRedisPid(REDIS_URL).catch(() => null);
+  const lines = [
+    `| scenario | conc | req/s | p50 ms | p99 ms | CPU ms per call (settle) | core ${SERVER_CORE} busy % | core ${LOAD_CORE} busy % | core ${LOAD_CORE} CPU ms per call: loadgen / sim / redis / chains | non-2xx / errors |`,
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ];
+  for (const scenario of scenarios) {
+    if (!ok.has(`${scenario}/farebox`)) continue;
+    const spec = requestFor(scenario, fb, s.simUrl, key);
+    for (const connections of CONCURRENCY) {
+      if (WARMUP) await runLoad(spec, connections, WARMUP);
+      for (let i = 0; i < REPEAT; i++) {
+        const cpu0 = [s.fb.pid, s.settle.pid, s.sim.pid].map(cpuMsOf);
+        const core0 = coreBusyMsOf(SERVER_CORE);
+        const loadCore = loadCoreMeter(s, redisPid);
+        const wall0 = performance.now();
+        const r = await runLoad(spec, connections, DURATION);
+        const wall = performance.now() - wall0;
+        const [gw, st, sim] = [s.fb.pid, s.settle.pid, s.sim.pid].map((pid, j) => cpuMsOf(pid) - cpu0[j]!);
+        const busy = round((100 * (coreBusyMsOf(SERVER_CORE) - core0)) / wall, 1);
+        const lc = loadCore(r.ok);
+        const perCall = (ms: number) => (r.ok ? round(ms / r.ok, 3) : '-');
+        const loadMs = [lc.perReq.loadgen, r.ok ? round(sim! / r.ok, 4) : null, lc.perReq.redis, lc.perReq.chains].map((v) => (v === null ? '-' : round(v, 3)));
+        const line = `| ${scenario} | ${connections} | ${r.rps} | ${r.latency?.p50} | ${r.latency?.p99} | ${perCall(gw! + st!)} (${perCall(st!)}) | ${busy} | ${lc.busyPct} | ${loadMs.join(' / ')} | ${r.non2xx} / ${r.errors} |`;
+        log(line);
+        lines.push(line);
+      }
+    }
+  }
+  process.stdout.write(lines.join('\n') + '\n');
+}
+
 async function fullRun(prefix: string, key: string, redis: Redis): Promise<void> {
   const problems: string[] = [];
   const loadAvgStart = loadavg().map((v) => round(v, 2));
   const peerPkg = peerPackage();
   const baselineRssMiB = { node: await idleRss([]) };
   const s = await startServers(prefix);
+  const redisPid = redisPinned ? await localRedisPid(REDIS_URL).catch(() => null) : null;
   const targets: Target[] = [
     { name: 'direct', url: s.simUrl, pid: s.sim.pid },
     { name: 'farebox', url: s.fbUrl, pid: s.fb.pid },
@@ -267,6 +337,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
         const core0 = coreBusyMsOf(SERVER_CORE) - onServerCore.map(cpuMsOf).reduce((a, b) => a + b, 0);
         const waits = [t.pid, s.sim.pid, process.pid];
         const wait0 = waits.map(runWaitMsOf);
+        const loadCore = loadCoreMeter(s, redisPid);
         const wall0 = performance.now();
         const r = await runLoad(spec, connections, DURATION);
         const wall = performance.now() - wall0;
@@ -275,6 +346,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
         const server = cpu.reduce((a, b) => a + b, 0);
         const sim = cpuMsOf(s.sim.pid) - sim0;
         const other = round((100 * (coreBusyMsOf(SERVER_CORE) - onServerCore.map(cpuMsOf).reduce((a, b) => a + b, 0) - core0)) / wall, 1);
+        const lc = loadCore(r.ok);
         const cell: LoadCell = {
           scenario,
           target: t.name,
@@ -286,6 +358,8 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
           serverRssMiB: mib(memOf(t.pid).rssKiB, 'KiB'),
           waitPct: { server: serverWait!, loadgen: loadWait!, sim: simWait! },
           otherOnServerCorePct: other,
+          loadCoreBusyPct: lc.busyPct,
+          loadCoreMsPerReq: lc.perReq,
         };
         load.push(cell);
         if (other > 5) {
@@ -358,6 +432,7 @@ async function main(): Promise<number> {
     // The farebox child funds it on its dev chains (bench/farebox-target.ts).
     process.env.FAREBOX_BENCH_ACCOUNT = account.address;
     if (PROFILE) await profileOnly(PROFILE, prefix, key);
+    else if (QUICK) await quickRun(QUICK, prefix, key);
     else await fullRun(prefix, key, redis);
     return 0;
   } finally {
@@ -383,7 +458,12 @@ function bail(code: number): void {
 
 // Bounded in time whatever happens: every cell, the sequential runs and start-up, with room to spare.
 const cells = SCENARIOS.length * CONCURRENCY.length * TARGETS.length;
-const budgetS = PROFILE ? DURATION + WARMUP + 120 : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180;
+const quickCells = (QUICK?.length ?? 0) * CONCURRENCY.length;
+const budgetS = PROFILE
+  ? DURATION + WARMUP + 120
+  : QUICK
+    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + 120
+    : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180;
 const deadline = setTimeout(() => {
   log(`bench: over its ${Math.round(budgetS)} s budget; stopping`);
   bail(1);
