@@ -201,7 +201,7 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   if (!(await sanity([fb], s.simUrl, key, problems)).has(`${scenario}/farebox`)) throw new Error(problems.join('\n'));
   const spec = requestFor(scenario, fb, s.simUrl, key);
   if (WARMUP) await runLoad(spec, 50, WARMUP);
-  log(`profiling farebox under ${scenario} at 50 connections for ${DURATION} s`);
+  log(`profiling ${PROFILE_PROCESS === 'farebox' ? 'farebox' : `farebox's ${PROFILE_PROCESS} process`} under ${scenario} at 50 connections for ${DURATION} s`);
   const file = join(RESULTS, 'profile.cpuprofile');
   const child = { farebox: s.fb, settle: s.settle, chains: s.chains }[PROFILE_PROCESS];
   await ask(child, { type: 'profile-start' }, 'profile-started');
