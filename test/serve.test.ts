@@ -5,7 +5,7 @@ import { Agent, request } from 'undici';
 import type { Address, ChainsConfig } from '../plugins/chains/config.js';
 import { createEvmChain } from '../plugins/chains/evm.js';
 import { connectRedis } from '../plugins/redis.js';
-import { DEV_CHAINS_KEY, tuneHeap } from '../plugins/serve.js';
+import { DEV_CHAINS_KEY, V8_FLAGS, tuneHeap } from '../plugins/serve.js';
 import { listUsage } from '../plugins/usage-records.js';
 import { readWallet } from '../plugins/wallets.js';
 import { formatUsd } from '../pricing/index.js';
@@ -94,13 +94,15 @@ const head = /^farebox: embedded default at (\S+) \(simulated upstreams, dev cha
 const demo = head?.[2] as Address;
 const demoKey = /^ {2}export FAREBOX_KEY=(sk_[A-Za-z0-9_-]+)$/m.exec(first.stdout)?.[1] ?? '';
 
-t.test("serve's heap tuning: a flag this node's V8 knows, set unless the operator set it", async (t) => {
-  // setFlagsFromString ignores unknown flags silently: make sure this Node's V8 still has it.
+t.test("serve's heap tuning: flags this node's V8 knows, each set unless the operator set it", async (t) => {
+  // setFlagsFromString ignores unknown flags silently: make sure this Node's V8 still has them.
   const options = await new Promise<string>((resolve, reject) =>
     execFile(process.execPath, ['--v8-options'], { maxBuffer: 16 * 2 ** 20 }, (err, out) => (err ? reject(err) : resolve(out))));
   t.match(options, /--heap-growing-percent \(/);
-  t.equal(tuneHeap(['--heap-growing-percent=80']), false, "the operator's own value wins");
-  t.equal(tuneHeap(['--enable-source-maps']), true);
+  t.match(options, /--allocation-site-pretenuring \(/);
+  t.same(tuneHeap(['--heap-growing-percent=80']), ['--no-allocation-site-pretenuring'], "the operator's own value wins");
+  t.same(tuneHeap(['--allocation_site_pretenuring', '--enable-source-maps']), ['--heap-growing-percent=50'], 'in either spelling');
+  t.same(tuneHeap(['--enable-source-maps']), [...V8_FLAGS]);
 });
 
 t.test('serve prints the demo account, its key and a curl line that works as pasted', async (t) => {
