@@ -10,7 +10,9 @@
  * of the settle process's or the dev chains' instead). Writes bench/results/latest.{json,md};
  * with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the .cpuprofile opens in Chrome DevTools).
  * BENCH_QUICK=<scenario>[,<scenario>...]: farebox alone, BENCH_REPEAT (3) cells of each scenario at each
- * concurrency, printing req/s and CPU per call (an A/B of a change in a few minutes; writes nothing).
+ * concurrency, printing req/s and CPU per call, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL calls
+ * direct and through farebox (BENCH_SEQUENTIAL=0: none), printing the added p50 and p99 (an A/B of a change in a
+ * few minutes; writes nothing).
  * BENCH_FAREBOX_NODE_ARGS: extra node flags for farebox's gateway process (space-separated), to try V8 settings.
  */
 import { randomBytes } from 'node:crypto';
@@ -278,6 +280,23 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
       }
     }
   }
+  if (SEQUENTIAL) {
+    // One call at a time, direct and farebox alternating per repeat: the added p50 and p99 of a change.
+    const direct: Target = { name: 'direct', url: s.simUrl, pid: s.sim.pid };
+    lines.push('', '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms |', '|---|---|---|---|---|');
+    for (const scenario of scenarios) {
+      if (!ok.has(`${scenario}/farebox`)) continue;
+      for (let i = 0; i < REPEAT; i++) {
+        const d = await runSequential(requestFor(scenario, direct, s.simUrl, key), SEQUENTIAL, Math.min(50, SEQUENTIAL));
+        const f = await runSequential(requestFor(scenario, fb, s.simUrl, key), SEQUENTIAL, Math.min(50, SEQUENTIAL));
+        if (!d.total || !f.total) continue;
+        const added = [round(f.total.p50 - d.total.p50, 2), round(f.total.p99 - d.total.p99, 2)];
+        const line = `| ${scenario} | ${d.total.p50} / ${d.total.p99} | ${f.total.p50} / ${f.total.p99} | ${added.join(' / ')} | ${f.ttfb ? `${f.ttfb.p50} / ${f.ttfb.p99}` : '-'} |`;
+        log(line);
+        lines.push(line);
+      }
+    }
+  }
   process.stdout.write(lines.join('\n') + '\n');
 }
 
@@ -462,7 +481,7 @@ const quickCells = (QUICK?.length ?? 0) * CONCURRENCY.length;
 const budgetS = PROFILE
   ? DURATION + WARMUP + 120
   : QUICK
-    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + 120
+    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) + 120
     : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180;
 const deadline = setTimeout(() => {
   log(`bench: over its ${Math.round(budgetS)} s budget; stopping`);
