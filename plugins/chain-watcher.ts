@@ -39,6 +39,10 @@ export class ChainWatcher {
   private readonly leasedAt = new Map<ChainName, number>();
   /** Per chain: the head the last poll scanned up to, while the lease has been held since. */
   private readonly scannedHead = new Map<ChainName, bigint>();
+  /** Per chain: ends the wait before its next poll (wake). */
+  private readonly wakers = new Map<ChainName, () => void>();
+  /** Chains woken while not waiting: their next wait is skipped. */
+  private readonly woken = new Set<ChainName>();
 
   constructor(
     redis: Redis,
@@ -49,6 +53,30 @@ export class ChainWatcher {
     private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
   ) {
     this.r = redis;
+  }
+
+  /**
+   * Poll `chain` now instead of at its next interval: the settler of this process calls it once a batch is mined, so
+   * the batch's charges leave `pending` at once while the polls for others' transactions (deposits) stay sparse.
+   */
+  wake(chain: ChainName): void {
+    const waker = this.wakers.get(chain);
+    if (waker) waker();
+    else this.woken.add(chain);
+  }
+
+  /** Wait `ms` before the next poll of `chain`, or less if woken. */
+  private pause(chain: ChainName, ms: number): Promise<void> {
+    if (this.woken.delete(chain)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wakers.delete(chain);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wakers.set(chain, done);
+    });
   }
 
   start(): void {
@@ -99,7 +127,7 @@ export class ChainWatcher {
           }
         }
         backoff = 0;
-        await new Promise((r) => setTimeout(r, this.settings.pollMs));
+        await this.pause(name, this.settings.pollMs);
       } catch (err) {
         if (!this.running) break;
         // RPC or Redis errors: keep the cursor, retry with backoff.
@@ -168,7 +196,9 @@ export class ChainWatcher {
 
   async stop(): Promise<void> {
     this.running = false;
+    for (const waker of [...this.wakers.values()]) waker();
     await Promise.allSettled(this.loops);
+    this.woken.clear();
     this.leasedAt.clear();
     this.scannedHead.clear();
     // Hand the leases over now: a successor would otherwise wait LEASE_MS for them to expire.

@@ -42,15 +42,22 @@ export class Settlement {
     if (!billing.settler && !billing.watcher) return;
     const chains: Partial<Record<ChainName, SettlementChain>> = {};
     for (const name of CHAIN_NAMES) chains[name] = createEvmChain(name, chainsConfig[name], { env });
-    if (billing.settler) {
-      this.settler = new Settler(redis, chains, instance, { batchSize: billing.batch_size, batchWaitMs: billing.batch_wait_ms, claimIdleMs: billing.claim_idle_ms }, metrics, log);
-    }
     if (billing.watcher) {
       this.watcher = new ChainWatcher(redis, chains, instance, {
         pollMs: Math.min(...CHAIN_NAMES.map((n) => chainsConfig[n].poll_interval_ms)),
         reconcileMs: billing.reconcile_interval_ms,
         maxRange: 2_000,
         startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(chainsConfig[n].deploy_block)])),
+      }, metrics, log);
+    }
+    if (billing.settler) {
+      const watcher = this.watcher;
+      this.settler = new Settler(redis, chains, instance, {
+        batchSize: billing.batch_size,
+        batchWaitMs: billing.batch_wait_ms,
+        claimIdleMs: billing.claim_idle_ms,
+        // A mined batch is read back at once by this process's watcher (when it holds that chain's lease).
+        onMined: watcher && ((chain) => watcher.wake(chain)),
       }, metrics, log);
     }
   }

@@ -44,6 +44,8 @@ export interface SettlerSettings {
   batchWaitMs: number;
   /** Entries another consumer left unacknowledged this long are taken over. */
   claimIdleMs: number;
+  /** Called once a batch of `chain` is mined (this process's watcher polls that chain at once). */
+  onMined?: (chain: ChainName) => void;
 }
 
 type Entry = [id: string, fields: string[]];
@@ -178,6 +180,7 @@ export class Settler {
     if (charges.length === 0) return;
     const started = process.hrtime.bigint();
     const receipt = await chain.charge(charges);
+    this.settings.onMined?.(name);
     this.metrics.settlementDuration.observe({ chain: name }, Number(process.hrtime.bigint() - started) / 1e9);
     this.metrics.settlementBatches.inc({ chain: name, result: 'mined' });
     const now = Date.now();

@@ -107,8 +107,8 @@ function session(t: Test) {
   });
   return {
     redis,
-    watcher(chains: Partial<Record<ChainName, SettlementChain>> = { chain_a: chainA }, instance = 'w1', metrics: Metrics = createMetrics({ defaults: false })) {
-      const w = new ChainWatcher(redis, chains, instance, settings(), metrics, quiet);
+    watcher(chains: Partial<Record<ChainName, SettlementChain>> = { chain_a: chainA }, instance = 'w1', metrics: Metrics = createMetrics({ defaults: false }), over: Partial<WatcherSettings> = {}) {
+      const w = new ChainWatcher(redis, chains, instance, settings(over), metrics, quiet);
       watchers.push(w);
       return { w, metrics };
     },
@@ -410,6 +410,31 @@ t.test('a Charged event moves the debit out of pending exactly once and lowers s
   const again = await readWallet(s.redis, x, 'chain_a');
   t.same({ synced: again.synced, pending: again.pending }, { synced: 750_000n, pending: 0n }, 'pending left exactly once, synced charged once');
   t.equal(again.synced, await chainA.balanceOf(x));
+});
+
+t.test("a mined batch wakes its process's watcher: the charge leaves pending long before the next poll", async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher({ chain_a: chainA }, 'w1', undefined, { pollMs: 60_000 });
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 1_000_000n);
+  w.start(); // its first poll reads the deposit; the next would come a minute later
+  await s.synced(x, 'chain_a', (v) => v.synced === 1_000_000n);
+  const { requestId } = await debit(s, x, 400_000n, 250_000n);
+  const woken: string[] = [];
+  const st = new Settler(s.redis, { chain_a: chainA }, 'settler-wake', {
+    batchSize: 50, batchWaitMs: 0, claimIdleMs: 60_000, onMined: (chain) => (woken.push(chain), w.wake(chain)),
+  }, metrics, quiet);
+  t.teardown(() => st.stop());
+  const started = Date.now();
+  await st.start();
+  const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
+  t.ok(Date.now() - started < 20_000, 'applied without waiting for the poll');
+  t.same(woken, ['chain_a']);
+  t.same({ synced: done.synced, pending: done.pending }, { synced: 750_000n, pending: 0n });
+  t.equal(await s.redis.hget(walletKeys.usage(requestId), 'status'), 'settled');
+  const stopping = Date.now();
+  await w.stop();
+  t.ok(Date.now() - stopping < 5_000, 'stop does not wait out the poll interval');
 });
 
 t.test('a ChargeRefused event (balance gone before settlement) moves the debit out of pending, charges nothing', async (t) => {
