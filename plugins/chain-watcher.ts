@@ -65,9 +65,9 @@ export class ChainWatcher {
     else this.woken.add(chain);
   }
 
-  /** Wait `ms` before the next poll of `chain`, or less if woken. */
+  /** Wait `ms` before the next poll of `chain`, or less if woken or stopping. */
   private pause(chain: ChainName, ms: number): Promise<void> {
-    if (this.woken.delete(chain)) return Promise.resolve();
+    if (!this.running || this.woken.delete(chain)) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);

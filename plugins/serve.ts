@@ -45,8 +45,8 @@ export const HEAP_GROWING_PERCENT = 50;
  * - `--no-allocation-site-pretenuring`: under load, hundreds of calls in flight survive a scavenge, and V8 then
  *   allocates their objects (request contexts, hold arguments, parser state) straight in old space from those
  *   allocation sites on. Once the load eases they still go there, die young, and fill old space: ~1.4 MiB per
- *   scavenge one call at a time, and scavenges of 4-17 ms (old-to-new references to walk) instead of 1-2 ms, the
- *   largest part of the bench's one-call-at-a-time p99. Under load the CPU per call was the same either way.
+ *   scavenge one call at a time, and scavenges of 4-17 ms (old-to-new references to walk) instead of 1-2 ms, each a
+ *   stall of the calls in flight. Under load the CPU per call was the same either way.
  */
 export const V8_FLAGS = [`--heap-growing-percent=${HEAP_GROWING_PERCENT}`, '--no-allocation-site-pretenuring'] as const;
 
@@ -56,7 +56,7 @@ function flagName(arg: string): string {
 }
 
 /**
- * Set V8_FLAGS. V8 reads both at every GC, so setting them at start works. `farebox serve` and `farebox settle` call
+ * Set V8_FLAGS. V8 reads both as it runs, so setting them at start works (GC traces show either take effect). `farebox serve` and `farebox settle` call
  * this; an operator's own value of either on node's command line wins, and a host app that registers the plugin
  * keeps its own settings. Returns the flags it set.
  */
