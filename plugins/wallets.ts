@@ -95,7 +95,7 @@ return {tonumber(price), capped}
 
 // Apply escrow events in order, each once: events at or before the cursor were applied already. Events come in
 // groups of 7 ARGV after the prefix and chain (block, logIndex, kind, amount, account, callId, txHash). The keys of
-// each event follow from its fields, so they are built here from the prefix (one round trip per batch of events;
+// each event follow from its fields, so they are built here from the prefix (one round trip per APPLY_CHUNK events;
 // a Redis Cluster deployment needs them declared instead, see deploy/README.md).
 const APPLY = `
 local prefix, chain = ARGV[1], ARGV[2]

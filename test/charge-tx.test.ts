@@ -89,4 +89,6 @@ t.test('edge fields: zero nonce and fees, 55/56-byte data, both y parities, r or
   const base = { type: 'eip1559' as const, chainId: 1, nonce: 1, to: hex(20), data: '0x' as Hex, gas: 21_000n };
   await t.rejects(signTransaction({ ...base, maxFeePerGas: 1n, maxPriorityFeePerGas: 2n }, key), /above maxFeePerGas/);
   await t.rejects(signTransaction({ ...base, chainId: 0, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n }, key), /not positive/);
+  await t.rejects(signTransaction({ ...base, to: '0x1234', maxFeePerGas: 1n }, key), /not an address/);
+  await t.rejects(signTransaction({ ...base, data: '0xabc', maxFeePerGas: 1n }, key), /not hex bytes/);
 });

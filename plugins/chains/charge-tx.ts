@@ -88,6 +88,9 @@ function serialize(tx: TransactionSerializableEIP1559, signature?: { r: Hex; s: 
     throw new Error('a charge transaction needs chainId, nonce, gas and to');
   }
   if (tx.accessList?.length) throw new Error('a charge transaction has no access list');
+  // Buffer.from(hex) drops what is not hex without a word: check first.
+  if (!/^0x[0-9a-fA-F]{40}$/.test(tx.to)) throw new Error(`to ${tx.to} is not an address`);
+  if (tx.data !== undefined && !/^0x(?:[0-9a-fA-F]{2})*$/.test(tx.data)) throw new Error('data is not hex bytes');
   // As viem's assertTransactionEIP1559: a node would refuse these.
   if (tx.chainId <= 0) throw new Error(`chain id ${tx.chainId} is not positive`);
   if ((tx.maxPriorityFeePerGas ?? 0n) > (tx.maxFeePerGas ?? 0n)) throw new Error('maxPriorityFeePerGas is above maxFeePerGas');
