@@ -56,12 +56,12 @@ function flagName(arg: string): string {
 }
 
 /**
- * Set V8_FLAGS. V8 reads both as it runs, so setting them at start works (GC traces show either take effect). `farebox serve` and `farebox settle` call
- * this; an operator's own value of either on node's command line wins, and a host app that registers the plugin
- * keeps its own settings. Returns the flags it set.
+ * Set V8_FLAGS. V8 reads both as it runs, so setting them at start works (GC traces show either take effect).
+ * `farebox serve` and `farebox settle` call this; an operator's own value of either, on node's command line or in
+ * NODE_OPTIONS, wins, and a host app that registers the plugin keeps its own settings. Returns the flags it set.
  */
-export function tuneHeap(execArgv: readonly string[] = process.execArgv): string[] {
-  const given = new Set(execArgv.map(flagName));
+export function tuneHeap(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): string[] {
+  const given = new Set([...execArgv, ...nodeOptions.split(/\s+/).filter(Boolean)].map(flagName));
   const set = V8_FLAGS.filter((f) => !given.has(flagName(f)));
   for (const f of set) setFlagsFromString(f);
   return set;

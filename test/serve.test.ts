@@ -100,9 +100,10 @@ t.test("serve's heap tuning: flags this node's V8 knows, each set unless the ope
     execFile(process.execPath, ['--v8-options'], { maxBuffer: 16 * 2 ** 20 }, (err, out) => (err ? reject(err) : resolve(out))));
   t.match(options, /--heap-growing-percent \(/);
   t.match(options, /--allocation-site-pretenuring \(/);
-  t.same(tuneHeap(['--heap-growing-percent=80']), ['--no-allocation-site-pretenuring'], "the operator's own value wins");
-  t.same(tuneHeap(['--allocation_site_pretenuring', '--enable-source-maps']), ['--heap-growing-percent=50'], 'in either spelling');
-  t.same(tuneHeap(['--enable-source-maps']), [...V8_FLAGS]);
+  t.same(tuneHeap(['--heap-growing-percent=80'], ''), ['--no-allocation-site-pretenuring'], "the operator's own value wins");
+  t.same(tuneHeap(['--allocation_site_pretenuring', '--enable-source-maps'], ''), ['--heap-growing-percent=50'], 'in either spelling');
+  t.same(tuneHeap([], '--max-old-space-size=512 --allocation-site-pretenuring'), ['--heap-growing-percent=50'], 'or in NODE_OPTIONS');
+  t.same(tuneHeap(['--enable-source-maps'], ''), [...V8_FLAGS]);
 });
 
 t.test('serve prints the demo account, its key and a curl line that works as pasted', async (t) => {
