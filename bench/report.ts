@@ -13,6 +13,12 @@ export interface Machine {
   cores: number;
   node: string;
   kernel: string;
+  /**
+   * How an idle core waits (Linux cpuidle driver, and haltpoll's guest_halt_poll_ns where loaded): with no polling, a
+   * VM's idle vCPU halts and each wake-up goes through the hypervisor, which one call at a time pays on every hop
+   * between the two cores. Null where it cannot be read.
+   */
+  idle: string | null;
 }
 
 /** One load cell: a scenario at a concurrency against one target. */
@@ -97,15 +103,20 @@ export interface BenchResults {
   problems: string[];
 }
 
-/** CPU model, cores, Node and kernel of this machine. */
-export function machine(): Machine {
-  let kernel = '';
+const readTrimmed = (path: string): string | null => {
   try {
-    kernel = readFileSync('/proc/sys/kernel/osrelease', 'utf8').trim();
+    return readFileSync(path, 'utf8').trim();
   } catch {
-    // not Linux
+    return null; // not Linux, or not this driver
   }
-  return { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, node: process.version, kernel };
+};
+
+/** CPU model, cores, Node, kernel and idle driver of this machine. */
+export function machine(): Machine {
+  const driver = readTrimmed('/sys/devices/system/cpu/cpuidle/current_driver');
+  const pollNs = readTrimmed('/sys/module/haltpoll/parameters/guest_halt_poll_ns');
+  const idle = driver === null ? null : pollNs === null ? driver : `${driver}, guest_halt_poll_ns=${pollNs}`;
+  return { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, node: process.version, kernel: readTrimmed('/proc/sys/kernel/osrelease') ?? '', idle };
 }
 
 const f = (v: number | null | undefined, digits = 2) => (v === null || v === undefined || Number.isNaN(v) ? '-' : v.toFixed(digits));
@@ -158,7 +169,7 @@ export function toMarkdown(r: BenchResults): string {
   const lines: string[] = [
     `# farebox benchmark, ${r.date}`,
     '',
-    `Machine: ${m.cpu}, ${m.cores} cores, Node ${m.node}, Linux ${m.kernel}. ${r.settings.pinning}`,
+    `Machine: ${m.cpu}, ${m.cores} cores, Node ${m.node}, Linux ${m.kernel}${m.idle ? `, cpuidle ${m.idle}` : ''}. ${r.settings.pinning}`,
     `Load average (1/5/15 min): ${r.loadAverage.start.join(' ')} at the start, ${r.loadAverage.end.join(' ')} at the end.`,
     `Load: autocannon, ${r.settings.durationS} s per cell after ${r.settings.warmupS} s of warm-up; latencies are each response's own time (ms, sub-ms clock).`,
     `Versions: ${Object.entries(r.versions).map(([k, v]) => `${k} ${v}`).join(', ')}.`,
