@@ -32,6 +32,10 @@ interface IStablecoin {
 ///   pays at most what is left.
 /// - The owner manages roles only; neither owner nor settler can move a caller's funds
 ///   anywhere but to the treasury, and only by a charge event per call id.
+/// - A call id's status is two bits of a storage word shared with its 127 numeric neighbours
+///   (word callId >> 7, bits 2 * (callId & 127)). Any bytes32 is a valid call id; the gateway
+///   numbers its calls consecutively, so a batch writes a few words instead of a new slot per
+///   call: ~4k gas per charge instead of ~26k.
 /// - Assumes a plain stablecoin (no fee on transfer, no rebasing), as USDC is.
 contract Escrow {
     uint8 public constant STATUS_NONE = 0;
@@ -52,8 +56,8 @@ contract Escrow {
     address public treasury;
     mapping(address => bool) public isSettler;
     mapping(address => uint256) public balanceOf;
-    /// @notice STATUS_NONE, STATUS_CHARGED or STATUS_REFUSED per call id.
-    mapping(bytes32 => uint8) public callStatus;
+    /// @dev Call id status words: see the contract's notes and callStatus.
+    mapping(uint256 => uint256) private _statusWords;
     mapping(address => Withdrawal) private _withdrawals;
 
     event Deposited(address indexed account, address indexed from, uint256 amount);
@@ -144,22 +148,37 @@ contract Escrow {
         if (accounts.length != n || amounts.length != n) {
             revert LengthMismatch(n, accounts.length, amounts.length);
         }
+        // The status word in use is kept in memory while consecutive call ids share it, and
+        // stored when the batch moves to another word (no call id is above 2^256 - 1, so no
+        // word key equals the sentinel).
+        uint256 key = type(uint256).max;
+        uint256 word;
+        bool dirty;
         for (uint256 i; i < n; ++i) {
             bytes32 callId = callIds[i];
             address account = accounts[i];
             uint256 amount = amounts[i];
-            uint8 status = callStatus[callId];
+            uint256 id = uint256(callId);
+            if (id >> 7 != key) {
+                if (dirty) _statusWords[key] = word;
+                key = id >> 7;
+                word = _statusWords[key];
+                dirty = false;
+            }
+            uint256 shift = (id & 127) << 1;
+            uint8 status = uint8((word >> shift) & 3);
             if (status != STATUS_NONE) {
                 emit ChargeSkipped(callId, account, amount, status);
                 continue;
             }
+            dirty = true;
             uint256 balance = balanceOf[account];
             if (amount > balance) {
-                callStatus[callId] = STATUS_REFUSED;
+                word |= uint256(STATUS_REFUSED) << shift;
                 emit ChargeRefused(callId, account, amount, balance);
                 continue;
             }
-            callStatus[callId] = STATUS_CHARGED;
+            word |= uint256(STATUS_CHARGED) << shift;
             unchecked {
                 // amount <= balance, and the sum of charges is bounded by the escrow's holdings.
                 balanceOf[account] = balance - amount;
@@ -167,11 +186,18 @@ contract Escrow {
             }
             emit Charged(callId, account, amount);
         }
+        if (dirty) _statusWords[key] = word;
         if (total != 0) _pay(treasury, total);
     }
 
+    /// @notice STATUS_NONE, STATUS_CHARGED or STATUS_REFUSED.
+    function callStatus(bytes32 callId) public view returns (uint8) {
+        uint256 id = uint256(callId);
+        return uint8((_statusWords[id >> 7] >> ((id & 127) << 1)) & 3);
+    }
+
     function isCharged(bytes32 callId) external view returns (bool) {
-        return callStatus[callId] == STATUS_CHARGED;
+        return callStatus(callId) == STATUS_CHARGED;
     }
 
     // ---- withdrawals ----

@@ -2,12 +2,43 @@
  * The state of one call as it moves through the hooks (identify, police, gate, proxy, settle), and the seam
  * through which billing sees it.
  */
+import { randomBytes } from 'node:crypto';
 import type { KeyIdentity } from './accounts.js';
 import type { Protocol } from './errors.js';
 import type { Meter } from './metering.js';
 import type { PreparedLimits } from './rate-limit.js';
 import type { ModelRoute, TextEndpoint } from '../policies/models.js';
 import type { RewriteResult } from '../policies/rewrite.js';
+
+const COUNTER_END = 2 ** 32;
+
+/**
+ * Request ids: `req_` and 32 hex digits, a 96-bit random prefix (drawn at the first id and again every 2^32 ids)
+ * followed by a 32-bit counter. The call id billing charges is this 128-bit number (callIdOf), so an instance's
+ * consecutive calls get consecutive call ids, whose statuses the escrow keeps 128 to a storage word.
+ */
+export class RequestIds {
+  private prefix = randomBytes(12).toString('hex');
+
+  /** `counter`: where the count starts (tests start near the end to see a new prefix drawn). */
+  constructor(private counter = 0) {}
+
+  next(): string {
+    if (this.counter >= COUNTER_END) {
+      this.prefix = randomBytes(12).toString('hex');
+      this.counter = 0;
+    }
+    const n = (this.counter++).toString(16);
+    return `req_${this.prefix}${'00000000'.slice(n.length)}${n}`;
+  }
+}
+
+const processIds = new RequestIds();
+
+/** A new request id of this process (RequestIds). */
+export function newRequestId(): string {
+  return processIds.next();
+}
 
 /** One call: created in onRequest, final when the response closes. */
 export interface CallContext {

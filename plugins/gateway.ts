@@ -7,12 +7,11 @@
  * are untouched. One call: identify (request id, key -> account) -> police (validate, route, rewrite) ->
  * gate (billing) -> proxy (stream through a meter) -> settle (billing, when the response closes).
  */
-import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import { KeyResolver, presentedKey } from './auth.js';
 import { Billing, inputTokensBound } from './billing.js';
-import type { CallContext, CallObserver } from './call.js';
+import { newRequestId, type CallContext, type CallObserver } from './call.js';
 import { CHAIN_NAMES } from './chains/config.js';
 import { buildConfig, type FareboxConfig } from './config.js';
 import { GatewayError, isRetryable, renderError, type Protocol } from './errors.js';
@@ -48,10 +47,6 @@ export interface FareboxOptions {
 
 function protocolOf(url: string): Protocol {
   return url.includes('/v1/messages') ? 'anthropic' : 'openai';
-}
-
-function newRequestId(): string {
-  return `req_${randomUUID().replace(/-/g, '')}`;
 }
 
 /** Any error thrown on the call path, as the GatewayError the caller sees. */

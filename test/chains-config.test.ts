@@ -1,7 +1,6 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { CHAIN_NAMES, chainConfigSchema, chainsConfigSchema } from '../plugins/chains/config.js';
-import { callIdOf } from '../plugins/chains/port.js';
 
 const example = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8'));
 
@@ -42,8 +41,3 @@ t.test('bad chain configs are refused', async (t) => {
   t.notOk(chainsConfigSchema.safeParse(three).success, 'all four chains are required');
 });
 
-t.test('callIdOf is a deterministic 32-byte id per request id', async (t) => {
-  t.match(callIdOf('req-1'), /^0x[0-9a-f]{64}$/);
-  t.equal(callIdOf('req-1'), callIdOf('req-1'));
-  t.not(callIdOf('req-1'), callIdOf('req-2'));
-});

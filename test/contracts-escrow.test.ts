@@ -237,6 +237,102 @@ t.test('a charge above the balance is refused with its own event, the rest of th
   t.equal(await read.balance(carol.address), 2n * bal - 300n);
 });
 
+// Call ids numbered from `first` (the gateway's own are consecutive numbers: request-ids.test.ts).
+const numbered = (first: bigint, n: number): Hex[] =>
+  Array.from({ length: n }, (_, i) => `0x${(first + BigInt(i)).toString(16).padStart(64, '0')}` as Hex);
+
+t.test('call ids sharing a status word settle independently, across a word boundary and between batches', async (t) => {
+  // Ids 125..130 of word W: 125-127 end word W, 128-130 start word W+1.
+  const base = 0x5eed_0000n << 7n;
+  const id = (k: number) => numbered(base + BigInt(k), 1)[0]!;
+  const bal = await read.balance(carol.address);
+  const { events } = await mined(
+    escrow(settler).charge(
+      [id(125), id(126), id(128), id(125), id(127), id(130), id(126)],
+      Array(7).fill(carol.address),
+      [10n, bal + 1n, 20n, 10n, 30n, 40n, 1n],
+    ),
+  );
+  matchEvents(t, events, [
+    { eventName: 'Charged', args: { callId: id(125), amount: 10n } },
+    { eventName: 'ChargeRefused', args: { callId: id(126), amount: bal + 1n } },
+    { eventName: 'Charged', args: { callId: id(128), amount: 20n } },
+    { eventName: 'ChargeSkipped', args: { callId: id(125), status: 1 } },
+    { eventName: 'Charged', args: { callId: id(127), amount: 30n } },
+    { eventName: 'Charged', args: { callId: id(130), amount: 40n } },
+    { eventName: 'ChargeSkipped', args: { callId: id(126), status: 2 } },
+  ]);
+  t.equal(bal - (await read.balance(carol.address)), 100n);
+  const statuses = async () => Promise.all([124, 125, 126, 127, 128, 129, 130, 131].map((k) => read.status(id(k))));
+  t.same(await statuses(), [0, 1, 2, 1, 1, 0, 1, 0], 'each id its own status; the neighbours untouched');
+
+  const second = await mined(escrow(settler).charge([id(129), id(126), id(124)], Array(3).fill(carol.address), [5n, 1n, 6n]));
+  matchEvents(t, second.events, [
+    { eventName: 'Charged', args: { callId: id(129), amount: 5n } },
+    { eventName: 'ChargeSkipped', args: { callId: id(126), status: 2 } },
+    { eventName: 'Charged', args: { callId: id(124), amount: 6n } },
+  ]);
+  t.same(await statuses(), [1, 1, 2, 1, 1, 1, 1, 0], 'a later batch reads what the earlier one stored');
+});
+
+t.test('the lowest and the highest call id', async (t) => {
+  const [zero, top] = [`0x${'0'.repeat(64)}`, `0x${'f'.repeat(64)}`] as Hex[];
+  const { events } = await mined(escrow(settler).charge([top!, zero!, top!], Array(3).fill(carol.address), [1n, 2n, 1n]));
+  matchEvents(t, events, [
+    { eventName: 'Charged', args: { callId: top } },
+    { eventName: 'Charged', args: { callId: zero } },
+    { eventName: 'ChargeSkipped', args: { callId: top, status: 1 } },
+  ]);
+  t.same(await Promise.all([zero!, top!, numbered(1n, 1)[0]!, numbered(2n ** 256n - 2n, 1)[0]!].map(read.status)), [1, 1, 0, 0]);
+});
+
+t.test('batches of call ids from a few words, in any order and repeated, settle as a model says', async (t) => {
+  // A seeded generator: a failure reproduces.
+  let seed = 0x1234_5678;
+  const rand = (n: number) => {
+    seed = (Math.imul(seed ^ (seed >>> 15), 0x2c1b3c6d) + 0x6d2b79f5) >>> 0;
+    return seed % n;
+  };
+  const base = 0xabcd_0000n << 7n;
+  const pool = numbered(base, 3 * 128); // three words
+  await fundEscrow(dave, 100_000n);
+  const model = new Map<Hex, number>();
+  let balance = await read.balance(dave.address);
+  for (let round = 0; round < 4; round++) {
+    const batch = Array.from({ length: 60 }, () => pool[rand(pool.length)]!);
+    const amounts = batch.map(() => (rand(8) === 0 ? balance + 1n : BigInt(1 + rand(500))));
+    const expected: { eventName: string; args: { callId: Hex } }[] = [];
+    for (const [i, callId] of batch.entries()) {
+      const status = model.get(callId) ?? 0;
+      if (status !== 0) expected.push({ eventName: 'ChargeSkipped', args: { callId, status } as { callId: Hex } });
+      else if (amounts[i]! > balance) {
+        model.set(callId, 2);
+        expected.push({ eventName: 'ChargeRefused', args: { callId } });
+      } else {
+        model.set(callId, 1);
+        balance -= amounts[i]!;
+        expected.push({ eventName: 'Charged', args: { callId } });
+      }
+    }
+    const { events } = await mined(escrow(settler).charge(batch, Array(batch.length).fill(dave.address), amounts));
+    matchEvents(t, events, expected);
+    t.equal(await read.balance(dave.address), balance, `round ${round}: balance as the model says`);
+  }
+  const onchain = await Promise.all(pool.map(read.status));
+  t.same(onchain, pool.map((id) => model.get(id) ?? 0), 'every status of the three words as the model says');
+});
+
+t.test('gas per charge: consecutive call ids share status words, unrelated ones each take a new slot', async (t) => {
+  const gasPerCharge = async (callIds: Hex[]) => {
+    const { receipt } = await mined(escrow(settler).charge(callIds, Array(callIds.length).fill(carol.address), Array(callIds.length).fill(1n)));
+    return receipt.gasUsed / BigInt(callIds.length);
+  };
+  const dense = await gasPerCharge(numbered(0x7777_0000n << 7n, 128));
+  const scattered = await gasPerCharge(ids(128));
+  t.ok(dense < 6_000n, `consecutive: ${dense} gas per charge`);
+  t.ok(scattered > 22_000n, `scattered: ${scattered} gas per charge (a new storage slot each)`);
+});
+
 t.test('chargeBatch with arrays of different lengths reverts LengthMismatch', async (t) => {
   t.equal(await refusal(escrow(settler).charge(ids(2), [alice.address], [1n, 2n])), 'LengthMismatch');
 });

@@ -34,7 +34,7 @@ export const escrowAbi = parseAbi([
   'function STATUS_REFUSED() view returns (uint8)',
   'function acceptOwnership()',
   'function balanceOf(address) view returns (uint256)',
-  'function callStatus(bytes32) view returns (uint8)',
+  'function callStatus(bytes32 callId) view returns (uint8)',
   'function cancelWithdrawal()',
   'function chargeBatch(bytes32[] callIds, address[] accounts, uint256[] amounts) returns (uint256 total)',
   'function deposit(uint256 amount)',

@@ -126,7 +126,15 @@ export class SettlementError extends Error {
   }
 }
 
-/** The escrow call id of a gateway call: sha256 of its request id (x-request-id). One-shot hash: no Hash object. */
+const GATEWAY_REQUEST_ID = /^req_[0-9a-f]{32}$/;
+
+/**
+ * The escrow call id of a gateway call (x-request-id). A request id of the gateway's own (`req_` and 32 hex digits,
+ * newRequestId) is a 128-bit number and that number is the call id: an instance's consecutive calls then share the
+ * escrow's status words. Any other string: its sha256, which falls below 2^128 with odds of 2^-128, so the two
+ * kinds never meet.
+ */
 export function callIdOf(requestId: string): Hex {
-  return `0x${hash('sha256', requestId, 'hex')}`;
+  if (GATEWAY_REQUEST_ID.test(requestId)) return `0x${'0'.repeat(32)}${requestId.slice(4)}`;
+  return `0x${hash('sha256', requestId, 'hex')}`; // one-shot hash: no Hash object
 }
