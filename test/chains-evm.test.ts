@@ -273,7 +273,7 @@ t.test('a transaction sent with the key outside the queue does not break it', as
   t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged'], 'nonce resynced');
 });
 
-t.test('a batch that reverts onchain (role revoked after the preflight) -> reverted', async (t) => {
+t.test('a batch that reverts onchain (role revoked after it was sent) -> reverted', async (t) => {
   let p;
   await withoutAutomine(async () => {
     p = await chain.submitCharges(charges(1));
@@ -290,4 +290,26 @@ t.test('a batch that reverts onchain (role revoked after the preflight) -> rever
   t.equal(await code(p!.wait()), 'reverted');
   await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, true] }));
   t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
+});
+
+t.test('batches are simulated before sending at first and after a failure, not while they mine', async (t) => {
+  const fresh = evm();
+  const revoke = (on: boolean) =>
+    mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, on] }));
+  await revoke(false);
+  let nonce = await settlerNonce();
+  t.equal(await code(fresh.submitCharges(charges(1))), 'not_settler', 'the first batch is simulated: refused unsent');
+  t.equal(await settlerNonce(), nonce, 'no transaction');
+  await revoke(true);
+  t.same((await fresh.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
+
+  await revoke(false);
+  nonce = await settlerNonce();
+  const sent = await fresh.submitCharges(charges(1));
+  t.equal(await code(sent.wait()), 'reverted', 'after a mined batch the next is sent unsimulated, and reverts');
+  t.equal(await settlerNonce(), nonce + 1, 'one reverted transaction paid for');
+  t.equal(await code(fresh.submitCharges(charges(1))), 'not_settler', 'after the revert: simulated again');
+  t.equal(await settlerNonce(), nonce + 1, 'nothing more sent');
+  await revoke(true);
+  t.same((await fresh.charge(charges(2))).results.map((r) => r.outcome), ['charged', 'charged']);
 });
