@@ -81,6 +81,11 @@ t.test('JSON-RPC over HTTP: batches, geth-style reverts, bad requests', async (t
     { jsonrpc: '2.0', id: 1, result: '0x1de2a29' },
     { jsonrpc: '2.0', id: 'b', result: /^0x/ },
   ]);
+  // The caller's id comes back as sent (any JSON value; none is null), and the answer has no other members.
+  t.same((await rpc(url, { jsonrpc: '2.0', id: { n: [1] }, method: 'eth_chainId' })).json, { jsonrpc: '2.0', id: { n: [1] }, result: '0x1de2a29' });
+  t.same((await rpc(url, { jsonrpc: '2.0', method: 'eth_chainId' })).json, { jsonrpc: '2.0', id: null, result: '0x1de2a29' });
+  const block = await rpc(url, { jsonrpc: '2.0', id: 3, method: 'eth_getBlockByNumber', params: ['0x1', true] });
+  t.match(block.json, { jsonrpc: '2.0', id: 3, result: { number: '0x1', transactions: [{ blockNumber: '0x1' }] } });
   // chargeBatch from a non-settler: code 3 + the custom error's data, so clients can decode it.
   const data = encodeFunctionData({ abi: escrowAbi, functionName: 'chargeBatch', args: [[], [], []] });
   const call = await rpc(url, {
