@@ -149,8 +149,8 @@ contract Escrow {
             revert LengthMismatch(n, accounts.length, amounts.length);
         }
         // The status word in use is kept in memory while consecutive call ids share it, and
-        // stored when the batch moves to another word (no call id is above 2^256 - 1, so no
-        // word key equals the sentinel).
+        // stored when the batch moves to another word. A word key (callId >> 7) is below 2^249,
+        // so none equals the starting sentinel.
         uint256 key = type(uint256).max;
         uint256 word;
         bool dirty;
