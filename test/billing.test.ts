@@ -191,6 +191,9 @@ t.test('debits settle onchain: one Charged event per call id, usage records sett
     const r = await openai.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: `n${i}` }] }).withResponse();
     ids.push(r.response.headers.get('x-request-id')!);
   }
+  // The gateway numbers its calls: consecutive call ids, which the escrow keeps in shared status words.
+  const numbers = ids.map((id) => BigInt(callIdOf(id)));
+  t.same(numbers.map((n) => n - numbers[0]!), [0n, 1n, 2n, 3n, 4n], 'consecutive calls, consecutive call ids');
   for (const id of ids) {
     const rec = await until(`settled ${id}`, async () => {
       const x = await h.redis.hgetall(`usage:${id}`);
