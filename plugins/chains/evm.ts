@@ -112,6 +112,8 @@ class EvmChain implements SettlementChain {
    * between two batches, one reverted batch's gas; its retry is simulated.
    */
   private simulateNext = true;
+  /** Batches failed so far: a batch sent before a failure does not turn the simulation off when it mines after it. */
+  private failures = 0;
 
   constructor(
     readonly name: ChainName,
@@ -207,6 +209,7 @@ class EvmChain implements SettlementChain {
     const batch = [...charges];
     const data = encodeChargeBatch(batch);
     const gas = gasLimitFor(batch.length);
+    const failuresAtSend = this.failures;
     let tx: InFlight;
     try {
       // Preflight outside the nonce queue so concurrent batches only serialize sign + send.
@@ -214,7 +217,7 @@ class EvmChain implements SettlementChain {
       const [fees] = await Promise.all([this.client.estimateFeesPerGas(), preflight]);
       tx = { ...(await this.sendNext(queue, data, gas, fees)), data, gas, fees };
     } catch (err) {
-      this.simulateNext = true;
+      this.failed();
       throw err;
     }
     // Watched from now on, awaited or not, so a stuck batch gets replaced either way.
@@ -222,16 +225,21 @@ class EvmChain implements SettlementChain {
       .then((r) => this.toBatchReceipt(r, batch))
       .then(
         (receipt) => {
-          this.simulateNext = false;
+          if (this.failures === failuresAtSend) this.simulateNext = false;
           return receipt;
         },
         (err: unknown) => {
-          this.simulateNext = true;
+          this.failed();
           throw err;
         },
       );
     settled.catch(() => undefined); // reported through wait(); not an unhandled rejection
     return { nonce: tx.nonce, txHash: tx.hashes[0]!, wait: () => settled };
+  }
+
+  private failed(): void {
+    this.failures++;
+    this.simulateNext = true;
   }
 
   // Takes the next nonce and sends; if another sender used the key meanwhile ("nonce too low"),
