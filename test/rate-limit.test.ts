@@ -95,9 +95,11 @@ t.test('windows slide: half a minute refills half the limit, a full idle minute 
 });
 
 t.test('keys live under the keyPrefix with an {account} hash tag and expire when full again', async (t) => {
-  const l = limiter({ default: { key: { rpm: 20, tpm: 1000 }, account: { rpm: 40, tpm: 5000 } } });
+  // Each key lives one interval of its limit after the call: 3 s, 1.5 s, 2.7 s and 1.5 s here, long enough to be
+  // listed on a loaded machine (a 10-token call under a 5,000 tpm lived 120 ms and was sometimes gone).
+  const l = limiter({ default: { key: { rpm: 20, tpm: 1000 }, account: { rpm: 40, tpm: 1800 } } });
   const a = account();
-  await l.check(input(a, { family: 'alpha', keyId: 'kA', tokens: 10, now: undefined }));
+  await l.check(input(a, { family: 'alpha', keyId: 'kA', tokens: 45, now: undefined }));
   const keys = (await keysUnderPrefix()).filter((k) => k.includes(a)).sort();
   t.same(keys, [
     `${prefix}rl:{${a}}:alpha:a:r`,
