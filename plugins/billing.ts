@@ -47,7 +47,7 @@ export const FRAMING_TOKENS = 1024;
 
 /** Billing settings (config `billing`). */
 export interface BillingSettings {
-  /** How long usage records (and debit markers) are kept. */
+  /** How long call records (usage records) are kept after their call. */
   retentionMs: number;
   /** A hold outlives its call by this much before any instance may release it. */
   holdGraceMs: number;
@@ -61,6 +61,8 @@ const CACHE_1H = /"ttl"\s*:\s*"1h"/;
 /** Billing's state of one call. */
 interface CallBilling {
   chain: ChainName;
+  /** callIdOf(call.id): the key of the call's record and its escrow charge. */
+  callId: string;
   hold: bigint;
   cacheWrite: CacheWriteTier;
   inputBound: number;
@@ -133,8 +135,10 @@ export class Billing implements CallObserver {
     const n = Number((call.rewrite!.body as { n?: number }).n ?? 1);
     const hold = worstCaseText(this.prices, route.model.id, { inputTokensBound: inputBound, maxOutputTokens: call.rewrite!.maxOutputTokens * n, cacheWrite });
     const now = Date.now();
+    const callId = callIdOf(call.id);
     const result = await placeHold(this.r, {
       requestId: call.id,
+      callId,
       account: call.identity!.account,
       chain,
       amount: hold,
@@ -154,7 +158,7 @@ export class Billing implements CallObserver {
       });
     }
     this.metrics.holdsPlaced.inc({ chain });
-    call.billing = { chain, hold, cacheWrite, inputBound } satisfies CallBilling;
+    call.billing = { chain, callId, hold, cacheWrite, inputBound } satisfies CallBilling;
     return result.limits;
   }
 
@@ -177,7 +181,7 @@ export class Billing implements CallObserver {
       try {
         const done = await settleHold(this.r, {
           requestId: call.id,
-          callId: callIdOf(call.id),
+          callId: b.callId,
           account: call.identity!.account,
           chain: b.chain,
           instance: this.instance,
@@ -238,13 +242,14 @@ export class Billing implements CallObserver {
   }
 
   private async release(requestId: string, reason: string): Promise<number> {
-    const h = await this.r.hmget(walletKeys.hold(requestId), 'account', 'chain', 'instance');
-    if (!h[0] || !h[1] || !h[2]) {
+    const callId = callIdOf(requestId);
+    const h = await this.r.hmget(walletKeys.call(callId), 'account', 'chain', 'instance', 'status');
+    if (!h[0] || !h[1] || !h[2] || h[3] !== 'held') {
       await this.r.zrem(walletKeys.holds, requestId);
       return 0;
     }
     const done = await settleHold(this.r, {
-      requestId, callId: callIdOf(requestId), account: h[0], chain: h[1] as ChainName, instance: h[2],
+      requestId, callId, account: h[0], chain: h[1] as ChainName, instance: h[2],
       price: 0n, usageJson: JSON.stringify(makeUsage({})), freeStatus: 'free', retentionMs: this.settings.retentionMs,
     });
     // Debited: the call settled itself between the read and this release.

@@ -58,7 +58,7 @@ const redisSchema = z.strictObject({
 });
 
 const billingSchema = z.strictObject({
-  /** Usage records and debit markers are kept this long. */
+  /** Call records (usage records) are kept this long after their call. */
   retention_days: z.number().positive().default(30),
   /** A hold outlives its call's upstream timeout by this much before it expires. */
   hold_grace_ms: z.number().int().positive().default(60_000),

@@ -100,19 +100,17 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
   const raw = redis.duplicate({ keyPrefix: '' });
   try {
     // Calls whose money lived on the old chains: their records must not wait forever as held or pending.
-    for (const [pattern, status] of [['hold:*', 'free'], ['debit:*', 'failed']] as const) {
-      let cursor = '0';
-      do {
-        const [next, keys] = await raw.scan(cursor, 'MATCH', prefix + pattern, 'COUNT', 1000);
-        cursor = next;
-        for (const key of keys) {
-          const requestId = pattern === 'hold:*' ? key.slice(prefix.length + 5) : await raw.hget(key, 'request_id');
-          if (pattern === 'debit:*' && (await raw.hget(key, 'state')) !== 'pending') continue;
-          if (requestId && (await raw.exists(`${prefix}usage:${requestId}`))) await raw.hset(`${prefix}usage:${requestId}`, 'status', status);
-        }
-      } while (cursor !== '0');
-    }
-    await deleteKeys(redis, ['wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'debit:*', 'hold:*', 'holds', 'instance-holds:*', 'instances', 'watcher-lease:*']);
+    let cursor = '0';
+    do {
+      const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}call:*`, 'COUNT', 1000);
+      cursor = next;
+      const statuses = await Promise.all(keys.map((key) => raw.hget(key, 'status')));
+      await Promise.all(keys.map((key, i) => {
+        const to = statuses[i] === 'held' ? 'free' : statuses[i] === 'pending' ? 'failed' : null;
+        return to ? raw.hset(key, 'status', to) : null;
+      }));
+    } while (cursor !== '0');
+    await deleteKeys(redis, ['wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'holds', 'instance-holds:*', 'instances', 'watcher-lease:*']);
   } finally {
     await closeRedis(raw);
   }

@@ -1,8 +1,9 @@
 /**
- * Usage records: one per billed call, written by the wallet scripts (hold, settle, watcher) and kept for the
- * configured retention. `farebox usage` lists them.
+ * Usage records: the call records of billed calls (wallets.ts), written by the wallet scripts (hold, settle,
+ * watcher) and kept for the configured retention after the call. `farebox usage` lists them.
  */
 import type { Redis } from 'ioredis';
+import { callIdOf } from './chains/port.js';
 import { walletKeys } from './wallets.js';
 import { formatUsd, USAGE_FIELDS } from '../pricing/index.js';
 
@@ -22,7 +23,7 @@ export interface UsageRecord {
 /** The account's most recent records, newest first. */
 export async function listUsage(redis: Redis, account: string, limit = 100): Promise<UsageRecord[]> {
   const ids = await redis.zrevrange(walletKeys.usageIndex(account.toLowerCase()), 0, limit - 1);
-  const rows = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.usage(id))));
+  const rows = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.call(callIdOf(id)))));
   const out: UsageRecord[] = [];
   for (const h of rows) {
     if (!h.call_id) continue; // expired

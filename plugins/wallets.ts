@@ -4,14 +4,18 @@
  *   wallet:<account>:<chain>  hash   synced (escrow balance as of the watcher), locked (requested withdrawal),
  *                                    pending (debits not yet seen onchain), held (holds of running calls)
  *   wallets:<chain>           set    accounts with a wallet on the chain (the reconciler walks it)
- *   hold:<requestId>          hash   account, chain, amount, instance, expires
- *   holds                     zset   requestId by expiry (ms)
+ *   call:<callId>             hash   the call's record, from its hold to its charge: call_id (the request id), time,
+ *                                    account, key_id, model, chain, held, instance, expires, price, usage,
+ *                                    status held|pending|settled|failed|free, tx (usage-records.ts lists them)
+ *   holds                     zset   requestId by expiry (ms), while held
  *   instance-holds:<id>       set    requestIds held by one gateway instance
  *   debits:<chain>            stream one entry per debit: request_id, call_id, account, amount
- *   debit:<callId>            hash   request_id, account, chain, amount, state pending|settled|refused, tx
- *   usage:<requestId>         hash   the call's usage record (see usage-records.ts)
  *   usage-idx:<account>       zset   requestId by time
  *   cursor:<chain>            string last applied escrow event, "block:logIndex"
+ *
+ * One record per call, keyed by its escrow call id (callIdOf), so the watcher finds a Charged event's call directly.
+ * Its status is the money's state: `held` (the amount in the wallet's `held`), `pending` (the price in `pending`),
+ * then `settled` or `failed` when the escrow's event is applied, or `free` when it was released at 0.
  *
  * available = synced - locked - pending - held. A hold is placed only when available covers it, so the wallet
  * can never be committed beyond what the escrow holds. A debit stays in `pending` until the watcher applies its
@@ -28,68 +32,67 @@ import { LuaScript } from './redis-script.js';
 
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
 
-// Decide the call's rate limits and place its hold, in one step. KEYS[1..6]: wallet, hold, holds, instance-holds,
-// usage, usage-idx; KEYS[7..]: rate-limit keys. ARGV[1..10]: the hold's fields; ARGV[11..]: the rate-limit
+// Decide the call's rate limits and place its hold, in one step. KEYS[1..5]: wallet, call record, holds,
+// instance-holds, usage-idx; KEYS[6..]: rate-limit keys. ARGV[1..10]: the hold's fields; ARGV[11..]: the rate-limit
 // arguments (rate-limit.ts). A call the limits refuse holds nothing ({-2, 0, ...}); a hold refused for funds or as a
 // duplicate ({0|-1, available, ...}) charges no limit; a placed hold charges them ({1, available after, ...}). The
 // rate-limit decision (rateLimitLua's `out`) follows the first two values.
-// Request ids are the gateway's own, so a hold already there with this instance and amount is this very call, run
+// Request ids are the gateway's own, so a record already there with this instance and amount is this very call, run
 // again: ioredis resends a command whose reply a dropped connection lost. It answers as placed the first time,
-// with the decision as it stands, and changes nothing.
+// with the decision as it stands, and changes nothing. The record outlives the hold's expiry by the retention, so a
+// hold is never lost to the record's TTL.
 const HOLD = `
-local n = #KEYS - 6
-local prior = redis.call('HMGET', KEYS[2], 'instance', 'amount')
+local n = #KEYS - 5
+local prior = redis.call('HMGET', KEYS[2], 'instance', 'held', 'status')
 local again = prior[1] == ARGV[4] and prior[2] == ARGV[2]
-${rateLimitLua.decide(6, 10, 'again')}
+${rateLimitLua.decide(5, 10, 'again')}
 if allowed == 0 then return {-2, 0, unpack(out)} end
 local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
 local avail = tonumber(w[1] or '0') - tonumber(w[2] or '0') - tonumber(w[3] or '0') - tonumber(w[4] or '0')
 local v = tonumber(ARGV[2])
 ${LIMIT}
 if again then return {1, avail, unpack(out)} end
-if prior[1] then return {-1, avail, unpack(out)} end
+if prior[3] then return {-1, avail, unpack(out)} end
 if avail < v then return {0, avail, unpack(out)} end
 redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
-redis.call('HSET', KEYS[2], 'account', ARGV[5], 'chain', ARGV[6], 'amount', ARGV[2], 'instance', ARGV[4], 'expires', ARGV[3])
+redis.call('HSET', KEYS[2], 'call_id', ARGV[1], 'time', ARGV[7], 'account', ARGV[5], 'key_id', ARGV[9], 'model', ARGV[8],
+  'chain', ARGV[6], 'held', ARGV[2], 'instance', ARGV[4], 'expires', ARGV[3], 'price', '0', 'status', 'held')
+redis.call('PEXPIRE', KEYS[2], math.max(0, tonumber(ARGV[3]) - tonumber(ARGV[7])) + tonumber(ARGV[10]))
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
-redis.call('HSET', KEYS[5], 'call_id', ARGV[1], 'time', ARGV[7], 'account', ARGV[5], 'key_id', ARGV[9], 'model', ARGV[8],
-  'chain', ARGV[6], 'held', ARGV[2], 'price', '0', 'status', 'held')
+redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', tonumber(ARGV[7]) - tonumber(ARGV[10]))
 redis.call('PEXPIRE', KEYS[5], ARGV[10])
-redis.call('ZADD', KEYS[6], ARGV[7], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', tonumber(ARGV[7]) - tonumber(ARGV[10]))
-redis.call('PEXPIRE', KEYS[6], ARGV[10])
-${rateLimitLua.charge(6, 10)}
+${rateLimitLua.charge(5, 10)}
 return {1, avail - v, unpack(out)}
 `;
 
-// Turn a hold into a debit (price > 0) or release it (price 0). The price is capped at the hold: a worst case
-// that was too low is a bug that must never overdraw a wallet (the cap is reported as {price, 1}). With the hold
-// gone, a debit of this request is this settlement run again (a resend after a lost reply, or a retry): it answers
-// with the amount debited then and changes nothing.
+// Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, instance-holds,
+// debits. The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet
+// (the cap is reported as {price, 1}). A record no longer held is this settlement run again (a resend after a lost
+// reply, or a retry): it answers with the amount debited then and changes nothing; a record released at 0, or
+// none, answers {-1, 0}.
 const SETTLE = `
-local held = redis.call('HGET', KEYS[2], 'amount')
-if not held then
-  local d = redis.call('HMGET', KEYS[6], 'request_id', 'amount')
-  if d[1] == ARGV[1] then return {tonumber(d[2]), 0} end
+local rec = redis.call('HMGET', KEYS[2], 'status', 'held', 'price')
+if rec[1] ~= 'held' then
+  if rec[1] and tonumber(rec[3]) > 0 then return {tonumber(rec[3]), 0} end
   return {-1, 0}
 end
+local held = rec[2]
 local price = ARGV[2]
 local capped = 0
 if tonumber(price) > tonumber(held) then price = held; capped = 1 end
 redis.call('HINCRBY', KEYS[1], 'held', '-' .. held)
-redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('SREM', KEYS[4], ARGV[1])
 if tonumber(price) > 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', price)
-  redis.call('HSET', KEYS[6], 'request_id', ARGV[1], 'account', ARGV[5], 'chain', ARGV[6], 'amount', price, 'state', 'pending')
-  redis.call('PEXPIRE', KEYS[6], ARGV[8])
-  redis.call('XADD', KEYS[7], '*', 'request_id', ARGV[1], 'call_id', ARGV[4], 'account', ARGV[5], 'amount', price)
-  redis.call('HSET', KEYS[5], 'status', 'pending', 'price', price, 'usage', ARGV[3])
+  redis.call('XADD', KEYS[5], '*', 'request_id', ARGV[1], 'call_id', ARGV[4], 'account', ARGV[5], 'amount', price)
+  redis.call('HSET', KEYS[2], 'status', 'pending', 'price', price, 'usage', ARGV[3])
 else
-  redis.call('HSET', KEYS[5], 'status', ARGV[7], 'price', '0', 'usage', ARGV[3])
+  redis.call('HSET', KEYS[2], 'status', ARGV[7], 'price', '0', 'usage', ARGV[3])
 end
+redis.call('PEXPIRE', KEYS[2], ARGV[8])
 return {tonumber(price), capped}
 `;
 
@@ -126,15 +129,11 @@ for i = 3, #ARGV, 7 do
       redis.call('HINCRBY', wallet, 'synced', amount)
     elseif kind == 'charged' or kind == 'charge_refused' then
       if kind == 'charged' then redis.call('HINCRBY', wallet, 'synced', '-' .. amount) end
-      local debit = prefix .. 'debit:' .. callId
-      local d = redis.call('HMGET', debit, 'state', 'amount', 'request_id')
+      local call = prefix .. 'call:' .. callId
+      local d = redis.call('HMGET', call, 'status', 'price')
       if d[1] == 'pending' then
         redis.call('HINCRBY', wallet, 'pending', '-' .. d[2])
-        redis.call('HSET', debit, 'state', kind == 'charged' and 'settled' or 'refused', 'tx', tx)
-        local usage = prefix .. 'usage:' .. (d[3] or '')
-        if d[3] and redis.call('EXISTS', usage) == 1 then
-          redis.call('HSET', usage, 'status', kind == 'charged' and 'settled' or 'failed', 'tx', tx)
-        end
+        redis.call('HSET', call, 'status', kind == 'charged' and 'settled' or 'failed', 'tx', tx)
       end
     elseif kind == 'withdrawal_requested' then
       redis.call('HSET', wallet, 'locked', amount)
@@ -171,13 +170,11 @@ const correctScript = new LuaScript(CORRECT);
 export const walletKeys = {
   wallet: (account: string, chain: string) => `wallet:${account}:${chain}`,
   wallets: (chain: string) => `wallets:${chain}`,
-  hold: (requestId: string) => `hold:${requestId}`,
+  call: (callId: string) => `call:${callId}`,
   holds: 'holds',
   instanceHolds: (instance: string) => `instance-holds:${instance}`,
   instances: 'instances',
   debits: (chain: string) => `debits:${chain}`,
-  debit: (callId: string) => `debit:${callId}`,
-  usage: (requestId: string) => `usage:${requestId}`,
   usageIndex: (account: string) => `usage-idx:${account}`,
   cursor: (chain: string) => `cursor:${chain}`,
 };
@@ -185,6 +182,8 @@ export const walletKeys = {
 /** A hold request. */
 export interface HoldInput {
   requestId: string;
+  /** callIdOf(requestId): the key of the call's record. */
+  callId: string;
   account: string;
   chain: ChainName;
   amount: bigint;
@@ -207,8 +206,8 @@ export type HoldResult =
 /** Decide the call's rate limits (`limits`, from RateLimiter.prepare) and place its hold if they pass and the wallet's available balance covers it (atomic). */
 export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonly string[]; args: readonly (string | number)[] }): Promise<HoldResult> {
   const keys = [
-    walletKeys.wallet(h.account, h.chain), walletKeys.hold(h.requestId), walletKeys.holds,
-    walletKeys.instanceHolds(h.instance), walletKeys.usage(h.requestId), walletKeys.usageIndex(h.account),
+    walletKeys.wallet(h.account, h.chain), walletKeys.call(h.callId), walletKeys.holds,
+    walletKeys.instanceHolds(h.instance), walletKeys.usageIndex(h.account),
   ];
   if (limits) keys.push(...limits.keys);
   const args: (string | number)[] = [
@@ -226,6 +225,7 @@ export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonl
 /** A settle request: the hold of `requestId` becomes a debit of `price` (0 releases it). */
 export interface SettleInput {
   requestId: string;
+  /** callIdOf(requestId). */
   callId: string;
   account: string;
   chain: ChainName;
@@ -243,15 +243,15 @@ export interface SettleInput {
  */
 export async function settleHold(r: Redis, s: SettleInput): Promise<{ debited: bigint; capped: boolean } | null> {
   const [price, capped] = await settleScript.run<[number, number]>(r, [
-    walletKeys.wallet(s.account, s.chain), walletKeys.hold(s.requestId), walletKeys.holds,
-    walletKeys.instanceHolds(s.instance), walletKeys.usage(s.requestId), walletKeys.debit(s.callId), walletKeys.debits(s.chain),
+    walletKeys.wallet(s.account, s.chain), walletKeys.call(s.callId), walletKeys.holds,
+    walletKeys.instanceHolds(s.instance), walletKeys.debits(s.chain),
   ], [s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', s.retentionMs]);
   if (price === -1) return null;
   return { debited: BigInt(price), capped: capped === 1 };
 }
 
 /**
- * Events per apply script. A script holds Redis for its whole run, and a charge is 6-7 commands: a settled batch of
+ * Events per apply script. A script holds Redis for its whole run, and a charge is 4-5 commands: a settled batch of
  * hundreds applied at once stalled every gateway's hold and settle scripts behind it (in the bench, scripts of 64
  * events ran 1.6 ms). Each script is atomic and advances the cursor, so a watcher stopped between two loses nothing.
  */

@@ -4,7 +4,7 @@ import OpenAI from 'openai';
 import { createEvmChain } from '../plugins/chains/evm.js';
 import { callIdOf } from '../plugins/chains/port.js';
 import { listUsage } from '../plugins/usage-records.js';
-import { readWallet } from '../plugins/wallets.js';
+import { readWallet, walletKeys } from '../plugins/wallets.js';
 import { fromAnthropicUsage, fromOpenAIUsage, priceCall, worstCaseText } from '../pricing/index.js';
 import { closeDevChains, startHarness } from './helpers/harness.js';
 import { until } from './helpers/wait.js';
@@ -21,7 +21,7 @@ const chainA = createEvmChain('chain_a', h.config.chains!.chain_a);
 
 async function record(requestId: string) {
   return until(`usage record of ${requestId}`, async () => {
-    const h1 = await h.redis.hgetall(`usage:${requestId}`);
+    const h1 = await h.redis.hgetall(walletKeys.call(callIdOf(requestId)));
     return h1.status && h1.status !== 'held' ? h1 : null;
   });
 }
@@ -196,7 +196,7 @@ t.test('debits settle onchain: one Charged event per call id, usage records sett
   t.same(numbers.map((n) => n - numbers[0]!), [0n, 1n, 2n, 3n, 4n], 'consecutive calls, consecutive call ids');
   for (const id of ids) {
     const rec = await until(`settled ${id}`, async () => {
-      const x = await h.redis.hgetall(`usage:${id}`);
+      const x = await h.redis.hgetall(walletKeys.call(callIdOf(id)));
       return x.status === 'settled' ? x : null;
     });
     t.match(rec.tx, /^0x[0-9a-f]{64}$/);
@@ -221,7 +221,7 @@ t.test('usage records list every call with time, key, model, tokens, price, chai
     t.match(r, { call_id: /^req_/, key_id: h.keyId, chain: /^chain_[abcd]$/, price: /^\d+\.\d{6}$/, status: /^(held|pending|settled|failed|free)$/ });
     t.ok(!Number.isNaN(Date.parse(r.time)));
   }
-  const ttl = await h.redis.pttl(`usage:${records[0].call_id}`);
+  const ttl = await h.redis.pttl(walletKeys.call(callIdOf(records[0].call_id)));
   t.ok(ttl > 0 && ttl <= 30 * 86_400_000, 'records expire after the retention');
 });
 

@@ -356,18 +356,19 @@ async function debit(s: ReturnType<typeof session>, address: string, hold: bigin
   const account = address.toLowerCase(); // account ids are lowercase addresses (accounts.ts)
   const r = s.redis;
   const requestId = `req_${randomBytes(16).toString('hex')}`;
+  const callId = callIdOf(requestId);
   const now = Date.now();
   const placed = await placeHold(r, {
-    requestId, account, chain: 'chain_a', amount: hold, instance: 'test', expiresAt: now + 60_000,
+    requestId, callId, account, chain: 'chain_a', amount: hold, instance: 'test', expiresAt: now + 60_000,
     model: 'gamma-k3', keyId: 'key_test', now, retentionMs: 3_600_000,
   });
   if (!placed.placed) throw new Error(`hold refused: ${placed.available} available`);
   const settled = await settleHold(r, {
-    requestId, callId: callIdOf(requestId), account, chain: 'chain_a', instance: 'test', price,
+    requestId, callId, account, chain: 'chain_a', instance: 'test', price,
     usageJson: JSON.stringify({ input_tokens: 10, output_tokens: 5 }), retentionMs: 3_600_000,
   });
   if (settled?.debited !== price) throw new Error('settle did not debit');
-  return { requestId, callId: callIdOf(requestId) };
+  return { requestId, callId };
 }
 
 function settler(t: Test, s: ReturnType<typeof session>, metrics: Metrics): Settler {
@@ -386,18 +387,16 @@ t.test('a Charged event moves the debit out of pending exactly once and lowers s
   const { requestId, callId } = await debit(s, x, 400_000n, 250_000n);
   const pending = await readWallet(s.redis, x, 'chain_a');
   t.same({ pending: pending.pending, held: pending.held, available: pending.available }, { pending: 250_000n, held: 0n, available: 750_000n });
-  t.equal(await s.redis.hget(walletKeys.usage(requestId), 'status'), 'pending');
+  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'pending');
 
   await settler(t, s, metrics).start();
   const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
   t.equal(done.synced, 750_000n, 'synced lowered by the charge');
   t.equal(done.available, 750_000n, 'available unchanged by settlement');
   t.equal(await chainA.callStatus(callId), 'charged');
-  const d = await s.redis.hgetall(walletKeys.debit(callId));
-  t.equal(d.state, 'settled');
-  t.match(d.tx, /^0x[0-9a-f]{64}$/);
-  const u = await s.redis.hgetall(walletKeys.usage(requestId));
-  t.same({ status: u.status, tx: u.tx }, { status: 'settled', tx: d.tx }, 'usage record settled with the tx');
+  const d = await s.redis.hgetall(walletKeys.call(callId));
+  t.same({ call_id: d.call_id, status: d.status, price: d.price }, { call_id: requestId, status: 'settled', price: '250000' }, 'the call record settled');
+  t.match(d.tx, /^0x[0-9a-f]{64}$/, 'with the tx');
 
   // The same debit queued again (a settler that died before its ack): the escrow skips it, nothing moves.
   await s.redis.xadd(walletKeys.debits('chain_a'), '*', 'request_id', requestId, 'call_id', callId, 'account', x, 'amount', '250000');
@@ -419,7 +418,7 @@ t.test("a mined batch wakes its process's watcher: the charge leaves pending lon
   await mintAndDeposit(c, x, 1_000_000n);
   w.start(); // its first poll reads the deposit; the next would come a minute later
   await s.synced(x, 'chain_a', (v) => v.synced === 1_000_000n);
-  const { requestId } = await debit(s, x, 400_000n, 250_000n);
+  const { callId } = await debit(s, x, 400_000n, 250_000n);
   const woken: string[] = [];
   const st = new Settler(s.redis, { chain_a: chainA }, 'settler-wake', {
     batchSize: 50, batchWaitMs: 0, claimIdleMs: 60_000, onMined: (chain) => (woken.push(chain), w.wake(chain)),
@@ -431,7 +430,7 @@ t.test("a mined batch wakes its process's watcher: the charge leaves pending lon
   t.ok(Date.now() - started < 20_000, 'applied without waiting for the poll');
   t.same(woken, ['chain_a']);
   t.same({ synced: done.synced, pending: done.pending }, { synced: 750_000n, pending: 0n });
-  t.equal(await s.redis.hget(walletKeys.usage(requestId), 'status'), 'settled');
+  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'settled');
   const stopping = Date.now();
   await w.stop();
   t.ok(Date.now() - stopping < 5_000, 'stop does not wait out the poll interval');
@@ -446,7 +445,7 @@ t.test('a ChargeRefused event (balance gone before settlement) moves the debit o
   await approve(y, 600_000n);
   await deposit(y, 600_000n);
   const start = await s.synced(y.address, 'chain_a');
-  const { requestId, callId } = await debit(s, y.address, 500_000n, 500_000n);
+  const { callId } = await debit(s, y.address, 500_000n, 500_000n);
   await requestWithdrawal(y, start.synced);
   await s.synced(y.address, 'chain_a', (v) => v.locked === start.synced);
   await passTimelock();
@@ -458,8 +457,7 @@ t.test('a ChargeRefused event (balance gone before settlement) moves the debit o
   const after = await s.synced(y.address, 'chain_a', (v) => v.pending === 0n);
   t.equal(after.synced, 0n, 'nothing charged');
   t.equal(await chainA.callStatus(callId), 'refused');
-  t.equal(await s.redis.hget(walletKeys.debit(callId), 'state'), 'refused');
-  t.equal(await s.redis.hget(walletKeys.usage(requestId), 'status'), 'failed', 'the usage record says failed');
+  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'failed', 'the call record says failed');
   t.equal(await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'refused' }), 1);
   await w.stop();
   await s.redis.del('scanned:chain_a');

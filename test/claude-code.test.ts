@@ -8,6 +8,8 @@ import { join } from 'node:path';
 import { createAccount, createKey } from '../plugins/accounts.js';
 import { listUsage } from '../plugins/usage-records.js';
 import { closeDevChains, startHarness } from './helpers/harness.js';
+import { walletKeys } from '../plugins/wallets.js';
+import { callIdOf } from '../plugins/chains/port.js';
 
 const CLAUDE = new URL('../node_modules/.bin/claude', import.meta.url).pathname;
 const TIMEOUT_MS = 60_000;
@@ -97,7 +99,7 @@ function claude(args: string[], key = h.key): Promise<Run> {
 async function settledRecord(requestId: string): Promise<Record<string, string>> {
   const deadline = Date.now() + 20_000;
   for (;;) {
-    const rec = await h.redis.hgetall(`usage:${requestId}`);
+    const rec = await h.redis.hgetall(walletKeys.call(callIdOf(requestId)));
     if ((rec.status && rec.status !== 'held') || Date.now() > deadline) return rec;
     await new Promise((r) => setTimeout(r, 50));
   }

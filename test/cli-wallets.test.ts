@@ -7,10 +7,11 @@ import { CHAIN_NAMES, type Address } from '../plugins/chains/config.js';
 import { createEvmChain } from '../plugins/chains/evm.js';
 import { embeddedDefault } from '../plugins/config.js';
 import { DEV_CHAINS_KEY } from '../plugins/serve.js';
-import { readWallet } from '../plugins/wallets.js';
+import { readWallet, walletKeys } from '../plugins/wallets.js';
 import { formatUsd, publishPrices, USAGE_FIELDS } from '../pricing/index.js';
 import { closeDevChains, startHarness } from './helpers/harness.js';
 import { until } from './helpers/wait.js';
+import { callIdOf } from '../plugins/chains/port.js';
 
 const h = await startHarness({ chains: true });
 const tmp = mkdtempSync(join(tmpdir(), 'farebox-cli-'));
@@ -93,7 +94,7 @@ t.test('default-chain --chain chain_b: a call without x-gw-billing-chain bills c
   const res = await call('hi again');
   t.equal(res.status, 200);
   t.equal(res.headers.get('x-gw-billing-chain'), 'chain_b');
-  const rec = await h.redis.hgetall(`usage:${res.headers.get('x-request-id')}`);
+  const rec = await h.redis.hgetall(walletKeys.call(callIdOf(res.headers.get('x-request-id')!)));
   t.equal(rec.chain, 'chain_b', 'held and billed on chain_b');
 });
 
@@ -123,7 +124,7 @@ t.test('usage --json after a few calls: documented fields, statuses settle with 
   }
   const [ok1, ok2, failed] = ids;
   await until('settled onchain', async () => {
-    const s = await Promise.all(ids.map((id) => h.redis.hget(`usage:${id}`, 'status')));
+    const s = await Promise.all(ids.map((id) => h.redis.hget(walletKeys.call(callIdOf(id)), 'status')));
     return s[0] === 'settled' && s[1] === 'settled' && s[2] === 'free';
   });
   const records = json(await farebox(['usage', '--account', account, '--json'])) as Record<string, unknown>[];

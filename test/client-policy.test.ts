@@ -6,11 +6,12 @@ import OpenAI from 'openai';
 import type { FastifyRequest } from 'fastify';
 import { createAccount, createKey } from '../plugins/accounts.js';
 import { listUsage } from '../plugins/usage-records.js';
-import { readWallet } from '../plugins/wallets.js';
+import { readWallet, walletKeys } from '../plugins/wallets.js';
 import type { ClientClass } from '../policies/clients.js';
 import type { ClientRuleId } from '../policies/client-rules.js';
 import { closeDevChains, startHarness, type Harness } from './helpers/harness.js';
 import { validator } from './helpers/conformance.js';
+import { callIdOf } from '../plugins/chains/port.js';
 
 interface Sample {
   readonly client: string;
@@ -144,7 +145,7 @@ async function assertRefused(t: Test, g: Harness, res: Response, endpoint: Endpo
   t.equal(body.error.code, 'unsupported_client');
   t.match(body.error.message, `(rule ${rule})`, 'the message names the rule');
   t.equal(g.sim.received.length, upstreamBefore, 'the upstream never saw it');
-  t.equal(await g.redis.exists(`hold:${id}`, `usage:${id}`), 0, 'no hold, no usage record');
+  t.equal(await g.redis.exists(walletKeys.call(callIdOf(id!))), 0, 'no call record');
   t.equal(res.headers.get('x-gw-billing-chain'), null, 'never reached the funds gate');
 }
 

@@ -64,6 +64,13 @@ async function startGateway(): Promise<ChildProcess> {
   throw new Error(`gateway did not start (exit code ${c.exitCode})`);
 }
 
+/** The account's call records still held. */
+async function heldRecords(account: string): Promise<number> {
+  const ids = await redis.zrange(walletKeys.usageIndex(account), 0, -1);
+  const statuses = await Promise.all(ids.map((id) => redis.hget(walletKeys.call(callIdOf(id)), 'status')));
+  return statuses.filter((s) => s === 'held').length;
+}
+
 /** What the restarted gateway still has to do, for a failure message. */
 async function state(account: string): Promise<string> {
   const w = await readWallet(redis, account, 'chain_a');
@@ -110,7 +117,7 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
   child = await startGateway();
   // The new instance releases the dead one's holds and takes over its unacknowledged debits.
   // Each phase takes seconds (the dead watcher's 10 s lease included); a stuck one fails with what is left.
-  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await redis.keys('hold:*')).length === 0, 40_000)
+  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await heldRecords(account)) === 0, 40_000)
     .catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
   const w = await until('every debit onchain', async () => {
     const x = await readWallet(redis, account, 'chain_a');
@@ -118,7 +125,7 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
   }, 40_000).catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
 
   const ids = await redis.zrange(walletKeys.usageIndex(account), 0, -1);
-  const records = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.usage(id))));
+  const records = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.call(callIdOf(id)))));
   const debited = records.filter((r) => BigInt(r.price ?? '0') > 0n);
   t.ok(debited.length > 10, `${debited.length} debits recorded`);
   t.ok(records.some((r) => r.status === 'free'), 'calls that died unsettled went free');

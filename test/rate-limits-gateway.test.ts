@@ -6,9 +6,10 @@ import OpenAI from 'openai';
 import { createAccount, createKey } from '../plugins/accounts.js';
 import type { ConfigInput } from '../plugins/config.js';
 import { listUsage } from '../plugins/usage-records.js';
-import { readWallet } from '../plugins/wallets.js';
+import { readWallet, walletKeys } from '../plugins/wallets.js';
 import { closeDevChains, startHarness, type Harness } from './helpers/harness.js';
 import { validator } from './helpers/conformance.js';
+import { callIdOf } from '../plugins/chains/port.js';
 
 // Key 5 rpm and account 8 rpm by default; beta keys 2 rpm; gamma unlimited.
 const limits = (cfg: ConfigInput) => {
@@ -184,8 +185,8 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
   const first = ok.headers.get('x-request-id')!;
   // The admitted call's hold must be settled first: a hold in flight moves `available` when it settles.
   const deadline = Date.now() + 20_000;
-  while ((await g.redis.hget(`usage:${first}`, 'status')) === 'held' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  const rec = await g.redis.hgetall(`usage:${first}`);
+  while ((await g.redis.hget(walletKeys.call(callIdOf(first)), 'status')) === 'held' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const rec = await g.redis.hgetall(walletKeys.call(callIdOf(first)));
   t.not(rec.status, 'held');
   t.ok(BigInt(rec.price) > 0n, 'the admitted call was charged');
   const before = await readWallet(g.redis, g.account, 'chain_a');
@@ -198,7 +199,7 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
     const id = res.headers.get('x-request-id');
     await assertLimited(t, res, endpoint, 1, /for this API key \(limit 1\)/);
     t.equal(res.headers.get('x-gw-billing-chain'), null, 'refused before the funds gate');
-    t.equal(await g.redis.exists(`hold:${id}`, `usage:${id}`), 0, 'no hold, no usage record');
+    t.equal(await g.redis.exists(walletKeys.call(callIdOf(id!))), 0, 'no call record');
   }
   t.equal(g.sim.received.length, n, 'never upstream');
   const after = await readWallet(g.redis, g.account, 'chain_a');

@@ -10,7 +10,7 @@ import { embeddedDefault } from '../plugins/config.js';
 import { DEV_SETTLER_KEY_ENV, DEV_KEYS } from '../plugins/chains/dev-chains.js';
 import { callIdOf } from '../plugins/chains/port.js';
 import { DEV_CHAINS_KEY } from '../plugins/serve.js';
-import { readWallet } from '../plugins/wallets.js';
+import { readWallet, walletKeys } from '../plugins/wallets.js';
 import { closeDevChains, startHarness, testPrefix } from './helpers/harness.js';
 import { runCli, until } from './helpers/wait.js';
 
@@ -55,7 +55,7 @@ t.test('its watcher syncs a deposit, its settler charges the call onchain; the g
   const { response } = await openai.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
   const id = response.headers.get('x-request-id')!;
   const rec = await until(`settled ${id}`, async () => {
-    const x = await h.redis.hgetall(`usage:${id}`);
+    const x = await h.redis.hgetall(walletKeys.call(callIdOf(id)));
     return x.status === 'settled' ? x : null;
   });
   t.match(rec.tx, /^0x[0-9a-f]{64}$/);

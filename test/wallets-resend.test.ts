@@ -88,8 +88,9 @@ const account = `0x${randomBytes(20).toString('hex')}`;
 let seq = 0;
 function hold(amount: bigint): HoldInput {
   const now = Date.now();
+  const requestId = `req_${randomBytes(16).toString('hex')}_${seq++}`;
   return {
-    requestId: `req_${randomBytes(16).toString('hex')}_${seq++}`, account, chain: 'chain_a', amount, instance: 'resend-test',
+    requestId, callId: callIdOf(requestId), account, chain: 'chain_a', amount, instance: 'resend-test',
     expiresAt: now + 60_000, model: 'gamma-k3', keyId: 'key_resend', now, retentionMs: 3_600_000,
   };
 }
@@ -114,7 +115,7 @@ t.test('a hold run twice answers placed both times and holds once; the rate limi
   const otherInstance = await placeHold(redis, { ...h, instance: 'another' });
   t.equal(otherInstance.placed, false, 'so is one from another instance');
 
-  await settleHold(redis, { requestId: h.requestId, callId: callIdOf(h.requestId), account, chain: 'chain_a', instance: h.instance, price: 0n, usageJson: '{}', retentionMs: 3_600_000 });
+  await settleHold(redis, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', instance: h.instance, price: 0n, usageJson: '{}', retentionMs: 3_600_000 });
   t.equal((await readWallet(redis, account, 'chain_a')).held, 1n, 'released; the 1-unit hold remains');
 });
 
@@ -128,8 +129,7 @@ t.test('a hold whose reply a dropped connection lost is resent and answers place
   relay.dropNextReply = true;
   const result = await placeHold(r, h);
   t.equal(relay.connections, 2, 'the connection was dropped and made again');
-  // The id is in two keys (hold, usage) and the first argument of each run.
-  t.equal(occurrences(relay.sent, h.requestId), 2 * 3, 'the hold went out twice');
+  t.equal(occurrences(relay.sent, walletKeys.call(h.callId)), 2, 'the hold went out twice');
   t.match(result, { placed: true, available: before.available - 50_000n }, 'placed, with the balance after it');
   const after = await readWallet(redis, account, 'chain_a');
   t.equal(after.held - before.held, 50_000n, 'held once');
@@ -145,8 +145,7 @@ t.test('a settlement whose reply was lost is resent and answers with the amount 
   const before = await readWallet(redis, account, 'chain_a');
   const debitsBefore = await redis.xlen(walletKeys.debits('chain_a'));
   relay.dropNextReply = true;
-  const callId = callIdOf(h.requestId);
-  const done = await settleHold(r, { requestId: h.requestId, callId, account, chain: 'chain_a', instance: h.instance, price: 12_345n, usageJson: '{"output_tokens":3}', retentionMs: 3_600_000 });
+  const done = await settleHold(r, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', instance: h.instance, price: 12_345n, usageJson: '{"output_tokens":3}', retentionMs: 3_600_000 });
   t.equal(relay.connections, 2, 'the connection was dropped and made again');
   t.same(done, { debited: 12_345n, capped: false });
   const after = await readWallet(redis, account, 'chain_a');
@@ -179,11 +178,13 @@ t.test('through the gateway: a call whose hold reply was lost answers 200 and is
   t.ok(data.choices[0]!.message.content, 'the answer');
   const id = response.headers.get('x-request-id')!;
   const rec = await until(`settled ${id}`, async () => {
-    const r = await h.redis.hgetall(`usage:${id}`);
+    const r = await h.redis.hgetall(walletKeys.call(callIdOf(id)));
     return r.status === 'settled' ? r : null;
   });
-  // Two holds and one settlement carry the call's hold key.
-  t.equal(occurrences(relay.sent, `hold:${id}`), 3, 'the hold went out twice');
+  // Two holds and one settlement name the wallet, then the call's record (the test's own reads name the record alone).
+  const scriptRuns = Buffer.concat(relay.sent).toString('latin1').split(`${walletKeys.wallet(h.account, 'chain_a')}\r\n`)
+    .filter((after) => /^\$\d+\r\n[^\r]*call:(0x[0-9a-f]+)\r\n/.exec(after)?.[1] === callIdOf(id)).length;
+  t.equal(scriptRuns, 3, 'the hold went out twice');
   const w = await until('nothing held or pending', async () => {
     const x = await readWallet(h.redis, h.account, 'chain_a');
     return x.held === 0n && x.pending === 0n ? x : null;

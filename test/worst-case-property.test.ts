@@ -2,6 +2,8 @@ import t from 'tap';
 import { listUsage } from '../plugins/usage-records.js';
 import { closeDevChains, startHarness } from './helpers/harness.js';
 import { makeUsage, parseUsd, priceCall } from '../pricing/index.js';
+import { walletKeys } from '../plugins/wallets.js';
+import { callIdOf } from '../plugins/chains/port.js';
 
 // Property: for many random requests through the simulator, no call's actual price exceeds its hold.
 const h = await startHarness({ chains: true });
@@ -70,7 +72,7 @@ t.test('no actual price exceeds its hold, over 160 random requests', async (t) =
   t.ok(records.length >= N * 0.95, `${records.length} calls billed`);
   let charged = 0;
   for (const r of records) {
-    const held = BigInt((await h.redis.hget(`usage:${r.call_id}`, 'held')) ?? '0');
+    const held = BigInt((await h.redis.hget(walletKeys.call(callIdOf(r.call_id)), 'held')) ?? '0');
     const price = parseUsd(r.price);
     if (price > held) t.fail(`${r.call_id}: price ${price} above hold ${held}`);
     t.equal(priceCall(h.config.prices, r.model, makeUsage(r.usage)), price, 'price = the usage priced');
