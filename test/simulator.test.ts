@@ -1,7 +1,8 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import t, { type Test as Tap } from 'tap';
-import { startSimulator } from '../plugins/simulator/index.js';
+import Fastify from 'fastify';
+import simulator, { startSimulator, type RecordedRequest } from '../plugins/simulator/index.js';
 
 const sim = await startSimulator();
 t.teardown(() => sim.close());
@@ -262,6 +263,31 @@ t.test('recorded requests: method, url with query, headers, body; GET and DELETE
   const del = await fetch(sim.url + '/__sim/requests', { method: 'DELETE' });
   t.equal(del.status, 204);
   t.equal(sim.received.length, 0);
+});
+
+t.test('the request log keeps at least maxRecorded of the latest requests, and never twice as many', async (t) => {
+  const app = Fastify({ logger: false });
+  const received: RecordedRequest[] = [];
+  await app.register(simulator, { received, maxRecorded: 3 });
+  t.teardown(() => app.close());
+  const lengths: number[] = [];
+  for (let i = 0; i < 10; i++) {
+    const res = await app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { authorization: 'Bearer x' }, payload: { model: 'beta-5.5', messages: [{ role: 'user', content: `n${i}` }] } });
+    t.equal(res.statusCode, 200);
+    lengths.push(received.length);
+  }
+  t.same(lengths, [1, 2, 3, 4, 5, 3, 4, 5, 3, 4]);
+  t.same(received.map((r) => (r.body as { messages: { content: string }[] }).messages[0]!.content), ['n6', 'n7', 'n8', 'n9'], 'the latest, in order');
+});
+
+t.test('a body with __proto__ or constructor keys is data, answered like any other', async (t) => {
+  const res = await fetch(`${sim.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer x' },
+    body: '{"model":"beta-5.5","messages":[{"role":"user","content":"hi"}],"__proto__":{"polluted":1},"constructor":{"prototype":{"polluted":1}}}',
+  });
+  t.equal(res.status, 200);
+  t.equal(({} as { polluted?: number }).polluted, undefined, 'no prototype touched');
 });
 
 t.test('openai create -> chat.completion; completion_tokens = words; usage details present', async (t) => {

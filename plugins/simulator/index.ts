@@ -27,7 +27,7 @@ export interface RecordedRequest {
 export interface SimulatorOptions {
   /** Log the routes append to, most recent last (shared with the caller); a new one if absent. */
   received?: RecordedRequest[];
-  /** How many requests the log keeps (default 1000). */
+  /** How many of the latest requests the log keeps at least (default 1000); at twice that it is cut back to it. */
   maxRecorded?: number;
 }
 
@@ -70,7 +70,8 @@ export default async function simulator(app: FastifyInstance, opts: SimulatorOpt
     cache: new PromptCache(),
     record(req) {
       received.push({ method: req.method, url: req.url, headers: req.headers, body: req.body, at: Date.now() });
-      if (received.length > max) received.splice(0, received.length - max);
+      // Cut back in one step at twice the size: trimming one entry per request moved the whole log each time.
+      if (received.length >= 2 * max) received.splice(0, received.length - max);
     },
   };
   app.setErrorHandler(sendError);
@@ -86,8 +87,9 @@ export default async function simulator(app: FastifyInstance, opts: SimulatorOpt
 /** Starts the simulator on its own server (default 127.0.0.1, ephemeral port). */
 export async function startSimulator(opts: { host?: string; port?: number } = {}): Promise<Simulator> {
   const host = opts.host ?? '127.0.0.1';
-  // forceCloseConnections: SDK clients keep sockets alive; close() must not wait for them.
-  const app = Fastify({ logger: false, forceCloseConnections: true });
+  // forceCloseConnections: SDK clients keep sockets alive; close() must not wait for them. Bodies are parsed with
+  // plain JSON.parse: the routes copy no keys into other objects, so `__proto__` in a body is data, as upstream.
+  const app = Fastify({ logger: false, forceCloseConnections: true, onProtoPoisoning: 'ignore', onConstructorPoisoning: 'ignore' });
   const received: RecordedRequest[] = [];
   await app.register(simulator, { received });
   // Unknown paths answer in the protocol's error shape, like the providers' 404s.
