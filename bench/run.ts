@@ -6,8 +6,8 @@
  *
  * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500),
  * BENCH_CONCURRENCY (50,200), REDIS_URL (redis://127.0.0.1:6379), BENCH_PROFILE=<scenario> (instead: a CPU
- * profile of farebox's main thread under that load at 50 connections; BENCH_PROFILE_PROCESS=settle or chains:
- * of the settle process's or the dev chains' instead). Writes bench/results/latest.{json,md};
+ * profile of farebox's main thread under that load at 50 connections; BENCH_PROFILE_PROCESS=settle, chains or sim:
+ * of the settle process's, the dev chains' or the simulator's instead). Writes bench/results/latest.{json,md};
  * with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the .cpuprofile opens in Chrome DevTools).
  * BENCH_QUICK=<scenario>[,<scenario>...]: farebox alone, BENCH_REPEAT (3) cells of each scenario at each
  * concurrency, printing req/s and CPU per call, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL calls
@@ -58,13 +58,14 @@ const SEQUENTIAL = intEnv('BENCH_SEQUENTIAL', 500);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '50,200').split(',').map((s) => Number(s.trim()));
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const PROFILE = process.env.BENCH_PROFILE as Scenario | undefined;
-const PROFILE_PROCESS = (process.env.BENCH_PROFILE_PROCESS ?? 'farebox') as 'farebox' | 'settle' | 'chains';
+const PROFILE_PROCESS = (process.env.BENCH_PROFILE_PROCESS ?? 'farebox') as 'farebox' | 'settle' | 'chains' | 'sim';
+const PROCESS_NAME = { farebox: 'farebox', settle: "farebox's settle process", chains: "farebox's chains process", sim: 'the simulator' }[PROFILE_PROCESS];
 const QUICK = process.env.BENCH_QUICK ? (process.env.BENCH_QUICK.split(',').map((x) => x.trim()) as Scenario[]) : undefined;
 const REPEAT = intEnv('BENCH_REPEAT', 3);
 const FAREBOX_NODE_ARGS = (process.env.BENCH_FAREBOX_NODE_ARGS ?? '').split(' ').filter(Boolean);
 if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1)) throw new Error('BENCH_CONCURRENCY: comma-separated positive integers');
 if (PROFILE !== undefined && !SCENARIOS.includes(PROFILE)) throw new Error(`BENCH_PROFILE must be one of ${SCENARIOS.join(', ')}`);
-if (!['farebox', 'settle', 'chains'].includes(PROFILE_PROCESS)) throw new Error('BENCH_PROFILE_PROCESS must be farebox, settle or chains');
+if (!['farebox', 'settle', 'chains', 'sim'].includes(PROFILE_PROCESS)) throw new Error('BENCH_PROFILE_PROCESS must be farebox, settle, chains or sim');
 if (QUICK?.some((q) => !SCENARIOS.includes(q))) throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}`);
 if (!DURATION) throw new Error('BENCH_DURATION must be at least 1');
 
@@ -203,15 +204,15 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   if (!(await sanity([fb], s.simUrl, key, problems)).has(`${scenario}/farebox`)) throw new Error(problems.join('\n'));
   const spec = requestFor(scenario, fb, s.simUrl, key);
   if (WARMUP) await runLoad(spec, 50, WARMUP);
-  log(`profiling ${PROFILE_PROCESS === 'farebox' ? 'farebox' : `farebox's ${PROFILE_PROCESS} process`} under ${scenario} at 50 connections for ${DURATION} s`);
+  log(`profiling ${PROCESS_NAME} under ${scenario} at 50 connections for ${DURATION} s`);
   const file = join(RESULTS, 'profile.cpuprofile');
-  const child = { farebox: s.fb, settle: s.settle, chains: s.chains }[PROFILE_PROCESS];
+  const child = { farebox: s.fb, settle: s.settle, chains: s.chains, sim: s.sim }[PROFILE_PROCESS];
   await ask(child, { type: 'profile-start' }, 'profile-started');
   const r = await runLoad(spec, 50, DURATION);
   await ask(child, { type: 'profile-stop', file }, 'profile-stopped', 60_000);
   const sum = summarizeProfile(file, ROOT);
   const md = [
-    `# ${PROFILE_PROCESS === 'farebox' ? 'farebox' : `farebox's ${PROFILE_PROCESS} process`} CPU profile: ${scenario}, 50 connections, ${DURATION} s (${new Date().toISOString()})`,
+    `# ${PROCESS_NAME} CPU profile: ${scenario}, 50 connections, ${DURATION} s (${new Date().toISOString()})`,
     '',
     `${r.rps} req/s, p50 ${r.latency?.p50} ms, p99 ${r.latency?.p99} ms. Main thread busy ${sum.busyMs} ms, idle ${sum.idleMs} ms;`,
     'shares below are of the busy time.',
