@@ -20,6 +20,12 @@ t.test('encodes the command ioredis would send, EVAL with the source on a new so
   t.same(script.encode(socket, prefix, keys, args), ioredisForm('evalsha', script.sha));
   t.same(script.encode({}, prefix, keys, args), ioredisForm('eval', script.lua), 'another socket gets the source again');
   t.same(script.encode(socket, '', [], []), Buffer.from(`*3\r\n$7\r\nevalsha\r\n$40\r\n${script.sha}\r\n$1\r\n0\r\n`));
+  // All ASCII (the usual case, encoded as one string) and ten or more keys (a two-digit key count).
+  const asciiKeys = Array.from({ length: 12 }, (_, i) => `k${i}:${'x'.repeat(i * 9)}`);
+  const asciiArgs = ['req_1', 1234567890123, '', 0, -5, 1.5, '{"x":1}', 'z'.repeat(300), `tab\there`, '\u007f'];
+  const asciiForm = new Command('evalsha', [script.sha, asciiKeys.length, ...asciiKeys.map((k) => prefix + k), ...asciiArgs]).toWritable(socket as never);
+  t.same(script.encode(socket, prefix, asciiKeys, asciiArgs), Buffer.from(asciiForm as string));
+  t.same(script.encode(socket, prefix, ['é'], []), Buffer.from(new Command('evalsha', [script.sha, 1, `${prefix}é`]).toWritable(socket as never) as string), 'one non-ASCII key');
 });
 
 t.test('runs under the connection prefix and returns the reply', async (t) => {
