@@ -179,6 +179,11 @@ export const walletKeys = {
   cursor: (chain: string) => `cursor:${chain}`,
 };
 
+/** Whole milliseconds for PEXPIRE, which refuses a fraction (retention_days 0.7 is 60479999.99999999 ms). */
+function wholeMs(ms: number): number {
+  return Math.ceil(ms);
+}
+
 /** A hold request. */
 export interface HoldInput {
   requestId: string;
@@ -211,7 +216,7 @@ export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonl
   ];
   if (limits) keys.push(...limits.keys);
   const args: (string | number)[] = [
-    h.requestId, h.amount.toString(), h.expiresAt, h.instance, h.account, h.chain, h.now, h.model, h.keyId, h.retentionMs,
+    h.requestId, h.amount.toString(), h.expiresAt, h.instance, h.account, h.chain, h.now, h.model, h.keyId, wholeMs(h.retentionMs),
   ];
   if (limits) args.push(...limits.args);
   else args.push('', 0);
@@ -245,7 +250,7 @@ export async function settleHold(r: Redis, s: SettleInput): Promise<{ debited: b
   const [price, capped] = await settleScript.run<[number, number]>(r, [
     walletKeys.wallet(s.account, s.chain), walletKeys.call(s.callId), walletKeys.holds,
     walletKeys.instanceHolds(s.instance), walletKeys.debits(s.chain),
-  ], [s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', s.retentionMs]);
+  ], [s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', wholeMs(s.retentionMs)]);
   if (price === -1) return null;
   return { debited: BigInt(price), capped: capped === 1 };
 }
