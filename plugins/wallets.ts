@@ -44,7 +44,7 @@ const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redi
 const HOLD = `
 local n = #KEYS - 5
 local prior = redis.call('HMGET', KEYS[2], 'instance', 'held', 'status')
-local again = prior[1] == ARGV[4] and prior[2] == ARGV[2]
+local again = prior[1] == ARGV[4] and prior[2] == ARGV[2] and prior[3] == 'held'
 ${rateLimitLua.decide(5, 10, 'again')}
 if allowed == 0 then return {-2, 0, unpack(out)} end
 local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
