@@ -64,7 +64,7 @@ export interface SequentialCell extends SequentialResult {
   target: TargetName;
 }
 
-/** Memory of farebox at fixed points, MiB: VmRSS as the kernel sees it, heap after a full GC. */
+/** Memory of farebox at fixed points, MiB: VmRSS as the kernel sees it, then RSS and heap at rest (memAfterGc). */
 export interface MemoryPoint {
   /** When it was taken, e.g. "after 1,000 calls". */
   when: string;
@@ -75,6 +75,8 @@ export interface MemoryPoint {
   heapTotalAfterGcMiB: number;
   /** Memory of Buffers and other objects outside the V8 heap. */
   externalAfterGcMiB: number;
+  /** Full GCs run before RSS stopped falling. */
+  gcs: number;
   /** VmRSS of farebox's settle process at the same point. */
   settleRssMiB: number;
   /** Seconds waited for the settlement backlog to clear before reading (null: it did not clear in 60 s). */
@@ -219,11 +221,12 @@ export function toMarkdown(r: BenchResults): string {
     `Every server runs plain JS (farebox and the simulator compiled to dist/); an idle node holds ${f(r.memory.baselineRssMiB.node, 1)} MiB.`,
     '',
     'Each point is read once farebox has settled every call so far onchain (the settlement backlog of a burst is ' +
-      'work in flight, not a leak), after a full GC.',
+      'work in flight, not a leak), then again at rest: after full GCs 100 ms apart until RSS falls by less than ' +
+      '0.5 MiB (one GC right after load leaves pages of dead objects committed; V8 frees them on the next GCs).',
     '',
     ...table(
-      ['farebox', 'settled after s', 'RSS MiB', 'RSS after GC MiB', 'heap used after GC MiB', 'heap committed after GC MiB', 'external after GC MiB', 'settle process RSS MiB'],
-      r.memory.farebox.map((x) => [x.when, x.settleWaitS === null ? 'not in 60 s' : f(x.settleWaitS, 1), f(x.rssMiB, 1), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1), f(x.heapTotalAfterGcMiB, 1), f(x.externalAfterGcMiB, 1), f(x.settleRssMiB, 1)]),
+      ['farebox', 'settled after s', 'RSS MiB', 'GCs', 'RSS at rest MiB', 'heap used at rest MiB', 'heap committed at rest MiB', 'external at rest MiB', 'settle process RSS MiB'],
+      r.memory.farebox.map((x) => [x.when, x.settleWaitS === null ? 'not in 60 s' : f(x.settleWaitS, 1), f(x.rssMiB, 1), String(x.gcs), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1), f(x.heapTotalAfterGcMiB, 1), f(x.externalAfterGcMiB, 1), f(x.settleRssMiB, 1)]),
     ),
     '',
   );

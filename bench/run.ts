@@ -193,7 +193,7 @@ async function memoryPoint(s: Servers, when: string, redis: Redis): Promise<Memo
   const gc = await memAfterGc(s.fb);
   return {
     when, rssMiB: mib(rss, 'KiB'), rssAfterGcMiB: mib(gc.rss, 'B'), heapUsedAfterGcMiB: mib(gc.heapUsed, 'B'),
-    heapTotalAfterGcMiB: mib(gc.heapTotal, 'B'), externalAfterGcMiB: mib(gc.external, 'B'), settleRssMiB: mib(settleRss, 'KiB'), settleWaitS,
+    heapTotalAfterGcMiB: mib(gc.heapTotal, 'B'), externalAfterGcMiB: mib(gc.external, 'B'), gcs: gc.gcs, settleRssMiB: mib(settleRss, 'KiB'), settleWaitS,
   };
 }
 
