@@ -58,8 +58,12 @@ const redisSchema = z.strictObject({
 });
 
 const billingSchema = z.strictObject({
-  /** Call records (usage records) are kept this long after their call. */
-  retention_days: z.number().positive().default(30),
+  /**
+   * Call records (usage records) are kept this long after their call. At most 100 years, a bound with room: the
+   * scripts compute the record's TTL in ms as a Lua number, and from 1e17 ms (~1.2 billion days) Redis passes it to
+   * PEXPIRE in exponent form, which it refuses, failing every hold.
+   */
+  retention_days: z.number().positive().max(36_500).default(30),
   /** A hold outlives its call's upstream timeout by this much before it expires. */
   hold_grace_ms: z.number().int().positive().default(60_000),
   /** An instance silent this long is dead; any other instance releases its holds. */

@@ -106,6 +106,16 @@ t.test('a retention of a fractional number of milliseconds (retention_days 0.7) 
   t.ok((await redis.pttl(walletKeys.call(h.callId))) > retentionMs - 60_000);
 });
 
+t.test('the longest retention the config allows (36,500 days) still holds and settles', async (t) => {
+  const account = fresh();
+  await redis.hset(walletKeys.wallet(account, 'chain_a'), 'synced', '1000');
+  const retentionMs = 36_500 * 86_400_000;
+  const h = hold(account, 100n, { retentionMs });
+  t.ok((await placeHold(redis, h)).placed);
+  t.same(await settleHold(redis, { ...h, price: 10n, usageJson: '{}', retentionMs }), { debited: 10n, capped: false });
+  t.ok((await redis.pttl(walletKeys.call(h.callId))) > retentionMs - 60_000);
+});
+
 t.test("the watcher's events settle or fail the record once; an event of no record moves only synced", async (t) => {
   const account = fresh();
   await redis.hset(walletKeys.wallet(account, 'chain_a'), 'synced', '1000000');

@@ -60,6 +60,9 @@ t.test('a bad config fails with a message naming the field', async (t) => {
   (ceiling.models[1] as { max_tokens: number }).max_tokens = 0;
   fails(t, ceiling, /models\.1\.max_tokens/);
 
+  const forever = { ...good(), billing: { retention_days: 36_501 } };
+  fails(t, forever, /billing\.retention_days/);
+
   fails(t, good(), /providers\.sim-anthropic\.key_env: environment variable FAREBOX_SIM_KEY is not set/, {});
 });
 
