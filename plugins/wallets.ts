@@ -6,7 +6,8 @@
  *   wallets:<chain>           set    accounts with a wallet on the chain (the reconciler walks it)
  *   call:<callId>             hash   the call's record, from its hold to its charge: call_id (the request id), time,
  *                                    account, key_id, model, chain, held, instance, expires, price, usage,
- *                                    status held|pending|settled|failed|free, tx (usage-records.ts lists them)
+ *                                    status held|pending|settled|failed|free, tx (usage-records.ts lists them);
+ *                                    capped = 1 when the price was cut to the hold
  *   holds                     zset   requestId by expiry (ms), while held
  *   instance-holds:<id>       set    requestIds held by one gateway instance
  *   debits:<chain>            stream one entry per debit: request_id, call_id, account, amount
@@ -69,13 +70,13 @@ return {1, avail - v, unpack(out)}
 
 // Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, instance-holds,
 // debits. The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet
-// (the cap is reported as {price, 1}). A record no longer held is this settlement run again (a resend after a lost
-// reply, or a retry): it answers with the amount debited then and changes nothing; a record released at 0, or
-// none, answers {-1, 0}.
+// (the cap is reported as {price, 1}, and kept in the record as `capped`). A record no longer held is this settlement
+// run again (a resend after a lost reply, or a retry): it answers as the first run did and changes nothing; a record
+// released at 0, or none, answers {-1, 0}.
 const SETTLE = `
-local rec = redis.call('HMGET', KEYS[2], 'status', 'held', 'price')
+local rec = redis.call('HMGET', KEYS[2], 'status', 'held', 'price', 'capped')
 if rec[1] ~= 'held' then
-  if rec[1] and tonumber(rec[3]) > 0 then return {tonumber(rec[3]), 0} end
+  if rec[1] and tonumber(rec[3]) > 0 then return {tonumber(rec[3]), rec[4] and 1 or 0} end
   return {-1, 0}
 end
 local held = rec[2]
@@ -89,6 +90,7 @@ if tonumber(price) > 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', price)
   redis.call('XADD', KEYS[5], '*', 'request_id', ARGV[1], 'call_id', ARGV[4], 'account', ARGV[5], 'amount', price)
   redis.call('HSET', KEYS[2], 'status', 'pending', 'price', price, 'usage', ARGV[3])
+  if capped == 1 then redis.call('HSET', KEYS[2], 'capped', '1') end
 else
   redis.call('HSET', KEYS[2], 'status', ARGV[7], 'price', '0', 'usage', ARGV[3])
 end

@@ -91,6 +91,11 @@ t.test('a settlement run again answers its debit and moves nothing; a release at
   t.equal(await redis.xlen(walletKeys.debits('chain_a')), queued, 'nothing queued');
   t.equal(await redis.hget(walletKeys.call(free.callId), 'status'), 'free');
 
+  const over = hold(account, 30_000n);
+  await placeHold(redis, over);
+  t.same(await settle(over, 45_000n), { debited: 30_000n, capped: true }, 'a price above the hold is cut to it');
+  t.same(await settle(over, 45_000n), { debited: 30_000n, capped: true }, 'and run again, answers the cut again');
+
   const dup = await placeHold(redis, { ...free, instance: 'another' });
   t.match(dup, { placed: false, duplicate: true }, 'a record, settled or not, refuses another hold under its id');
 });
