@@ -27,7 +27,7 @@ import { CHAIN_NAMES, type ChainName } from './chains/config.js';
 import { callIdOf } from './chains/port.js';
 import { GatewayError } from './errors.js';
 import type { Metrics } from './metrics.js';
-import type { PreparedLimits } from './rate-limit.js';
+import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { usdOf } from './metrics.js';
 import { placeHold, settleHold, walletKeys } from './wallets.js';
 import {
@@ -162,7 +162,7 @@ export class Billing implements CallObserver {
     return result.limits;
   }
 
-  async settle(call: CallContext): Promise<void> {
+  async settle(call: CallContext, correctLimits?: (billedTokens: number) => PreparedAdjust | null): Promise<void> {
     const b = call.billing as CallBilling | undefined;
     if (!b) return;
     let usage: Usage;
@@ -177,6 +177,7 @@ export class Billing implements CallObserver {
       price = 0n;
     }
     call.billedTokens = usage.input_tokens + usage.output_tokens + usage.cache_read_tokens + usage.cache_write_5m_tokens + usage.cache_write_1h_tokens;
+    const limits = correctLimits?.(call.billedTokens) ?? null;
     for (let attempt = 0; ; attempt++) {
       try {
         const done = await settleHold(this.r, {
@@ -188,6 +189,7 @@ export class Billing implements CallObserver {
           price,
           usageJson: JSON.stringify(usage),
           retentionMs: this.settings.retentionMs,
+          limits,
         });
         if (done && done.debited > 0n) {
           this.metrics.charged.inc({ chain: b.chain, model: call.route!.model.id }, usdOf(done.debited));

@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { KeyIdentity } from './accounts.js';
 import type { Protocol } from './errors.js';
 import type { Meter } from './metering.js';
-import type { PreparedLimits } from './rate-limit.js';
+import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import type { ModelRoute, TextEndpoint } from '../policies/models.js';
 import type { RewriteResult } from '../policies/rewrite.js';
 
@@ -82,11 +82,13 @@ export interface CallObserver {
    * Gate: after policies, before the upstream is called; throws a GatewayError (402) to refuse. An observer that
    * `decidesLimits` also decides the call's rate limits in the same step (given as `limits`) and returns the
    * decision's reply (RateLimiter.decide); a call the limits refuse is then not held, and not refused by the gate.
+   * Such an observer also corrects the call's token limits in its settlement, with what `correctLimits` prepares
+   * from the tokens it bills (RateLimiter.prepareAdjust).
    */
   gate(call: CallContext, reply: import('fastify').FastifyReply, limits?: PreparedLimits): Promise<readonly number[] | void>;
   readonly decidesLimits?: boolean;
   /** Settle: once, when the response has closed, whatever happened. Must not throw. */
-  settle(call: CallContext): Promise<void>;
+  settle(call: CallContext, correctLimits?: (billedTokens: number) => PreparedAdjust | null): Promise<void>;
 }
 
 declare module 'fastify' {

@@ -256,8 +256,12 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
           if (limit.which !== null) reply.headers(rateLimitHeaders(limit, call.protocol));
           call.onEnd = () => {
             if (billed) {
-              const done = observer.settle(call).then(() => {
-                if (call.billedTokens !== undefined && tokens > 0) {
+              // With the hold script deciding the limits, the settle script corrects the token estimate, in the same
+              // step as the settlement and so once; otherwise a script of its own does, after it.
+              const inSettle = observer.decidesLimits === true && tokens > 0;
+              const correct = inSettle ? (t: number) => limiter.prepareAdjust(limitInput, t) : undefined;
+              const done = observer.settle(call, correct).then(() => {
+                if (!inSettle && call.billedTokens !== undefined && tokens > 0) {
                   return limiter.adjust(limitInput, call.billedTokens);
                 }
               }).catch((err) => log.warn({ err, requestId: call.id }, 'after-call accounting failed'));

@@ -91,12 +91,31 @@ for i = 1, n do
   end
 end`;
 
+// Correct the token limits KEYS[ko + 1..ko + n] by (actual - charged). ARGV[ao + 1..]: now ms ('' = Redis TIME),
+// window ms, actual tokens, then limit and estimate per key. A refund never takes a level below empty.
+const adjustLua = (ko: number, ao: number) => `
+${nowLua(ao)}
+local actual = tonumber(ARGV[${ao + 3}])
+for i = 1, n do
+  local limit = tonumber(ARGV[${ao} + 2 * i + 2])
+  local charged = tonumber(ARGV[${ao} + 2 * i + 3])
+  if charged > limit then charged = limit end
+${levelLua(ko)}
+  level = level + actual - charged
+  if level > 1e-6 then
+    redis.call('SET', KEYS[${ko} + i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))
+  else
+    redis.call('DEL', KEYS[${ko} + i])
+  end
+end`;
+
 /**
- * The rate-limit check as a part of another script (wallets.ts folds it into the hold): its keys follow the host
- * script's first `ko` keys and its arguments the first `ao`; `n` must be set before `decide`, and `charge` run
- * only when `allowed == 1`. The reply tail is `out`.
+ * The rate-limit steps as parts of another script (wallets.ts folds the check into the hold and the token
+ * correction into the settlement): their keys follow the host script's first `ko` keys and their arguments the
+ * first `ao`; `n` (the number of limit keys) must be set before each. `charge` runs only when `decide` set
+ * `allowed == 1`; the reply tail of `decide` is `out`.
  */
-export const rateLimitLua = { decide: decideLua, charge: chargeLua };
+export const rateLimitLua = { decide: decideLua, charge: chargeLua, adjust: adjustLua };
 
 const CHECK_LUA = `
 local n = #KEYS
@@ -107,23 +126,10 @@ end
 return out
 `;
 
-// KEYS: token limits. ARGV: now ms ('' = Redis TIME), window ms, actual tokens, then limit and estimate per
-// key. Adds (actual - charged) tokens to each level; a refund never takes a level below empty.
+// KEYS: token limits; ARGV as adjustLua's.
 const ADJUST_LUA = `
-${nowLua(0)}
-local actual = tonumber(ARGV[3])
-for i = 1, #KEYS do
-  local limit = tonumber(ARGV[2 * i + 2])
-  local charged = tonumber(ARGV[2 * i + 3])
-  if charged > limit then charged = limit end
-${levelLua(0)}
-  level = level + actual - charged
-  if level > 1e-6 then
-    redis.call('SET', KEYS[i], string.format('%.17g %.17g', level, now), 'PX', math.max(1, math.ceil(level * window / limit)))
-  else
-    redis.call('DEL', KEYS[i])
-  end
-end
+local n = #KEYS
+${adjustLua(0, 0)}
 return 1
 `;
 
@@ -154,6 +160,13 @@ export interface PreparedLimits {
   readonly plan: Plan;
   readonly keys: readonly string[];
   /** now ms ('' = Redis TIME), window ms, then limit and cost per key. */
+  readonly args: readonly (string | number)[];
+}
+
+/** A token-limit correction, ready for a script (RateLimiter.prepareAdjust). */
+export interface PreparedAdjust {
+  readonly keys: readonly string[];
+  /** now ms ('' = Redis TIME), window ms, actual tokens, then limit and estimate per key. */
   readonly args: readonly (string | number)[];
 }
 
@@ -211,17 +224,26 @@ export class RateLimiter {
    * given to check(). Skipped when no token limit applies or nothing changes. Never call it for a refused call.
    */
   async adjust(input: RateLimitInput, actualTokens: number): Promise<void> {
+    const p = this.prepareAdjust(input, actualTokens);
+    if (p) await adjustScript.run(this.redis, p.keys, p.args);
+  }
+
+  /**
+   * The keys and script arguments of adjust() (null: no token limit applies, or nothing changes), for adjust() or
+   * the settle script, which corrects the limits in the same step as the settlement, once.
+   */
+  prepareAdjust(input: RateLimitInput, actualTokens: number): PreparedAdjust | null {
     const p = this.planOf(input.family);
-    if (!p || p.tokenIdx.length === 0) return;
+    if (!p || p.tokenIdx.length === 0) return null;
     const estimate = tokenCost(input.tokens);
     const actual = tokenCost(actualTokens);
     // An estimate above the limit was charged as the limit: compare per limit.
-    if (p.tokenIdx.every((i) => Math.min(estimate, p.limits[i]) === actual)) return;
+    if (p.tokenIdx.every((i) => Math.min(estimate, p.limits[i]) === actual)) return null;
     const base = `rl:{${input.account}}:${input.family}:`;
     const keys = p.tokenIdx.map((i) => (p.scopes[i] === 'k' ? `${base}k:${input.keyId}:t` : `${base}a:t`));
     const args: (string | number)[] = [input.now ?? '', WINDOW_MS, actual];
     for (const i of p.tokenIdx) args.push(p.limits[i]!, estimate);
-    await adjustScript.run(this.redis, keys, args);
+    return { keys, args };
   }
 
   private planOf(family: string): Plan | null {

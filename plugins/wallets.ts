@@ -28,7 +28,7 @@
 import type { Redis } from 'ioredis';
 import type { Address, ChainName } from './chains/config.js';
 import type { EscrowEvent } from './chains/port.js';
-import { rateLimitLua } from './rate-limit.js';
+import { rateLimitLua, type PreparedAdjust } from './rate-limit.js';
 import { LuaScript } from './redis-script.js';
 
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
@@ -69,7 +69,8 @@ return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, instance-holds,
-// debits. The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet
+// debits; KEYS[6..]: token-limit keys to correct with the call's actual tokens, ARGV[9..] their arguments
+// (rate-limit.ts), corrected in the same step and so only once. The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet
 // (the cap is reported as {price, 1}, and kept in the record as `capped`). A record no longer held is this settlement
 // run again (a resend after a lost reply, or a retry): it answers as the first run did and changes nothing; a record
 // released at 0, or none, answers {-1, 0}.
@@ -95,6 +96,10 @@ else
   redis.call('HSET', KEYS[2], 'status', ARGV[7], 'price', '0', 'usage', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
+if #KEYS > 5 then
+  local n = #KEYS - 5
+  ${rateLimitLua.adjust(5, 8)}
+end
 return {tonumber(price), capped}
 `;
 
@@ -242,6 +247,8 @@ export interface SettleInput {
   /** Usage record status when nothing is charged: 'free'. */
   freeStatus?: string;
   retentionMs: number;
+  /** The call's token-limit correction (RateLimiter.prepareAdjust), made with the settlement. */
+  limits?: PreparedAdjust | null;
 }
 
 /**
@@ -249,10 +256,16 @@ export interface SettleInput {
  * no hold to settle (released, or never placed).
  */
 export async function settleHold(r: Redis, s: SettleInput): Promise<{ debited: bigint; capped: boolean } | null> {
-  const [price, capped] = await settleScript.run<[number, number]>(r, [
+  const keys = [
     walletKeys.wallet(s.account, s.chain), walletKeys.call(s.callId), walletKeys.holds,
     walletKeys.instanceHolds(s.instance), walletKeys.debits(s.chain),
-  ], [s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', wholeMs(s.retentionMs)]);
+  ];
+  const args: (string | number)[] = [s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', wholeMs(s.retentionMs)];
+  if (s.limits) {
+    keys.push(...s.limits.keys);
+    args.push(...s.limits.args);
+  }
+  const [price, capped] = await settleScript.run<[number, number]>(r, keys, args);
   if (price === -1) return null;
   return { debited: BigInt(price), capped: capped === 1 };
 }

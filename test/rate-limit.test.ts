@@ -5,6 +5,9 @@ import { limitsConfigSchema, UNLIMITED, type Decision, type LimitsConfigInput } 
 import { RateLimiter, rateLimitedError, type RateLimitInput } from '../plugins/rate-limit.js';
 import { connectRedis } from '../plugins/redis.js';
 import { renderError } from '../plugins/errors.js';
+import { newRequestId } from '../plugins/call.js';
+import { callIdOf } from '../plugins/chains/port.js';
+import { placeHold, settleHold, walletKeys } from '../plugins/wallets.js';
 
 const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = `farebox-test-rl-${randomBytes(4).toString('hex')}:`;
@@ -194,6 +197,28 @@ t.test('adjust: a call that used fewer tokens than estimated is refunded, one th
   await l.adjust(big, 1300); // 500 more tokens of 60 ms: 78 s of debt on a 60 s bucket
   t.match(await l.check(input(b, { tokens: 0 })), { allowed: false, which: 'key_tokens', retryAfterMs: 18_000 });
   t.match(await l.check(input(b, { tokens: 0, now: T + 18_000 })), { allowed: true });
+});
+
+t.test('the settle script corrects the token limits with the settlement, once however often it runs', async (t) => {
+  const l = limiter({ default: { key: { rpm: null, tpm: 1000 }, account: { rpm: null, tpm: 2000 } } });
+  const a = account();
+  await r1.hset(walletKeys.wallet(a, 'chain_a'), 'synced', '1000000');
+  const call = input(a, { tokens: 800 });
+  const requestId = newRequestId();
+  const h = {
+    requestId, callId: callIdOf(requestId), account: a, chain: 'chain_a' as const, amount: 5000n, instance: 'rl-test',
+    expiresAt: T + 60_000, model: 'gamma-k3', keyId: 'key1', now: T, retentionMs: 60_000,
+  };
+  t.ok((await placeHold(r1, h, l.prepare(call)!)).placed, 'held, and 800 tokens charged to both limits');
+  t.equal(await level(`rl:{${a}}:gamma:k:key1:t`), 800);
+
+  t.equal(l.prepareAdjust(call, 800), null, 'nothing to correct when the estimate was right');
+  const settle = () => settleHold(r1, { ...h, price: 1000n, usageJson: '{}', limits: l.prepareAdjust(call, 300) });
+  t.same(await settle(), { debited: 1000n, capped: false });
+  t.equal(await level(`rl:{${a}}:gamma:k:key1:t`), 300, 'the key limit holds the 300 used');
+  t.equal(await level(`rl:{${a}}:gamma:a:t`), 300, 'and so does the account limit');
+  t.same(await settle(), { debited: 1000n, capped: false }, 'run again (a resend): the same answer');
+  t.equal(await level(`rl:{${a}}:gamma:k:key1:t`), 300, 'and no second refund');
 });
 
 t.test('adjust never credits more than the bucket holds', async (t) => {

@@ -10,6 +10,7 @@ import { readWallet, walletKeys } from '../plugins/wallets.js';
 import { closeDevChains, startHarness, type Harness } from './helpers/harness.js';
 import { validator } from './helpers/conformance.js';
 import { callIdOf } from '../plugins/chains/port.js';
+import { until } from './helpers/wait.js';
 
 // Key 5 rpm and account 8 rpm by default; beta keys 2 rpm; gamma unlimited.
 const limits = (cfg: ConfigInput) => {
@@ -206,6 +207,36 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
   t.equal(after.held, 0n);
   t.equal(after.available, before.available, 'available unchanged');
   t.same((await listUsage(g.redis, g.account)).map((r) => r.call_id), usageBefore.map((r) => r.call_id), 'no new usage record');
+});
+
+t.test('billed: once settled, the token limits hold the tokens billed, not the estimate', async (t) => {
+  // 6,000 tpm drains 0.1 token per ms: small beside the 500 tokens billed.
+  const tpm = 6_000;
+  const g = await startHarness({
+    chains: true,
+    edit: (cfg) => {
+      cfg.limits = { default: { key: { rpm: null, tpm }, account: { rpm: null, tpm } } };
+    },
+  });
+  t.teardown(() => g.close());
+  await g.fund('chain_a', 5_000_000n);
+  const openai = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
+  const t0 = Date.now();
+  const { data, response } = await openai.chat.completions
+    .create({ model: 'alpha-sonnet-4-6', max_tokens: 4000, messages: [{ role: 'user', content: 'hi #sim:tokens=500' }] })
+    .withResponse();
+  const estimated = tpm - Number(response.headers.get('x-ratelimit-remaining-tokens'));
+  t.ok(estimated >= 4000, `the gate charged the estimate, max_tokens and more (${estimated})`);
+  const callId = callIdOf(response.headers.get('x-request-id')!);
+  await until('the call is settled', async () => (await g.redis.hget(walletKeys.call(callId), 'status')) !== 'held');
+  const billed = data.usage!.prompt_tokens + data.usage!.completion_tokens;
+  t.ok(billed >= 500, `billed ${billed} tokens`);
+  for (const key of [`rl:{${g.account}}:alpha:k:${g.keyId}:t`, `rl:{${g.account}}:alpha:a:t`]) {
+    // Each level is "<used> <at ms>": the estimate drained since the gate, then corrected to the tokens billed.
+    const [used, at] = ((await g.redis.get(key)) ?? 'NaN NaN').split(' ').map(Number);
+    const drained = ((at! - t0) * tpm) / 60_000;
+    t.ok(used! <= billed && used! >= billed - drained, `${key}: ${used} = ${billed} billed, less at most ${drained} drained`);
+  }
 });
 
 t.test('billed: a call the funds gate refuses (402) uses none of its token limit', async (t) => {
