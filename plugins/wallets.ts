@@ -69,11 +69,11 @@ return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, instance-holds,
-// debits; KEYS[6..]: token-limit keys to correct with the call's actual tokens, ARGV[9..] their arguments
-// (rate-limit.ts), corrected in the same step and so only once. The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet
-// (the cap is reported as {price, 1}, and kept in the record as `capped`). A record no longer held is this settlement
-// run again (a resend after a lost reply, or a retry): it answers as the first run did and changes nothing; a record
-// released at 0, or none, answers {-1, 0}.
+// debits; KEYS[6..]: token limits to correct to the call's actual tokens, with ARGV[9..] (rate-limit.ts), in the same
+// step and so only once. The price is capped at the hold: a worst case that was too low is a bug that must never
+// overdraw a wallet (the cap is reported as {price, 1}, and kept in the record as `capped`). A record no longer held
+// is this settlement run again (a resend after a lost reply, or a retry): it answers as the first run did and changes
+// nothing; a record released at 0, or none, answers {-1, 0}.
 const SETTLE = `
 local rec = redis.call('HMGET', KEYS[2], 'status', 'held', 'price', 'capped')
 if rec[1] ~= 'held' then
