@@ -13,7 +13,7 @@ import type { ChainsConfig } from '../plugins/chains/config.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV } from '../plugins/chains/dev-chains.js';
 import { buildConfig, embeddedDefault } from '../plugins/config.js';
 import farebox from '../plugins/gateway.js';
-import { closeRedis, connectRedis } from '../plugins/redis.js';
+import { closeRedis, connectRedis } from '../plugins/store/redis.js';
 import { DEV_CHAINS_KEY, fundOnDevChain, tuneHeap } from '../plugins/serve.js';
 
 /** Start farebox on 127.0.0.1 (ephemeral port), upstreams at `simUrl`, Redis keys under `redisPrefix`. */

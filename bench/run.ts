@@ -23,9 +23,9 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { createAccount, createKey } from '../plugins/accounts.js';
-import { connectRedis, deleteKeys } from '../plugins/redis.js';
-import { readWallet } from '../plugins/wallets.js';
+import { createAccount, createKey } from '../plugins/accounts/accounts.js';
+import { connectRedis, deleteKeys } from '../plugins/store/redis.js';
+import { readWallet } from '../plugins/billing/wallets.js';
 import {
   ask, coreBusyMsOf, cpuMsOf, freePort, localRedisPid, killAllNow, memAfterGc, memOf, pinLocalRedis, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
 } from './children.js';

@@ -20,7 +20,7 @@ if (kind === 'sim') {
 } else if (kind === 'chains' && args.length === 2) {
   const { startDevChains } = await import('../plugins/chains/dev-chains.js');
   const { DEV_CHAINS_KEY, devChainsConfig } = await import('../plugins/serve.js');
-  const { closeRedis, connectRedis } = await import('../plugins/redis.js');
+  const { closeRedis, connectRedis } = await import('../plugins/store/redis.js');
   const dev = await startDevChains({ host: '127.0.0.1', basePort: 0 });
   const redis = connectRedis({ url: args[0]!, prefix: args[1]! });
   await redis.set(DEV_CHAINS_KEY, JSON.stringify(devChainsConfig(dev)));
@@ -29,8 +29,8 @@ if (kind === 'sim') {
 } else if (kind === 'settle' && args.length === 2) {
   // `farebox settle` on the chains the `chains` server published: the settler and the watcher, no gateway.
   const { embeddedSettleConfig, DEV_CHAINS_KEY, tuneHeap } = await import('../plugins/serve.js');
-  const { startSettleProcess } = await import('../plugins/settlement.js');
-  const { closeRedis, connectRedis } = await import('../plugins/redis.js');
+  const { startSettleProcess } = await import('../plugins/settlement/settlement.js');
+  const { closeRedis, connectRedis } = await import('../plugins/store/redis.js');
   tuneHeap();
   const redis = connectRedis({ url: args[0]!, prefix: args[1]! });
   const chains = await redis.get(DEV_CHAINS_KEY);

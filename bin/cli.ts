@@ -6,11 +6,11 @@
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Redis } from 'ioredis';
-import { ACCOUNT_STATUSES, createAccount, createKey, getAccount, isAddress, revokeKey, setAccountStatus, setDefaultChain, type AccountStatus } from '../plugins/accounts.js';
+import { ACCOUNT_STATUSES, createAccount, createKey, getAccount, isAddress, revokeKey, setAccountStatus, setDefaultChain, type AccountStatus } from '../plugins/accounts/accounts.js';
 import { CHAIN_NAMES, chainsConfigSchema, type ChainName, type ChainsConfig } from '../plugins/chains/config.js';
-import { connectRedis } from '../plugins/redis.js';
-import { listUsage } from '../plugins/usage-records.js';
-import { readWallet } from '../plugins/wallets.js';
+import { connectRedis } from '../plugins/store/redis.js';
+import { listUsage } from '../plugins/billing/call-records.js';
+import { readWallet } from '../plugins/billing/wallets.js';
 import { buildPriceTable, formatUsd, parseUsd, publishPrices } from '../pricing/index.js';
 
 /** A bad invocation: printed as one line, exit code 2. */
@@ -156,7 +156,7 @@ export async function main(
         // Settlement alone: run beside gateways whose config says billing.settler / billing.watcher false.
         const port = flags['metrics-port'] === undefined ? undefined : Number(str(flags, 'metrics-port'));
         if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) throw new UsageError('--metrics-port must be a port number');
-        const { startSettleProcess } = await import('../plugins/settlement.js');
+        const { startSettleProcess } = await import('../plugins/settlement/settlement.js');
         const { tuneHeap } = await import('../plugins/serve.js');
         tuneHeap();
         let config;

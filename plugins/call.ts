@@ -3,11 +3,11 @@
  * through which billing sees it.
  */
 import { randomBytes } from 'node:crypto';
-import type { KeyIdentity } from './accounts.js';
-import type { Protocol } from './errors.js';
-import type { Meter } from './metering.js';
-import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
-import type { ModelRoute, TextEndpoint } from '../policies/models.js';
+import type { KeyIdentity } from './accounts/accounts.js';
+import type { Protocol } from '../policies/errors.js';
+import type { Meter } from './upstream/metering.js';
+import type { PreparedAdjust, PreparedLimits } from './billing/rate-limit.js';
+import type { ModelRoute, TextEndpoint } from '../policies/catalog.js';
 import type { RewriteResult } from '../policies/rewrite.js';
 
 const COUNTER_END = 2 ** 32;

@@ -9,22 +9,22 @@
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
-import { KeyResolver, presentedKey } from './auth.js';
-import { Billing, inputTokensBound } from './billing.js';
+import { KeyResolver, presentedKey } from './accounts/key-resolver.js';
+import { Billing, inputTokensBound } from './billing/billing.js';
 import { newRequestId, type CallContext, type CallObserver } from './call.js';
 import { CHAIN_NAMES } from './chains/config.js';
 import { buildConfig, type FareboxConfig } from './config.js';
-import { GatewayError, isRetryable, renderError, type Protocol } from './errors.js';
-import { createMetrics, initSeries, type Metrics } from './metrics.js';
-import { serveMetrics } from './metrics-route.js';
-import { proxyCall, Upstreams } from './proxy.js';
-import { RateLimiter, rateLimitedError } from './rate-limit.js';
-import { closeRedis, connectRedis, redisAnswers } from './redis.js';
-import { Settlement } from './settlement.js';
+import { GatewayError, isRetryable, renderError, type Protocol } from '../policies/errors.js';
+import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
+import { serveMetrics } from './metrics/metrics-route.js';
+import { proxyCall, Upstreams } from './upstream/proxy.js';
+import { RateLimiter, rateLimitedError } from './billing/rate-limit.js';
+import { closeRedis, connectRedis, redisAnswers } from './store/redis.js';
+import { Settlement } from './settlement/settlement.js';
 import { checkClientRule } from '../policies/client-rules.js';
 import { classifyClient } from '../policies/clients.js';
 import { rateLimitHeaders, UNLIMITED, type Decision } from '../policies/limits.js';
-import { ModelCatalog, type TextEndpoint } from '../policies/models.js';
+import { ModelCatalog, type TextEndpoint } from '../policies/catalog.js';
 import { rewriteChat, rewriteMessages } from '../policies/rewrite.js';
 import { chatBody, countTokensBody, messagesBody, parseBody } from '../policies/schemas.js';
 
@@ -297,4 +297,4 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
 export default farebox;
 export { farebox };
 export { buildConfig, loadConfig, type FareboxConfig } from './config.js';
-export { GatewayError, ERROR_CODES } from './errors.js';
+export { GatewayError, ERROR_CODES } from '../policies/errors.js';

@@ -10,15 +10,15 @@
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
-import { createAccount, createKey, getAccount } from './accounts.js';
+import { createAccount, createKey, getAccount } from './accounts/accounts.js';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from './chains/config.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from './chains/dev-chains.js';
 import { mintAndDeposit } from './chains/dev-fund.js';
 import { buildConfig, embeddedDefault, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import farebox from './gateway.js';
-import { closeRedis, connectRedis, deleteKeys } from './redis.js';
+import { closeRedis, connectRedis, deleteKeys } from './store/redis.js';
 import { startSimulator, type Simulator } from './simulator/index.js';
-import { readWallet } from './wallets.js';
+import { readWallet } from './billing/wallets.js';
 
 /** A running standalone gateway. */
 export interface Server {

@@ -18,7 +18,7 @@
  */
 import { z } from 'zod';
 import { FAMILIES } from './families.js';
-import type { Protocol } from '../plugins/errors.js';
+import type { Protocol } from './errors.js';
 
 /** The window of every limit: "per minute". */
 export const WINDOW_MS = 60_000;

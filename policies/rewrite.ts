@@ -4,8 +4,8 @@
  * drop temperature where the model refuses it, map reasoning_effort, and always ask for usage.
  */
 import { REASONING_SCALE, type ReasoningLevel } from './families.js';
-import { GatewayError } from '../plugins/errors.js';
-import type { ModelRoute } from './models.js';
+import { GatewayError } from './errors.js';
+import type { ModelRoute } from './catalog.js';
 import type { ChatBody, MessagesBody } from './schemas.js';
 
 /** What the rewrite decided, besides the upstream body. */

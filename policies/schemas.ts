@@ -3,7 +3,7 @@
  * Objects are loose: unknown fields pass through to the model unchanged.
  */
 import { z } from 'zod';
-import { GatewayError } from '../plugins/errors.js';
+import { GatewayError } from './errors.js';
 
 const content = z.union([z.string(), z.array(z.looseObject({ type: z.string() }))]);
 

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, parseAllDocuments } from 'yaml';
 import { loadConfig, type FareboxConfig } from '../plugins/config.js';
-import { createMetrics } from '../plugins/metrics.js';
+import { createMetrics } from '../plugins/metrics/metrics.js';
 
 const DEPLOY = fileURLToPath(new URL('../deploy/', import.meta.url));
 const read = (file: string) => readFileSync(join(DEPLOY, file), 'utf8');

@@ -1,11 +1,11 @@
 /**
- * OpenAI's published response schemas (../shared/conformance) as ajv validators. The file is OpenAPI 3.1 with
+ * OpenAI's published response schemas (test/fixtures/openai-response-schemas.json; source and version in its $comment) as ajv validators. The file is OpenAPI 3.1 with
  * a few 3.0 `nullable` flags left in; those become `type: [..., "null"]` before compiling.
  */
 import { readFileSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 
-const FILE = new URL('../../../shared/conformance/openai-response-schemas.json', import.meta.url);
+const FILE = new URL('../fixtures/openai-response-schemas.json', import.meta.url);
 
 type Schema = Record<string, unknown>;
 

@@ -5,12 +5,12 @@
 import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
-import { createAccount, createKey } from '../../plugins/accounts.js';
+import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
 import type { CallObserver } from '../../plugins/call.js';
 import { buildConfig, embeddedDefault, type ConfigInput, type FareboxConfig } from '../../plugins/config.js';
 import farebox from '../../plugins/gateway.js';
-import { closeRedis, connectRedis, deleteKeys } from '../../plugins/redis.js';
-import { createMetrics, type Metrics } from '../../plugins/metrics.js';
+import { closeRedis, connectRedis, deleteKeys } from '../../plugins/store/redis.js';
+import { createMetrics, type Metrics } from '../../plugins/metrics/metrics.js';
 import { startSimulator, type Simulator } from '../../plugins/simulator/index.js';
 import type { ChainName } from '../../plugins/chains/config.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from '../../plugins/chains/dev-chains.js';

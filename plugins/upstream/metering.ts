@@ -1,0 +1,250 @@
+/**
+ * Meters what an upstream answer delivers to the caller as it streams through.
+ *
+ * A meter is fed each upstream chunk and returns what to write to the caller for it (proxy.ts writes it straight
+ * to the socket: no stream objects per call, DESIGN "Hot path"). SseMeter parses server-sent events of both
+ * protocols without buffering the answer: it returns every complete event as soon as its chunk arrives (one
+ * write per upstream chunk, never more; the chunk itself when it is forwarded unchanged), reads usage
+ * (Anthropic: message_start and message_delta; OpenAI: the include_usage chunk), counts the content
+ * deltas that went out, and removes the OpenAI usage chunk when the caller did not ask for it (the gateway
+ * always asks upstream). Only the events that carry usage are JSON-parsed (DESIGN "Hot path").
+ * JsonMeter passes a JSON answer through and reads its usage at the end.
+ */
+import { StringDecoder } from 'node:string_decoder';
+import type { Protocol } from '../../policies/errors.js';
+
+/** The usage object as the upstream reported it, in its own protocol's fields. */
+export type RawUsage = Record<string, unknown>;
+
+/** What a meter saw by the time the call ended. */
+export interface MeterReading {
+  /** The upstream's usage (merged across events for Anthropic streams), or null if none arrived. */
+  usage: RawUsage | null;
+  /** Content delta events forwarded to the caller (streams). */
+  deltas: number;
+  /** Bytes of those delta events. */
+  deltaBytes: number;
+  /** The answer ended normally (message_stop / [DONE] / a whole JSON body). */
+  complete: boolean;
+  /** An error event inside the stream (Anthropic `event: error`). */
+  streamError: string | null;
+  /** Bytes forwarded to the caller. */
+  bytesOut: number;
+}
+
+/** Meters one answer: `feed` each upstream chunk in order, then `end`; `reading` is final after `end`. */
+export interface Meter {
+  readonly reading: MeterReading;
+  /** What to forward for this chunk (null: nothing yet). */
+  feed(chunk: Buffer): Buffer | string | null;
+  /** What is left to forward once the upstream has ended (null: nothing). */
+  end(): Buffer | string | null;
+}
+
+function newReading(): MeterReading {
+  return { usage: null, deltas: 0, deltaBytes: 0, complete: false, streamError: null, bytesOut: 0 };
+}
+
+const USAGE_OBJECT = /"usage"\s*:\s*\{/;
+/** An OpenAI chunk delta with generated content: text, tool-call arguments, reasoning or a refusal. */
+const TOKEN_DELTA = /"(?:content|arguments|reasoning_content|reasoning|refusal)"\s*:\s*"[^"]/g;
+
+/** Meters an SSE answer of `protocol`; with `dropUsageChunk` the OpenAI usage-only chunk is not forwarded. */
+export class SseMeter implements Meter {
+  readonly reading = newReading();
+  private readonly decoder = new StringDecoder('utf8');
+  private carry = '';
+
+  constructor(
+    private readonly protocol: Protocol,
+    private readonly dropUsageChunk = false,
+  ) {}
+
+  feed(chunk: Buffer): Buffer | string | null {
+    const whole = this.carry.length === 0;
+    const text = whole ? this.decoder.write(chunk) : this.carry + this.decoder.write(chunk);
+    const cut = lastEventEnd(text);
+    if (cut < 0) {
+      this.carry = text;
+      return null;
+    }
+    this.carry = cut === text.length ? '' : text.slice(cut);
+    const block = cut === text.length ? text : text.slice(0, cut);
+    const out = this.protocol === 'anthropic' ? this.anthropic(block) : this.openai(block);
+    if (out.length === 0) return null;
+    // A chunk of whole events forwarded unchanged goes out as it came: no re-encoding of the text.
+    const same = whole && out === text && this.carry.length === 0;
+    const bytes = same ? chunk.length : Buffer.byteLength(out, 'utf8');
+    this.reading.bytesOut += bytes;
+    return same ? chunk : out;
+  }
+
+  end(): string | null {
+    const rest = this.carry + this.decoder.end();
+    this.carry = '';
+    if (rest.length === 0) return null;
+    const out = this.protocol === 'anthropic' ? this.anthropic(rest) : this.openai(rest);
+    if (out.length === 0) return null;
+    this.reading.bytesOut += Buffer.byteLength(out, 'utf8');
+    return out;
+  }
+
+  /** Anthropic: named events; everything is forwarded, usage read from message_start / message_delta. */
+  private anthropic(block: string): string {
+    let start = 0;
+    while (start < block.length) {
+      const end = nextEventEnd(block, start);
+      const event = block.slice(start, end);
+      start = end;
+      const name = eventName(event);
+      if (name === 'content_block_delta') {
+        // A signature_delta closes a thinking block: no tokens in it.
+        if (!event.includes('"signature_delta"')) {
+          this.reading.deltas++;
+          this.reading.deltaBytes += event.length;
+        }
+      } else if (name === 'message_start') {
+        const data = parseData(event) as { message?: { usage?: RawUsage } } | null;
+        if (data?.message?.usage) this.reading.usage = { ...data.message.usage };
+      } else if (name === 'message_delta') {
+        const data = parseData(event) as { usage?: RawUsage } | null;
+        // message_delta usage is cumulative; fields it carries replace message_start's.
+        if (data?.usage) this.reading.usage = { ...(this.reading.usage ?? {}), ...stripNulls(data.usage) };
+      } else if (name === 'message_stop') {
+        this.reading.complete = true;
+      } else if (name === 'error') {
+        const data = parseData(event) as { error?: { message?: string } } | null;
+        this.reading.streamError = data?.error?.message ?? 'stream error';
+      }
+    }
+    return block;
+  }
+
+  /** OpenAI: data-only events ending in [DONE]; the usage chunk is read and maybe removed. */
+  private openai(block: string): string {
+    if (!USAGE_OBJECT.test(block)) {
+      this.countOpenAI(block, 0, block.length);
+      return block;
+    }
+    let out = '';
+    let start = 0;
+    while (start < block.length) {
+      const end = nextEventEnd(block, start);
+      const event = block.slice(start, end);
+      start = end;
+      if (USAGE_OBJECT.test(event)) {
+        const data = parseData(event) as { usage?: RawUsage; choices?: unknown[] } | null;
+        if (data?.usage) this.reading.usage = data.usage;
+        const usageOnly = Array.isArray(data?.choices) && data.choices.length === 0;
+        if (usageOnly && this.dropUsageChunk) continue;
+      }
+      this.countOpenAI(event, 0, event.length);
+      out += event;
+    }
+    return out;
+  }
+
+  private countOpenAI(block: string, from: number, to: number): void {
+    const done = block.lastIndexOf('[DONE]', to);
+    let s = from;
+    while (s < to) {
+      const e = Math.min(nextEventEnd(block, s), to);
+      if (done >= s && done < e) {
+        this.reading.complete = true;
+      } else {
+        // Only deltas that carry generated text count: not the role chunk, not the finish chunk.
+        TOKEN_DELTA.lastIndex = s;
+        const m = TOKEN_DELTA.exec(block);
+        if (m && m.index < e) {
+          this.reading.deltas++;
+          this.reading.deltaBytes += e - s;
+        }
+      }
+      s = e;
+    }
+  }
+}
+
+/** Passes a JSON answer through chunk by chunk and parses it once at the end for its usage. */
+export class JsonMeter implements Meter {
+  readonly reading = newReading();
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+
+  constructor(private readonly maxBytes = 64 * 1024 * 1024) {}
+
+  feed(chunk: Buffer): Buffer {
+    this.size += chunk.length;
+    if (this.size <= this.maxBytes) this.chunks.push(chunk);
+    this.reading.bytesOut += chunk.length;
+    return chunk;
+  }
+
+  end(): null {
+    if (this.size <= this.maxBytes) {
+      try {
+        const body = JSON.parse(Buffer.concat(this.chunks, this.size).toString('utf8')) as { usage?: RawUsage };
+        if (body && typeof body.usage === 'object' && body.usage !== null) this.reading.usage = body.usage;
+        this.reading.complete = true;
+      } catch {
+        // Not JSON: no usage; billing treats it as an answer without usage.
+      }
+    }
+    this.chunks.length = 0;
+    return null;
+  }
+}
+
+function stripNulls(u: RawUsage): RawUsage {
+  const out: RawUsage = {};
+  for (const [k, v] of Object.entries(u)) if (v !== null && v !== undefined) out[k] = v;
+  return out;
+}
+
+function skipSpace(s: string, i: number): number {
+  while (s.charCodeAt(i) === 32) i++;
+  return i;
+}
+
+/** Index just past the last complete event (blank-line terminated) in `s`, or -1. */
+function lastEventEnd(s: string): number {
+  const lf = s.lastIndexOf('\n\n');
+  const crlf = s.lastIndexOf('\r\n\r\n');
+  if (lf < 0 && crlf < 0) return -1;
+  return lf >= crlf ? lf + 2 : crlf + 4;
+}
+
+/** Index just past the event that starts at `from` (or the end of `s`). */
+function nextEventEnd(s: string, from: number): number {
+  const lf = s.indexOf('\n\n', from);
+  const crlf = s.indexOf('\r\n\r\n', from);
+  if (lf < 0 && crlf < 0) return s.length;
+  if (crlf < 0 || (lf >= 0 && lf < crlf)) return lf + 2;
+  return crlf + 4;
+}
+
+function eventName(event: string): string | null {
+  const i = event.indexOf('event:');
+  if (i < 0) return null;
+  const start = skipSpace(event, i + 6);
+  let end = start;
+  while (end < event.length && event.charCodeAt(end) !== 10 && event.charCodeAt(end) !== 13) end++;
+  return event.slice(start, end);
+}
+
+function parseData(event: string): unknown {
+  // One data line per event in both protocols; join several if a provider splits them.
+  let payload = '';
+  let i = event.indexOf('data:');
+  while (i >= 0) {
+    let end = event.indexOf('\n', i);
+    if (end < 0) end = event.length;
+    payload += (payload ? '\n' : '') + event.slice(skipSpace(event, i + 5), end).replace(/\r$/, '');
+    i = event.indexOf('data:', end);
+  }
+  try {
+    return JSON.parse(payload);
+  } catch {
+    return null;
+  }
+}

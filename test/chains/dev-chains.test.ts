@@ -1,0 +1,165 @@
+import t from 'tap';
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:net';
+import { promisify } from 'node:util';
+import { createPublicClient, encodeFunctionData, http } from 'viem';
+import { mnemonicToAccount } from 'viem/accounts';
+import { deployEscrow } from '../../deploy/deploy-escrow.js';
+import { escrowAbi } from '../../plugins/chains/abi.js';
+import { CHAIN_NAMES } from '../../plugins/chains/config.js';
+import { DEV_CHAIN_IDS, DEV_KEYS, startDevChains } from '../../plugins/chains/dev-chains.js';
+import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
+
+const t0 = performance.now();
+const dc = await startDevChains({ basePort: 0 });
+t.comment(`four dev chains started and deployed in ${Math.round(performance.now() - t0)} ms`);
+t.teardown(() => dc.close());
+
+async function rpc(url: string, body: unknown): Promise<{ status: number; json: unknown }> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  return { status: res.status, json: await res.json() };
+}
+
+t.test('four chains with distinct ids, the same contract addresses, answering JSON-RPC', async (t) => {
+  t.same(Object.keys(dc.chains), [...CHAIN_NAMES]);
+  for (const name of CHAIN_NAMES) {
+    const c = dc.chains[name];
+    t.equal(c.chain_id, DEV_CHAIN_IDS[name]);
+    const pub = createPublicClient({ transport: http(c.rpc_url) });
+    t.equal(await pub.getChainId(), DEV_CHAIN_IDS[name], `${name} serves its chain id`);
+    t.ok((await pub.getCode({ address: c.escrow }))?.length, `${name} escrow deployed`);
+    t.equal(c.stablecoin, dc.chains.chain_a.stablecoin, 'same deployer and nonce -> same token address');
+    t.equal(c.escrow, dc.chains.chain_a.escrow);
+    t.equal(c.settler_key_env, 'FAREBOX_DEV_SETTLER_KEY');
+  }
+  t.same(new Set(Object.values(DEV_CHAIN_IDS)).size, 4);
+});
+
+t.test('dev keys are the well-known test mnemonic accounts #0..#7', async (t) => {
+  const all = [DEV_KEYS.deployer, DEV_KEYS.settler, DEV_KEYS.treasury, ...DEV_KEYS.callers];
+  all.forEach((k, i) => {
+    const a = mnemonicToAccount('test test test test test test test test test test test junk', { addressIndex: i });
+    t.equal(k.address, a.address, `#${i} address`);
+    t.equal(`0x${Buffer.from(a.getHdKey().privateKey!).toString('hex')}`, k.privateKey, `#${i} key`);
+  });
+});
+
+t.test('chains listen on basePort + 0..3', async (t) => {
+  // Find four free consecutive ports near a random base.
+  const base = 20_000 + Math.floor(Math.random() * 20_000);
+  const free = await Promise.all([0, 1, 2, 3].map((i) => portFree(base + i)));
+  if (free.includes(false)) {
+    t.comment(`ports ${base}..${base + 3} taken; not tested this run`);
+    return;
+  }
+  const dc2 = await startDevChains({ basePort: base });
+  try {
+    t.same(CHAIN_NAMES.map((n) => dc2.chains[n].rpc_url), [0, 1, 2, 3].map((i) => `http://127.0.0.1:${base + i}`));
+  } finally {
+    await dc2.close();
+  }
+  t.ok(await portFree(base), 'port released on close');
+
+  // A taken port fails the start, and the chains that did start are closed again.
+  const blocker = createServer();
+  await new Promise<void>((r) => blocker.listen(base + 2, '127.0.0.1', () => r()));
+  try {
+    await t.rejects(startDevChains({ basePort: base }), { code: 'EADDRINUSE' });
+  } finally {
+    await new Promise((r) => blocker.close(r));
+  }
+  t.same(await Promise.all([0, 1, 3].map((i) => portFree(base + i))), [true, true, true], 'no server left behind');
+});
+
+t.test('JSON-RPC over HTTP: batches, geth-style reverts, bad requests', async (t) => {
+  const url = dc.chains.chain_a.rpc_url;
+  const batch = await rpc(url, [
+    { jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] },
+    { jsonrpc: '2.0', id: 'b', method: 'eth_blockNumber', params: [] },
+  ]);
+  t.match(batch.json, [
+    { jsonrpc: '2.0', id: 1, result: '0x1de2a29' },
+    { jsonrpc: '2.0', id: 'b', result: /^0x/ },
+  ]);
+  // The caller's id comes back as sent (any JSON value; none is null), and the answer has no other members.
+  t.same((await rpc(url, { jsonrpc: '2.0', id: { n: [1] }, method: 'eth_chainId' })).json, { jsonrpc: '2.0', id: { n: [1] }, result: '0x1de2a29' });
+  t.same((await rpc(url, { jsonrpc: '2.0', method: 'eth_chainId' })).json, { jsonrpc: '2.0', id: null, result: '0x1de2a29' });
+  const block = await rpc(url, { jsonrpc: '2.0', id: 3, method: 'eth_getBlockByNumber', params: ['0x1', true] });
+  t.match(block.json, { jsonrpc: '2.0', id: 3, result: { number: '0x1', transactions: [{ blockNumber: '0x1' }] } });
+  // chargeBatch from a non-settler: code 3 + the custom error's data, so clients can decode it.
+  const data = encodeFunctionData({ abi: escrowAbi, functionName: 'chargeBatch', args: [[], [], []] });
+  const call = await rpc(url, {
+    jsonrpc: '2.0',
+    id: 9,
+    method: 'eth_call',
+    params: [{ from: DEV_KEYS.callers[0].address, to: dc.chains.chain_a.escrow, data }, 'latest'],
+  });
+  t.match(call.json, { id: 9, error: { code: 3, message: 'execution reverted', data: /^0xf604cfe7/ } }, 'NotSettler selector');
+  t.match((await rpc(url, { jsonrpc: '2.0', id: 2, method: 'no_such_method' })).json, { id: 2, error: { code: Number } });
+  const bad = await fetch(url, { method: 'POST', body: '{not json' });
+  t.equal(bad.status, 400);
+  t.match(await bad.json(), { error: { code: -32700 } });
+  t.equal((await fetch(url)).status, 405, 'GET is not JSON-RPC');
+});
+
+t.test('mintAndDeposit funds an account on a dev chain and refuses other chains', async (t) => {
+  const c = dc.chains.chain_d;
+  const who = DEV_KEYS.callers[4].address;
+  t.equal(await mintAndDeposit(c, who, 2_500_000n), 2_500_000n);
+  t.equal(await mintAndDeposit(c, who, 1n), 2_500_001n);
+  await t.rejects(mintAndDeposit({ ...c, chain_id: 8453 }, who, 1n), /not a dev chain/);
+  await t.rejects(mintAndDeposit(c, who, 0n), /positive/);
+});
+
+t.test('deployEscrow deploys for an existing 6-decimal stablecoin; refuses anything else', async (t) => {
+  const c = dc.chains.chain_b;
+  const args = {
+    rpcUrl: c.rpc_url,
+    stablecoin: c.stablecoin,
+    treasury: DEV_KEYS.treasury.address,
+    settler: DEV_KEYS.callers[2].address,
+    timelock: 86_400n,
+    deployerKey: DEV_KEYS.callers[3].privateKey,
+  };
+  const r = await deployEscrow(args);
+  t.match(r, { chain_id: DEV_CHAIN_IDS.chain_b, stablecoin: c.stablecoin, escrow: /^0x[0-9a-fA-F]{40}$/ });
+  const pub = createPublicClient({ transport: http(c.rpc_url) });
+  const read = <F extends 'owner' | 'treasury' | 'token'>(functionName: F) => pub.readContract({ address: r.escrow, abi: escrowAbi, functionName });
+  t.equal(await read('owner'), DEV_KEYS.callers[3].address, 'owner defaults to the deployer');
+  t.equal(await read('treasury'), DEV_KEYS.treasury.address);
+  t.equal(await pub.readContract({ address: r.escrow, abi: escrowAbi, functionName: 'withdrawalDelay' }), 86_400n);
+  t.equal(await pub.readContract({ address: r.escrow, abi: escrowAbi, functionName: 'isSettler', args: [DEV_KEYS.callers[2].address] }), true);
+  t.equal((await pub.getTransactionReceipt({ hash: r.tx })).blockNumber, BigInt(r.deploy_block));
+  await t.rejects(deployEscrow({ ...args, stablecoin: c.escrow }), /decimals/, 'the escrow is not a stablecoin');
+  await t.rejects(deployEscrow({ ...args, treasury: '0x1234' }), /treasury/);
+});
+
+t.test('deploy-escrow CLI prints the config fields as JSON; bad input exits non-zero', async (t) => {
+  const c = dc.chains.chain_c;
+  const run = promisify(execFile);
+  const script = new URL('../../deploy/deploy-escrow.ts', import.meta.url).pathname;
+  const argv = ['--import', 'tsx', script, '--rpc-url', c.rpc_url, '--stablecoin', c.stablecoin];
+  const more = ['--treasury', DEV_KEYS.treasury.address, '--settler', DEV_KEYS.settler.address, '--timelock', '3600'];
+  const env = { ...process.env, FAREBOX_DEPLOYER_KEY: DEV_KEYS.callers[3].privateKey };
+  const { stdout } = await run(process.execPath, [...argv, ...more], { env });
+  t.match(JSON.parse(stdout), { chain_id: DEV_CHAIN_IDS.chain_c, escrow: /^0x[0-9a-fA-F]{40}$/ });
+  const err = await run(process.execPath, argv, { env }).catch((e: { code: number; stderr: string }) => e);
+  t.match(err, { code: 1, stderr: /missing --treasury/ });
+});
+
+t.test('close() stops every chain', async (t) => {
+  const dc2 = await startDevChains({ basePort: 0 });
+  const urls = CHAIN_NAMES.map((n) => dc2.chains[n].rpc_url);
+  await dc2.close();
+  for (const url of urls) {
+    await t.rejects(fetch(url, { method: 'POST', body: '{}' }), `${url} closed`);
+  }
+});
+
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}

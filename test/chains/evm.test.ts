@@ -1,0 +1,315 @@
+import t from 'tap';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createPublicClient, createTestClient, createWalletClient, http, type Hex } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import { escrowAbi } from '../../plugins/chains/abi.js';
+import type { ChainConfig } from '../../plugins/chains/config.js';
+import { devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
+import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
+import { createEvmChain, MAX_CHARGES_PER_BATCH, type EvmChainOptions } from '../../plugins/chains/evm.js';
+import { callIdOf, SettlementError, type Charge } from '../../plugins/chains/port.js';
+
+const dc = await startDevChains({ basePort: 0, withdrawalDelay: 60n });
+t.teardown(() => dc.close());
+
+const c = dc.chains.chain_c;
+const { settler, deployer: owner, callers } = dc.keys;
+const [alice, bob, carol] = callers;
+const viemChain = devViemChain('chain_c', c.chain_id, c.rpc_url);
+const transport = http(c.rpc_url);
+const pub = createPublicClient({ chain: viemChain, transport, pollingInterval: 10 });
+const testClient = createTestClient({ chain: viemChain, transport, mode: 'hardhat' });
+const wallet = (k: DevKey) => createWalletClient({ chain: viemChain, transport, account: privateKeyToAccount(k.privateKey) });
+const evm = (patch: Partial<ChainConfig> = {}, opts: EvmChainOptions = {}) =>
+  createEvmChain('chain_c', { ...c, ...patch }, { settlerKey: settler.privateKey, ...opts });
+const chain = evm();
+
+let seq = 0;
+const id = () => callIdOf(`evm-test-${seq++}`);
+const charges = (n: number, account = alice.address, amount = 10n): Charge[] =>
+  Array.from({ length: n }, () => ({ callId: id(), account, amount }));
+async function code(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof SettlementError) return err.code;
+    throw err;
+  }
+  return 'no error';
+}
+async function mined(hash: Promise<Hex>) {
+  const r = await pub.waitForTransactionReceipt({ hash: await hash });
+  if (r.status !== 'success') throw new Error('tx reverted');
+}
+const settlerNonce = () => pub.getTransactionCount({ address: settler.address, blockTag: 'pending' });
+// Runs `fn` with automine off, restoring it (and mining leftovers) afterwards.
+async function withoutAutomine<T>(fn: () => Promise<T>): Promise<T> {
+  await testClient.setAutomine(false);
+  try {
+    return await fn();
+  } finally {
+    await testClient.mine({ blocks: 1 });
+    await testClient.setAutomine(true);
+  }
+}
+// Waits (bounded) until the pending block holds a transaction other than `hash`.
+async function replacedInMempool(hash: Hex): Promise<boolean> {
+  for (let i = 0; i < 200; i++) {
+    const block = await pub.request({ method: 'eth_getBlockByNumber', params: ['pending', false] });
+    const txs = (block?.transactions ?? []) as Hex[];
+    if (txs.length > 0 && !txs.includes(hash)) return true;
+    await sleep(25);
+  }
+  return false;
+}
+
+await mintAndDeposit(c, alice.address, 1_000_000_000n);
+await mintAndDeposit(c, carol.address, 1_000n);
+
+t.test('balanceOf and pendingWithdrawal read the escrow', async (t) => {
+  t.equal(await chain.balanceOf(carol.address), 1_000n);
+  t.equal(await chain.balanceOf(bob.address), 0n);
+  t.equal(await chain.pendingWithdrawal(carol.address), null);
+  await mined(wallet(carol).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [400n] }));
+  const block = await pub.getBlock();
+  t.same(await chain.pendingWithdrawal(carol.address), { amount: 400n, readyAt: block.timestamp + 60n });
+  await mined(wallet(carol).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'cancelWithdrawal' }));
+  t.equal(await chain.pendingWithdrawal(carol.address), null);
+});
+
+t.test('charge reports per call id: charged, refused with balance, already charged, already refused', async (t) => {
+  const [a, b] = [id(), id()];
+  const first = await chain.charge([
+    { callId: a, account: alice.address, amount: 100n },
+    { callId: b, account: bob.address, amount: 5n },
+    { callId: a, account: alice.address, amount: 100n }, // duplicate inside one batch
+  ]);
+  t.match(first.results, [
+    { callId: a, outcome: 'charged', amount: 100n },
+    { callId: b, outcome: 'refused', balance: 0n },
+    { callId: a, outcome: 'already_charged' },
+  ]);
+  t.equal(first.total, 100n);
+  t.match(first.txHash, /^0x[0-9a-f]{64}$/);
+  t.ok(first.gasUsed > 0n);
+  const again = await chain.charge([
+    { callId: a, account: alice.address, amount: 100n },
+    { callId: b, account: bob.address, amount: 5n },
+  ]);
+  t.same(again.results.map((r) => r.outcome), ['already_charged', 'already_refused'], 'a retried batch changes nothing');
+  t.equal(again.total, 0n);
+  t.equal(await chain.callStatus(a), 'charged');
+  t.equal(await chain.callStatus(b), 'refused');
+  t.equal(await chain.callStatus(id()), 'none');
+});
+
+t.test('readEvents returns typed records of a block range, in chain order', async (t) => {
+  const from = (await chain.latestBlock()) + 1n;
+  await mintAndDeposit(c, bob.address, 500n); // mint + depositFor
+  const refusedId = id();
+  const batch = await chain.charge([
+    { callId: id(), account: bob.address, amount: 200n },
+    { callId: refusedId, account: bob.address, amount: 10_000n },
+  ]);
+  await chain.charge([{ callId: refusedId, account: bob.address, amount: 1n }]);
+  await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [300n] }));
+  await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'cancelWithdrawal' }));
+  await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [300n] }));
+  await mined(chain.charge([{ callId: id(), account: bob.address, amount: 50n }]).then((r) => r.txHash));
+  await testClient.increaseTime({ seconds: 60 });
+  await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'withdraw' }));
+  const to = await chain.latestBlock();
+
+  const events = await chain.readEvents(from, to);
+  t.same(events.map((e) => e.kind), [
+    'deposited',
+    'charged',
+    'charge_refused',
+    'charge_skipped',
+    'withdrawal_requested',
+    'withdrawal_cancelled',
+    'withdrawal_requested',
+    'charged',
+    'withdrawn',
+  ]);
+  t.match(events[0], { kind: 'deposited', account: bob.address, from: owner.address, amount: 500n, callId: null });
+  t.match(events[2], { kind: 'charge_refused', callId: refusedId, amount: 10_000n, balance: 300n });
+  t.match(events[3], { kind: 'charge_skipped', callId: refusedId, status: 'refused' });
+  t.match(events[8], { kind: 'withdrawn', amount: 250n, requested: 300n }, 'withdraw paid what the charge left');
+  for (let i = 1; i < events.length; i++) {
+    const [p, e] = [events[i - 1]!, events[i]!];
+    t.ok(p.blockNumber < e.blockNumber || (p.blockNumber === e.blockNumber && p.logIndex < e.logIndex), `event ${i} in order`);
+  }
+  const only = await chain.readEvents(batch.blockNumber, batch.blockNumber);
+  t.same(only.map((e) => [e.kind, e.txHash]), [
+    ['charged', batch.txHash],
+    ['charge_refused', batch.txHash],
+  ], 'a one-block range holds just that block');
+  t.same(await chain.readEvents(to + 1n, to + 100n), [], 'empty range past the head');
+  t.same(await chain.readEvents(to, to - 1n), [], 'inverted range is empty');
+});
+
+t.test('readEvents spans ranges wider than one eth_getLogs slice', async (t) => {
+  const from = (await chain.latestBlock()) + 1n;
+  const first = await chain.charge(charges(1));
+  await testClient.mine({ blocks: 4_500 });
+  const last = await chain.charge(charges(1));
+  const events = await chain.readEvents(from, last.blockNumber);
+  t.same(events.map((e) => e.txHash), [first.txHash, last.txHash]);
+  t.ok(last.blockNumber - first.blockNumber > 4_000n, 'more than two slices apart');
+});
+
+t.test('concurrent charge batches from one key never collide on a nonce', async (t) => {
+  const other = evm(); // a second instance shares the process-wide queue of the key
+  const start = await settlerNonce();
+  const batches = Array.from({ length: 12 }, () => charges(25));
+  const pending = await Promise.all(batches.map((b, i) => (i % 2 ? other : chain).submitCharges(b)));
+  const receipts = await Promise.all(pending.map((p) => p.wait()));
+  t.same(
+    pending.map((p) => p.nonce).sort((a, b) => a - b),
+    Array.from({ length: 12 }, (_, i) => start + i),
+    'consecutive nonces',
+  );
+  t.ok(receipts.every((r) => r.results.every((x) => x.outcome === 'charged')), 'every call charged');
+  t.equal(new Set(receipts.map((r) => r.txHash)).size, 12, 'twelve transactions');
+  for (const b of batches) t.equal(await chain.callStatus(b[0]!.callId), 'charged');
+});
+
+t.test('a key without the settler role gets not_settler before anything is sent', async (t) => {
+  const rogue = createEvmChain('chain_c', c, { settlerKey: bob.privateKey });
+  const nonce = await pub.getTransactionCount({ address: bob.address });
+  t.equal(await code(rogue.submitCharges(charges(1))), 'not_settler');
+  t.equal(await pub.getTransactionCount({ address: bob.address }), nonce, 'no transaction sent');
+});
+
+t.test('without a key the chain is read-only; the key comes from settler_key_env', async (t) => {
+  const readOnly = createEvmChain('chain_c', { ...c, settler_key_env: 'NO_SUCH_FAREBOX_KEY' }, { env: {} });
+  t.equal(readOnly.canSettle, false);
+  t.equal(await readOnly.balanceOf(carol.address), 1_000n, 'reads work');
+  t.equal(await code(readOnly.submitCharges(charges(1))), 'not_configured');
+  const fromEnv = createEvmChain('chain_c', { ...c, settler_key_env: 'SETTLER' }, { env: { SETTLER: settler.privateKey } });
+  t.equal(fromEnv.canSettle, true);
+  t.same((await fromEnv.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
+  t.throws(() => createEvmChain('chain_c', { ...c, settler_key_env: 'SETTLER' }, { env: { SETTLER: 'nope' } }), SettlementError);
+});
+
+t.test('malformed batches are refused before sending', async (t) => {
+  t.equal(await code(chain.submitCharges([])), 'invalid_batch');
+  t.equal(await code(chain.submitCharges([{ callId: '0x1234', account: alice.address, amount: 1n }])), 'invalid_batch');
+  t.equal(await code(chain.submitCharges([{ callId: id(), account: '0x12', amount: 1n }])), 'invalid_batch');
+  t.equal(await code(chain.submitCharges([{ callId: id(), account: alice.address, amount: -1n }])), 'invalid_batch');
+  t.equal(await code(chain.submitCharges(charges(MAX_CHARGES_PER_BATCH + 1))), 'invalid_batch');
+});
+
+t.test('the largest batch fits the per-transaction gas cap', async (t) => {
+  const r = await chain.charge(charges(MAX_CHARGES_PER_BATCH, alice.address, 1n));
+  t.equal(r.results.length, MAX_CHARGES_PER_BATCH);
+  t.ok(r.results.every((x) => x.outcome === 'charged'));
+  t.comment(`gas per charge at ${MAX_CHARGES_PER_BATCH}: ${r.gasUsed / BigInt(MAX_CHARGES_PER_BATCH)}`);
+});
+
+t.test('latestBlock and receipts honour confirmations', async (t) => {
+  const confirmed = evm({ confirmations: 2 });
+  const head = await pub.getBlockNumber({ cacheTime: 0 });
+  t.equal(await confirmed.latestBlock(), head - 1n);
+  const p = await confirmed.submitCharges(charges(1));
+  let done = false;
+  const waiting = p.wait().then((r) => ((done = true), r));
+  const mineBlock = await pub.waitForTransactionReceipt({ hash: p.txHash });
+  await sleep(200); // several poll intervals with the tx mined but unconfirmed
+  t.equal(done, false, 'not resolved with 1 of 2 confirmations');
+  await testClient.mine({ blocks: 1 });
+  const receipt = await waiting;
+  t.equal(receipt.blockNumber, mineBlock.blockNumber);
+  t.equal(receipt.results[0]!.outcome, 'charged');
+});
+
+t.test('a stuck batch is re-sent with the same nonce and a higher fee', async (t) => {
+  const fast = evm({ replace_after_ms: 100 }, { pollIntervalMs: 20 });
+  const batch = charges(3);
+  const receipt = await withoutAutomine(async () => {
+    const p = await fast.submitCharges(batch);
+    t.ok(await replacedInMempool(p.txHash), 'replacement took the original out of the mempool');
+    const first = await pub.getTransaction({ hash: p.txHash }).catch(() => null);
+    t.equal(first, null, 'original transaction is gone');
+    await testClient.mine({ blocks: 1 });
+    const r = await p.wait();
+    const mined = await pub.getTransaction({ hash: r.txHash });
+    t.not(r.txHash, p.txHash, 'mined transaction is the replacement');
+    t.equal(mined.nonce, p.nonce, 'same nonce');
+    t.ok(mined.maxPriorityFeePerGas! > 1_000_000_000n, 'higher tip than the first');
+    return r;
+  });
+  t.same(receipt.results.map((r) => r.outcome), ['charged', 'charged', 'charged']);
+});
+
+t.test('a dropped batch is re-sent and mined', async (t) => {
+  const fast = evm({ replace_after_ms: 100 }, { pollIntervalMs: 20 });
+  await testClient.setAutomine(false);
+  let p;
+  try {
+    p = await fast.submitCharges(charges(2));
+    await testClient.dropTransaction({ hash: p.txHash });
+  } finally {
+    await testClient.setAutomine(true);
+  }
+  const r = await p.wait();
+  t.not(r.txHash, p.txHash);
+  t.same(r.results.map((x) => x.outcome), ['charged', 'charged']);
+});
+
+t.test('a batch never mined fails with timeout after maxReplacements; later batches still go through', async (t) => {
+  const hopeless = evm({ replace_after_ms: 50 }, { pollIntervalMs: 10, maxReplacements: 1 });
+  await withoutAutomine(async () => {
+    const p = await hopeless.submitCharges(charges(1));
+    t.equal(await code(p.wait()), 'timeout');
+  });
+  t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
+});
+
+t.test('a transaction sent with the key outside the queue does not break it', async (t) => {
+  await chain.charge(charges(1)); // the queue now caches the next nonce
+  await mined(wallet(settler).sendTransaction({ to: settler.address, value: 0n }));
+  t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged'], 'nonce resynced');
+});
+
+t.test('a batch that reverts onchain (role revoked after it was sent) -> reverted', async (t) => {
+  let p;
+  await withoutAutomine(async () => {
+    p = await chain.submitCharges(charges(1));
+    // Higher tip: mined before the pending batch.
+    await wallet(owner).writeContract({
+      address: c.escrow,
+      abi: escrowAbi,
+      functionName: 'setSettler',
+      args: [settler.address, false],
+      maxPriorityFeePerGas: 50_000_000_000n,
+      maxFeePerGas: 100_000_000_000n,
+    });
+  });
+  t.equal(await code(p!.wait()), 'reverted');
+  await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, true] }));
+  t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
+});
+
+t.test('batches are simulated before sending at first and after a failure, not while they mine', async (t) => {
+  const fresh = evm();
+  const revoke = (on: boolean) =>
+    mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, on] }));
+  await revoke(false);
+  let nonce = await settlerNonce();
+  t.equal(await code(fresh.submitCharges(charges(1))), 'not_settler', 'the first batch is simulated: refused unsent');
+  t.equal(await settlerNonce(), nonce, 'no transaction');
+  await revoke(true);
+  t.same((await fresh.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
+
+  await revoke(false);
+  nonce = await settlerNonce();
+  const sent = await fresh.submitCharges(charges(1));
+  t.equal(await code(sent.wait()), 'reverted', 'after a mined batch the next is sent unsimulated, and reverts');
+  t.equal(await settlerNonce(), nonce + 1, 'one reverted transaction paid for');
+  t.equal(await code(fresh.submitCharges(charges(1))), 'not_settler', 'after the revert: simulated again');
+  t.equal(await settlerNonce(), nonce + 1, 'nothing more sent');
+  await revoke(true);
+  t.same((await fresh.charge(charges(2))).results.map((r) => r.outcome), ['charged', 'charged']);
+});

@@ -1,0 +1,83 @@
+import t from 'tap';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { getAccount } from '../../plugins/accounts/accounts.js';
+import { startHarness } from '../helpers/harness.js';
+import { runCli } from '../helpers/wait.js';
+
+const h = await startHarness();
+t.teardown(() => h.close());
+
+/** Run the farebox command (from source) against the harness's Redis prefix. */
+const farebox = (...args: string[]) => runCli(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' });
+
+t.test('account create --json prints one JSON document; --address is honoured', async (t) => {
+  const r = await farebox('account', 'create', '--json');
+  t.equal(r.code, 0, r.stderr);
+  const doc = JSON.parse(r.stdout);
+  t.match(doc.account, /^0x[0-9a-f]{40}$/);
+  t.same(Object.keys(doc), ['account']);
+  const addr = '0x' + 'ab'.repeat(20);
+  const r2 = await farebox('account', 'create', '--address', addr, '--json');
+  t.same(JSON.parse(r2.stdout), { account: addr });
+  const again = await farebox('account', 'create', '--address', addr, '--json');
+  t.not(again.code, 0);
+  t.equal(again.stdout, '');
+  t.match(again.stderr, /^farebox: account 0x[0-9a-f]{40} exists already\n$/);
+});
+
+t.test('a key made with `farebox key create` works with both SDKs, plain and streaming; revoke makes it 401', async (t) => {
+  const account = JSON.parse((await farebox('account', 'create', '--json')).stdout).account;
+  const made = await farebox('key', 'create', '--account', account, '--json');
+  t.equal(made.code, 0, made.stderr);
+  const k = JSON.parse(made.stdout);
+  t.same(Object.keys(k).sort(), ['account', 'id', 'key']);
+  t.match(k.key, /^sk_[A-Za-z0-9_-]{43,}$/, 'sk_ + 32 random bytes, base64url');
+  t.equal(k.account, account);
+  t.notOk(JSON.stringify(await h.redis.keys('*')).includes(k.key), 'the key itself is not stored');
+
+  const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: k.key, maxRetries: 0 });
+  const anthropic = new Anthropic({ baseURL: h.url, apiKey: k.key, maxRetries: 0 });
+  t.equal((await openai.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] })).object, 'chat.completion');
+  let n = 0;
+  for await (const c of await openai.chat.completions.create({ model: 'gamma-k3', stream: true, messages: [{ role: 'user', content: 'hi #sim:tokens=4' }] })) if (c.choices[0]?.delta?.content) n++;
+  t.equal(n, 4);
+  t.equal((await anthropic.messages.create({ model: 'alpha-sonnet-4-6', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] })).type, 'message');
+  const final = await anthropic.messages.stream({ model: 'alpha-sonnet-4-6', max_tokens: 20, messages: [{ role: 'user', content: 'hi #sim:tokens=3' }] }).finalMessage();
+  t.equal(final.usage.output_tokens, 3);
+
+  const revoked = await farebox('key', 'revoke', '--id', k.id);
+  t.equal(revoked.code, 0, revoked.stderr);
+  let err: unknown;
+  for (let i = 0; i < 50; i++) {
+    err = await openai.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+    if (err instanceof OpenAI.AuthenticationError) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  t.ok(err instanceof OpenAI.AuthenticationError);
+});
+
+t.test('account status --set changes the access state', async (t) => {
+  const account = JSON.parse((await farebox('account', 'create', '--json')).stdout).account;
+  t.equal((await farebox('account', 'status', '--account', account, '--set', 'suspended')).code, 0);
+  t.equal((await getAccount(h.redis, account))?.status, 'suspended');
+  const bad = await farebox('account', 'status', '--account', account, '--set', 'frozen');
+  t.equal(bad.code, 2);
+  t.match(bad.stderr, /--set must be one of active, pending, suspended/);
+});
+
+t.test('bad input exits non-zero with a one-line error', async (t) => {
+  for (const args of [
+    ['key', 'create', '--json'],
+    ['key', 'create', '--account', 'nope', '--json'],
+    ['key', 'create', '--account', '0x' + '12'.repeat(20), '--json'],
+    ['key', 'revoke', '--id', 'key_missing'],
+    ['account', 'create', '--address', '0x123', '--json'],
+    ['frobnicate'],
+  ]) {
+    const r = await farebox(...args);
+    t.not(r.code, 0, args.join(' '));
+    t.equal(r.stdout, '', 'nothing on stdout');
+    t.equal(r.stderr.trim().split('\n').length, 1, 'one line');
+  }
+});

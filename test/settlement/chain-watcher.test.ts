@@ -1,0 +1,495 @@
+import t, { type Test } from 'tap';
+import { randomBytes } from 'node:crypto';
+import { createPublicClient, createTestClient, createWalletClient, http, type Hex } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import { ChainWatcher, type WatcherSettings } from '../../plugins/settlement/chain-watcher.js';
+import { escrowAbi, testStablecoinAbi, RECEIVE_WITH_AUTHORIZATION_TYPES } from '../../plugins/chains/abi.js';
+import { CHAIN_NAMES, type Address, type ChainConfig, type ChainName } from '../../plugins/chains/config.js';
+import { DEV_KEYS, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
+import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
+import { createEvmChain } from '../../plugins/chains/evm.js';
+import { callIdOf, type SettlementChain } from '../../plugins/chains/port.js';
+import { createMetrics, type Metrics } from '../../plugins/metrics/metrics.js';
+import { connectRedis } from '../../plugins/store/redis.js';
+import { pruneConsumers, Settler } from '../../plugins/settlement/settler.js';
+import { placeHold, readWallet, settleHold, walletKeys } from '../../plugins/billing/wallets.js';
+import { dropPrefix, testPrefix } from '../helpers/harness.js';
+import { until } from '../helpers/wait.js';
+
+// Dev chains of our own: a 2 s withdrawal timelock instead of an hour (time is still advanced through the RPC).
+const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 2n });
+t.teardown(() => dc.close());
+
+const c = dc.chains.chain_a;
+const evm = Object.fromEntries(
+  CHAIN_NAMES.map((n) => [n, createEvmChain(n, dc.chains[n], { settlerKey: DEV_KEYS.settler.privateKey })]),
+) as Record<ChainName, SettlementChain>;
+const chainA = evm.chain_a;
+const viemChain = devViemChain('chain_a', c.chain_id, c.rpc_url);
+const transport = http(c.rpc_url);
+const pub = createPublicClient({ chain: viemChain, transport, pollingInterval: 10 });
+const testClient = createTestClient({ chain: viemChain, transport, mode: 'hardhat' });
+const wallet = (k: DevKey) => createWalletClient({ chain: viemChain, transport, account: privateKeyToAccount(k.privateKey) });
+const [alice, bob, carol, dave] = DEV_KEYS.callers;
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const quiet = { error() {}, warn() {} };
+
+const randomAccount = (): Address => `0x${randomBytes(20).toString('hex')}`;
+
+async function mined(hash: Promise<Hex>): Promise<void> {
+  const r = await pub.waitForTransactionReceipt({ hash: await hash });
+  if (r.status !== 'success') throw new Error(`tx ${r.transactionHash} reverted`);
+}
+
+const mint = (to: Address, value: bigint) =>
+  mined(wallet(DEV_KEYS.deployer).writeContract({ address: c.stablecoin, abi: testStablecoinAbi, functionName: 'mint', args: [to, value] }));
+const approve = (k: DevKey, value: bigint) =>
+  mined(wallet(k).writeContract({ address: c.stablecoin, abi: testStablecoinAbi, functionName: 'approve', args: [c.escrow, value] }));
+const deposit = (k: DevKey, value: bigint) =>
+  mined(wallet(k).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'deposit', args: [value] }));
+const requestWithdrawal = (k: DevKey, value: bigint) =>
+  mined(wallet(k).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [value] }));
+const cancelWithdrawal = (k: DevKey) => mined(wallet(k).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'cancelWithdrawal' }));
+const withdraw = (k: DevKey) => mined(wallet(k).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'withdraw' }));
+
+/** Past the escrow's timelock: chain time moves on, and a block is mined at the new time. */
+async function passTimelock(): Promise<void> {
+  await testClient.increaseTime({ seconds: 5 });
+  await testClient.mine({ blocks: 1 });
+}
+
+/** A gasless deposit: `signer` signs an EIP-3009 ReceiveWithAuthorization to the escrow, `relayer` sends it. */
+async function depositWithAuthorization(signer: DevKey, relayer: DevKey, value: bigint): Promise<void> {
+  const nonce = `0x${randomBytes(32).toString('hex')}` as Hex;
+  const validBefore = 10n ** 10n;
+  const signature = await wallet(signer).signTypedData({
+    domain: { name: 'Test USD Coin', version: '2', chainId: c.chain_id, verifyingContract: c.stablecoin },
+    types: RECEIVE_WITH_AUTHORIZATION_TYPES,
+    primaryType: 'ReceiveWithAuthorization',
+    message: { from: signer.address, to: c.escrow, value, validAfter: 0n, validBefore, nonce },
+  });
+  const r = `0x${signature.slice(2, 66)}` as Hex;
+  const s = `0x${signature.slice(66, 130)}` as Hex;
+  const v = parseInt(signature.slice(130, 132), 16);
+  await mined(
+    wallet(relayer).writeContract({
+      address: c.escrow,
+      abi: escrowAbi,
+      functionName: 'depositWithAuthorization',
+      args: [signer.address, value, 0n, validBefore, nonce, v, r, s],
+    }),
+  );
+}
+
+/** Value of a counter for the given labels (0 when never incremented). */
+async function counter(m: { get(): Promise<{ values: { labels: object; value: number }[] }> }, labels: Record<string, string>): Promise<number> {
+  const { values } = await m.get();
+  const hit = values.find((v) => Object.entries(labels).every(([k, want]) => (v.labels as Record<string, unknown>)[k] === want));
+  return hit?.value ?? 0;
+}
+
+/** A Redis namespace of its own for one test, and watchers on it. */
+function session(t: Test) {
+  const prefix = testPrefix();
+  const redis = connectRedis({ url: REDIS_URL, prefix });
+  const watchers: ChainWatcher[] = [];
+  t.teardown(async () => {
+    await Promise.all(watchers.map((w) => w.stop()));
+    await dropPrefix(redis, prefix);
+    await redis.quit();
+  });
+  const settings = (over: Partial<WatcherSettings> = {}): WatcherSettings => ({
+    pollMs: 50,
+    reconcileMs: 3_600_000, // reconcile only when a test calls reconcile()
+    maxRange: 2_000,
+    startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(dc.chains[n].deploy_block)])),
+    ...over,
+  });
+  return {
+    redis,
+    watcher(chains: Partial<Record<ChainName, SettlementChain>> = { chain_a: chainA }, instance = 'w1', metrics: Metrics = createMetrics({ defaults: false }), over: Partial<WatcherSettings> = {}) {
+      const w = new ChainWatcher(redis, chains, instance, settings(over), metrics, quiet);
+      watchers.push(w);
+      return { w, metrics };
+    },
+    /** The wallet once its synced balance equals balanceOf onchain (and `extra` holds). */
+    synced(account: string, chain: ChainName = 'chain_a', extra: (w: Awaited<ReturnType<typeof readWallet>>) => boolean = () => true) {
+      return until(`${account} synced on ${chain}`, async () => {
+        const onchain = await evm[chain].balanceOf(account as Address);
+        const w = await readWallet(redis, account, chain);
+        return w.synced === onchain && extra(w) ? w : null;
+      });
+    },
+  };
+}
+
+t.test('deposits (depositFor, deposit, gasless depositWithAuthorization) raise the synced balance to balanceOf', async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher(evm);
+  w.start();
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 1_250_000n);
+  await mintAndDeposit(dc.chains.chain_b, x, 700_000n);
+  const wx = await s.synced(x, 'chain_a', (v) => v.synced === 1_250_000n);
+  t.equal(wx.available, 1_250_000n, 'all of it available');
+  t.equal((await s.synced(x, 'chain_b', (v) => v.synced === 700_000n)).synced, 700_000n, 'chain_b has its own balance');
+  t.equal((await readWallet(s.redis, x, 'chain_c')).synced, 0n, 'other chains untouched');
+
+  // A caller deposits from its own key after approving the escrow.
+  const before = await chainA.balanceOf(alice.address);
+  await mint(alice.address, 2_000_000n);
+  await approve(alice, 2_000_000n);
+  await deposit(alice, 2_000_000n);
+  const wa = await s.synced(alice.address, 'chain_a', (v) => v.synced === before + 2_000_000n);
+  t.equal(wa.synced, before + 2_000_000n);
+
+  // Bob signs, Carol relays and pays the gas: Bob is credited.
+  const bobBefore = await chainA.balanceOf(bob.address);
+  await mint(bob.address, 3_000_000n);
+  await depositWithAuthorization(bob, carol, 3_000_000n);
+  const wb = await s.synced(bob.address, 'chain_a', (v) => v.synced === bobBefore + 3_000_000n);
+  t.equal(wb.synced, bobBefore + 3_000_000n);
+  t.equal(await readWallet(s.redis, carol.address, 'chain_a').then((v) => v.synced), await chainA.balanceOf(carol.address), 'the relayer is not credited');
+  t.ok((await counter(metrics.chainEvents, { chain: 'chain_a', kind: 'deposited' })) >= 3, 'deposits counted on chain_a');
+  t.ok((await counter(metrics.chainEvents, { chain: 'chain_b', kind: 'deposited' })) >= 1, 'and on chain_b');
+});
+
+t.test('a withdrawal request locks its amount at once, cancel unlocks it, withdraw after the timelock lowers synced', async (t) => {
+  const s = session(t);
+  const { w } = s.watcher();
+  w.start();
+  await mint(dave.address, 3_000_000n);
+  await approve(dave, 3_000_000n);
+  await deposit(dave, 3_000_000n);
+  const start = await s.synced(dave.address);
+  t.ok(start.synced >= 3_000_000n);
+
+  await requestWithdrawal(dave, 1_000_000n);
+  const locked = await s.synced(dave.address, 'chain_a', (v) => v.locked === 1_000_000n);
+  t.equal(locked.synced, start.synced, 'the escrow balance is unchanged until the withdrawal');
+  t.equal(locked.available, start.synced - 1_000_000n, 'available drops by the requested amount');
+
+  await cancelWithdrawal(dave);
+  const cancelled = await s.synced(dave.address, 'chain_a', (v) => v.locked === 0n);
+  t.equal(cancelled.available, start.synced, 'cancel restores it');
+
+  await requestWithdrawal(dave, 1_500_000n);
+  await s.synced(dave.address, 'chain_a', (v) => v.locked === 1_500_000n);
+  await passTimelock();
+  await withdraw(dave);
+  const done = await s.synced(dave.address, 'chain_a', (v) => v.locked === 0n && v.synced === start.synced - 1_500_000n);
+  t.equal(done.synced, start.synced - 1_500_000n, 'synced lowered by the amount paid');
+  t.equal(done.available, done.synced);
+});
+
+t.test('a restarted watcher resumes after the last applied event: each event applied once; an old range is a no-op', async (t) => {
+  const s = session(t);
+  const x = randomAccount();
+  const y = randomAccount();
+  const first = s.watcher({ chain_a: chainA }, 'instance-1');
+  first.w.start();
+  await mintAndDeposit(c, x, 1_000_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === 1_000_000n);
+  await first.w.stop();
+
+  // While no watcher runs.
+  await mintAndDeposit(c, x, 200_000n);
+  await mintAndDeposit(c, x, 30_000n);
+  await mintAndDeposit(c, y, 4_000n);
+
+  const second = s.watcher({ chain_a: chainA }, 'instance-2');
+  second.w.start();
+  const wx = await s.synced(x, 'chain_a', (v) => v.synced === 1_230_000n);
+  const wy = await s.synced(y, 'chain_a', (v) => v.synced === 4_000n);
+  t.equal(wx.synced, 1_230_000n, 'no double count');
+  t.equal(wy.synced, 4_000n);
+  t.equal(await counter(second.metrics.chainEvents, { chain: 'chain_a', kind: 'deposited' }), 3, 'the new watcher applied only the 3 new events');
+  await second.w.stop();
+
+  // Scan everything again from the deploy block: the cursor skips what was applied.
+  await s.redis.del('scanned:chain_a');
+  t.equal(await second.w.poll('chain_a', chainA), 0, 'nothing applied twice');
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 1_230_000n);
+  t.equal((await readWallet(s.redis, y, 'chain_a')).synced, 4_000n);
+});
+
+t.test('a stopped watcher gives up its chain lease, so a successor takes over without waiting for it to expire', async (t) => {
+  const s = session(t);
+  const { w } = s.watcher({ chain_a: chainA }, 'leaving');
+  w.start();
+  await until('lease taken', async () => (await s.redis.get('watcher-lease:chain_a')) === 'leaving');
+  await w.stop();
+  t.not(await s.redis.get('watcher-lease:chain_a'), 'leaving', 'lease released on stop');
+});
+
+t.test('a watcher holding its lease polls an unmoved head with no Redis command; a new block is read at once', async (t) => {
+  const s = session(t);
+  const { w } = s.watcher({ chain_a: chainA }, 'quiet');
+  let commands = 0;
+  const send = s.redis.sendCommand.bind(s.redis);
+  s.redis.sendCommand = ((...args: Parameters<typeof send>) => {
+    commands++;
+    return send(...args);
+  }) as typeof s.redis.sendCommand;
+  w.start();
+  const head = await chainA.latestBlock();
+  await until('scanned to the head', async () => (await s.redis.get('scanned:chain_a')) === head.toString());
+  await new Promise((r) => setTimeout(r, 200)); // the poll that wrote it has finished
+  commands = 0;
+  await new Promise((r) => setTimeout(r, 1000)); // ~20 polls at 50 ms
+  t.equal(commands, 0, 'no Redis command while the head stands still (the lease is renewed every 3.3 s)');
+  t.equal(await s.redis.get('watcher-lease:chain_a'), 'quiet', 'the lease still held');
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 7_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === 7_000n);
+  t.ok(commands > 0);
+});
+
+/** chain_a whose reads of the head and of events fail while `failing` says so (an RPC outage or rate limit). */
+function flaky(inner: SettlementChain) {
+  const state = { events: false, head: false };
+  const outage = () => Promise.reject(new Error('HTTP request failed. Status: 503'));
+  const chain: SettlementChain = {
+    name: inner.name,
+    chainId: inner.chainId,
+    escrow: inner.escrow,
+    canSettle: inner.canSettle,
+    balanceOf: (...args) => inner.balanceOf(...args),
+    pendingWithdrawal: (a) => inner.pendingWithdrawal(a),
+    callStatus: (id) => inner.callStatus(id),
+    latestBlock: () => (state.head ? outage() : inner.latestBlock()),
+    readEvents: (from, to) => (state.events ? outage() : inner.readEvents(from, to)),
+    submitCharges: (charges) => inner.submitCharges(charges),
+    charge: (charges) => inner.charge(charges),
+  };
+  return { chain, state };
+}
+
+t.test('RPC errors: the watcher keeps its cursor, counts farebox_chain_errors_total, and catches up after', async (t) => {
+  const s = session(t);
+  const f = flaky(chainA);
+  const { w, metrics } = s.watcher({ chain_a: f.chain }, 'flaky');
+  const x = randomAccount();
+  w.start();
+  await mintAndDeposit(c, x, 100_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === 100_000n);
+  const scanned = await s.redis.get('scanned:chain_a');
+  const cursor = await s.redis.get('cursor:chain_a');
+
+  f.state.events = true; // eth_getLogs refused, the head still answers
+  await mintAndDeposit(c, x, 50_000n);
+  await until('errors counted', async () => (await counter(metrics.chainErrors, { chain: 'chain_a' })) >= 2);
+  f.state.head = true; // now the node is down altogether
+  await until('more errors counted', async () => (await counter(metrics.chainErrors, { chain: 'chain_a' })) >= 4);
+  t.equal(await s.redis.get('scanned:chain_a'), scanned, 'scanned block kept');
+  t.equal(await s.redis.get('cursor:chain_a'), cursor, 'cursor kept');
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 100_000n, 'nothing applied during the outage');
+
+  f.state.events = false;
+  f.state.head = false;
+  const after = await s.synced(x, 'chain_a', (v) => v.synced === 150_000n);
+  t.equal(after.synced, 150_000n, 'the deposit made during the outage is applied, once');
+  t.ok((await counter(metrics.chainErrors, { chain: 'chain_a' })) >= 4);
+});
+
+t.test('reconciler: a difference seen twice alike is corrected to balanceOf and counted as drift', async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher();
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 2_000_000n);
+  await until('deposit applied', async () => {
+    await w.poll('chain_a', chainA);
+    return (await readWallet(s.redis, x, 'chain_a')).synced === 2_000_000n;
+  });
+  const wr = s.redis;
+  await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '5000000');
+  t.equal(await w.reconcile('chain_a', chainA), 0, 'first sighting: could be the watcher lagging');
+  await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '6000000');
+  t.equal(await w.reconcile('chain_a', chainA), 0, 'a different difference: still not corrected');
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 6_000_000n);
+  t.equal(await counter(metrics.drift, { chain: 'chain_a' }), 0);
+  t.equal(await w.reconcile('chain_a', chainA), 1, 'the same difference twice: corrected');
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, await chainA.balanceOf(x));
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 2_000_000n);
+  t.equal(await counter(metrics.drift, { chain: 'chain_a' }), 4, 'drift grows by the 4 USD difference');
+  t.equal(await counter(metrics.driftCorrections, { chain: 'chain_a' }), 1);
+  t.equal(await w.reconcile('chain_a', chainA), 0, 'nothing left to correct');
+  t.equal(await w.reconcile('chain_a', chainA), 0);
+  t.equal(await counter(metrics.drift, { chain: 'chain_a' }), 4);
+
+  // Too low is corrected the same way.
+  await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '1500000');
+  await w.reconcile('chain_a', chainA);
+  t.equal(await w.reconcile('chain_a', chainA), 1);
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 2_000_000n);
+  t.equal(await counter(metrics.drift, { chain: 'chain_a' }), 4.5);
+});
+
+t.test('reconciler: a deposit the watcher has not reached yet (confirmations) is not drift, and is never counted twice', async (t) => {
+  const s = session(t);
+  // chain_a read with 3 confirmations: the watcher stays 2 blocks behind the head.
+  const confirmed = createEvmChain('chain_a', { ...(c as ChainConfig), confirmations: 3 });
+  const { w, metrics } = s.watcher({ chain_a: confirmed });
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 1_000_000n);
+  await testClient.mine({ blocks: 2 });
+  await w.poll('chain_a', confirmed);
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 1_000_000n);
+
+  await mintAndDeposit(c, x, 500_000n); // at the head: not confirmed yet
+  await w.poll('chain_a', confirmed);
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 1_000_000n, 'not applied before 3 confirmations');
+  await w.reconcile('chain_a', confirmed);
+  await w.reconcile('chain_a', confirmed);
+
+  await testClient.mine({ blocks: 2 });
+  await w.poll('chain_a', confirmed);
+  const after = await readWallet(s.redis, x, 'chain_a');
+  const onchainNow = await chainA.balanceOf(x);
+  t.equal(after.synced, onchainNow, `synced (${after.synced}) = balanceOf (${onchainNow}) once confirmed`);
+  t.equal(after.synced, 1_500_000n, 'the deposit counted once');
+  t.equal(await counter(metrics.drift, { chain: 'chain_a' }), 0, 'no drift where there was none');
+});
+
+/** A debit of `price` for `account` made by the wallet scripts, as a billed call makes it. */
+async function debit(s: ReturnType<typeof session>, address: string, hold: bigint, price: bigint) {
+  const account = address.toLowerCase(); // account ids are lowercase addresses (accounts.ts)
+  const r = s.redis;
+  const requestId = `req_${randomBytes(16).toString('hex')}`;
+  const callId = callIdOf(requestId);
+  const now = Date.now();
+  const placed = await placeHold(r, {
+    requestId, callId, account, chain: 'chain_a', amount: hold, instance: 'test', expiresAt: now + 60_000,
+    model: 'gamma-k3', keyId: 'key_test', now, retentionMs: 3_600_000,
+  });
+  if (!placed.placed) throw new Error(`hold refused: ${placed.available} available`);
+  const settled = await settleHold(r, {
+    requestId, callId, account, chain: 'chain_a', instance: 'test', price,
+    usageJson: JSON.stringify({ input_tokens: 10, output_tokens: 5 }), retentionMs: 3_600_000,
+  });
+  if (settled?.debited !== price) throw new Error('settle did not debit');
+  return { requestId, callId };
+}
+
+function settler(t: Test, s: ReturnType<typeof session>, metrics: Metrics): Settler {
+  const st = new Settler(s.redis, { chain_a: chainA }, 'settler-test', { batchSize: 50, batchWaitMs: 0, claimIdleMs: 60_000 }, metrics, quiet);
+  t.teardown(() => st.stop());
+  return st;
+}
+
+t.test('a Charged event moves the debit out of pending exactly once and lowers synced to balanceOf', async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher();
+  w.start();
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 1_000_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === 1_000_000n);
+  const { requestId, callId } = await debit(s, x, 400_000n, 250_000n);
+  const pending = await readWallet(s.redis, x, 'chain_a');
+  t.same({ pending: pending.pending, held: pending.held, available: pending.available }, { pending: 250_000n, held: 0n, available: 750_000n });
+  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'pending');
+
+  await settler(t, s, metrics).start();
+  const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
+  t.equal(done.synced, 750_000n, 'synced lowered by the charge');
+  t.equal(done.available, 750_000n, 'available unchanged by settlement');
+  t.equal(await chainA.callStatus(callId), 'charged');
+  const d = await s.redis.hgetall(walletKeys.call(callId));
+  t.same({ call_id: d.call_id, status: d.status, price: d.price }, { call_id: requestId, status: 'settled', price: '250000' }, 'the call record settled');
+  t.match(d.tx, /^0x[0-9a-f]{64}$/, 'with the tx');
+
+  // The same debit queued again (a settler that died before its ack): the escrow skips it, nothing moves.
+  await s.redis.xadd(walletKeys.debits('chain_a'), '*', 'request_id', requestId, 'call_id', callId, 'account', x, 'amount', '250000');
+  await until('retry skipped onchain', async () => (await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'already_charged' })) === 1);
+  await w.stop();
+  await w.poll('chain_a', chainA); // whatever the retry emitted is applied
+  // And the whole history applied again: the cursor skips it.
+  await s.redis.del('scanned:chain_a');
+  t.equal(await w.poll('chain_a', chainA), 0);
+  const again = await readWallet(s.redis, x, 'chain_a');
+  t.same({ synced: again.synced, pending: again.pending }, { synced: 750_000n, pending: 0n }, 'pending left exactly once, synced charged once');
+  t.equal(again.synced, await chainA.balanceOf(x));
+});
+
+t.test("a mined batch wakes its process's watcher: the charge leaves pending long before the next poll", async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher({ chain_a: chainA }, 'w1', undefined, { pollMs: 60_000 });
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 1_000_000n);
+  w.start(); // its first poll reads the deposit; the next would come a minute later
+  await s.synced(x, 'chain_a', (v) => v.synced === 1_000_000n);
+  const { callId } = await debit(s, x, 400_000n, 250_000n);
+  const woken: string[] = [];
+  const st = new Settler(s.redis, { chain_a: chainA }, 'settler-wake', {
+    batchSize: 50, batchWaitMs: 0, claimIdleMs: 60_000, onMined: (chain) => (woken.push(chain), w.wake(chain)),
+  }, metrics, quiet);
+  t.teardown(() => st.stop());
+  const started = Date.now();
+  await st.start();
+  const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
+  t.ok(Date.now() - started < 20_000, 'applied without waiting for the poll');
+  t.same(woken, ['chain_a']);
+  t.same({ synced: done.synced, pending: done.pending }, { synced: 750_000n, pending: 0n });
+  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'settled');
+  const stopping = Date.now();
+  await w.stop();
+  t.ok(Date.now() - stopping < 5_000, 'stop does not wait out the poll interval');
+});
+
+t.test('a ChargeRefused event (balance gone before settlement) moves the debit out of pending, charges nothing', async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher();
+  w.start();
+  const y = carol; // a caller key: it withdraws everything before the settler runs
+  await mint(y.address, 600_000n);
+  await approve(y, 600_000n);
+  await deposit(y, 600_000n);
+  const start = await s.synced(y.address, 'chain_a');
+  const { callId } = await debit(s, y.address, 500_000n, 500_000n);
+  await requestWithdrawal(y, start.synced);
+  await s.synced(y.address, 'chain_a', (v) => v.locked === start.synced);
+  await passTimelock();
+  await withdraw(y);
+  const empty = await s.synced(y.address, 'chain_a', (v) => v.synced === 0n);
+  t.equal(empty.pending, 500_000n, 'the debit still pending');
+
+  await settler(t, s, metrics).start();
+  const after = await s.synced(y.address, 'chain_a', (v) => v.pending === 0n);
+  t.equal(after.synced, 0n, 'nothing charged');
+  t.equal(await chainA.callStatus(callId), 'refused');
+  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'failed', 'the call record says failed');
+  t.equal(await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'refused' }), 1);
+  await w.stop();
+  await s.redis.del('scanned:chain_a');
+  t.equal(await w.poll('chain_a', chainA), 0, 're-scan applies nothing');
+  t.equal((await readWallet(s.redis, y.address, 'chain_a')).pending, 0n, 'not released twice');
+});
+
+t.test('settler consumers: one that stops leaves its group; idle ones holding nothing are pruned, the rest kept', async (t) => {
+  const s = session(t);
+  const key = walletKeys.debits('chain_a');
+  const consumers = async () =>
+    ((await s.redis.call('XINFO', 'CONSUMERS', (s.redis.options.keyPrefix as string) + key, 'settlers')) as string[][]).map((c) => c[1]!).sort();
+  const st = settler(t, s, createMetrics({ defaults: false }));
+  await st.start();
+  await until('the settler joined its group', async () => (await consumers().catch((): string[] => [])).includes('settler-test'));
+  await st.stop();
+  t.same(await consumers(), [], 'a stopped settler with nothing pending leaves');
+
+  // 'gone' took an entry and acknowledged it a while ago; 'busy' holds one it never acknowledged; 'live' just took
+  // and acknowledged one.
+  const take = async (consumer: string, ack: boolean) => {
+    await s.redis.xadd(key, '*', 'request_id', 'r', 'call_id', '0x01', 'account', '0x02', 'amount', '1');
+    const got = (await s.redis.xreadgroup('GROUP', 'settlers', consumer, 'COUNT', 1, 'STREAMS', key, '>')) as [string, [string, string[]][]][];
+    if (ack) await s.redis.xack(key, 'settlers', got[0]![1][0]![0]);
+  };
+  await take('gone', true);
+  await take('busy', false);
+  await new Promise((r) => setTimeout(r, 50));
+  await take('live', true);
+  t.equal(await pruneConsumers(s.redis, 'chain_a', 40), 1);
+  t.same(await consumers(), ['busy', 'live'], 'the entry busy holds stays claimable');
+  t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'busy'), 0, 'never one holding an entry');
+  t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'live'), 1, 'only the one named');
+  t.same(await consumers(), ['busy']);
+});

@@ -1,0 +1,50 @@
+import t from 'tap';
+import { testRedis } from '../helpers/harness.js';
+
+const { redis } = await testRedis(t);
+
+/** Count the socket's writes to the kernel (one _write or _writev each) while `fn` runs. */
+async function socketWrites(fn: () => Promise<unknown>): Promise<number> {
+  const stream = redis.stream as unknown as { _write: (...a: unknown[]) => void; _writev: (...a: unknown[]) => void };
+  const write = stream._write;
+  const writev = stream._writev;
+  let n = 0;
+  stream._write = function (this: unknown, ...a: unknown[]) {
+    n++;
+    return write.apply(this, a);
+  };
+  stream._writev = function (this: unknown, ...a: unknown[]) {
+    n++;
+    return writev.apply(this, a);
+  };
+  try {
+    await fn();
+  } finally {
+    stream._write = write;
+    stream._writev = writev;
+  }
+  return n;
+}
+
+t.test('the commands of one event-loop turn leave in one socket write, in order', async (t) => {
+  const writes = await socketWrites(() => Promise.all(Array.from({ length: 100 }, (_, i) => redis.rpush('order', String(i)))));
+  t.equal(writes, 1);
+  t.same(await redis.lrange('order', 0, -1), Array.from({ length: 100 }, (_, i) => String(i)));
+});
+
+t.test('commands of later turns are written in their own turn', async (t) => {
+  const writes = await socketWrites(async () => {
+    for (let i = 0; i < 5; i++) await redis.incr('n');
+  });
+  t.equal(writes, 5);
+  t.equal(await redis.get('n'), '5');
+});
+
+t.test('a reconnected connection coalesces too', async (t) => {
+  const reconnected = new Promise((resolve) => redis.once('ready', resolve));
+  redis.stream.destroy();
+  await reconnected;
+  const writes = await socketWrites(() => Promise.all([redis.set('a', '1'), redis.set('b', '2'), redis.get('a')]));
+  t.equal(writes, 1);
+  t.equal(await redis.get('b'), '2');
+});

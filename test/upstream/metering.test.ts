@@ -1,0 +1,132 @@
+import t from 'tap';
+import { JsonMeter, SseMeter, type Meter } from '../../plugins/upstream/metering.js';
+
+/** Feed `text` through `meter` cut into chunks at the given sizes; resolve with the output (and count its writes). */
+async function run(meter: Meter, text: string, sizes: number[], writes = { count: 0 }): Promise<string> {
+  const buf = Buffer.from(text, 'utf8');
+  const chunks: Buffer[] = [];
+  let at = 0;
+  let i = 0;
+  while (at < buf.length) {
+    const n = sizes[i++ % sizes.length];
+    chunks.push(buf.subarray(at, at + n));
+    at += n;
+  }
+  const out: Buffer[] = [];
+  const take = (c: Buffer | string | null) => {
+    if (c === null) return;
+    writes.count++;
+    out.push(typeof c === 'string' ? Buffer.from(c, 'utf8') : c);
+  };
+  for (const c of chunks) take(meter.feed(c));
+  take(meter.end());
+  return Buffer.concat(out).toString('utf8');
+}
+
+const anthropicStream = [
+  'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":100,"cache_read_input_tokens":0,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":100},"output_tokens":1}}}\n\n',
+  'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
+  'event: ping\ndata: {"type": "ping"}\n\n',
+  'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Héllo"}}\n\n',
+  'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" wörld"}}\n\n',
+  'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
+  'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}\n\n',
+  'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+].join('');
+
+const chunk = (o: object) => `data: ${JSON.stringify(o)}\n\n`;
+const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm' };
+const openaiStream = [
+  chunk({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }], usage: null }),
+  chunk({ ...base, choices: [{ index: 0, delta: { content: 'Hi' }, finish_reason: null }], usage: null }),
+  chunk({ ...base, choices: [{ index: 0, delta: { content: ' there' }, finish_reason: null }], usage: null }),
+  chunk({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: null }),
+  chunk({ ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11, prompt_tokens_details: { cached_tokens: 0 } } }),
+  'data: [DONE]\n\n',
+].join('');
+
+for (const sizes of [[100000], [1], [7, 13], [3, 64, 5]]) {
+  t.test(`anthropic stream cut into ${sizes.join('/')}-byte chunks: passes through unchanged, usage merged`, async (t) => {
+    const m = new SseMeter('anthropic');
+    const out = await run(m, anthropicStream, sizes);
+    t.equal(out, anthropicStream);
+    t.same(m.reading.usage, {
+      input_tokens: 12, cache_creation_input_tokens: 100, cache_read_input_tokens: 0,
+      cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 100 }, output_tokens: 2,
+    });
+    t.equal(m.reading.deltas, 2);
+    t.equal(m.reading.complete, true);
+    t.equal(m.reading.streamError, null);
+  });
+
+  t.test(`openai stream cut into ${sizes.join('/')}-byte chunks: usage read, usage chunk kept when asked`, async (t) => {
+    const m = new SseMeter('openai', false);
+    const out = await run(m, openaiStream, sizes);
+    t.equal(out, openaiStream);
+    t.equal((m.reading.usage as { completion_tokens: number }).completion_tokens, 2);
+    t.equal(m.reading.complete, true);
+    t.equal(m.reading.deltas, 2, 'the role and finish chunks carry no tokens');
+  });
+
+  t.test(`openai stream cut into ${sizes.join('/')}-byte chunks: usage chunk removed when not asked`, async (t) => {
+    const m = new SseMeter('openai', true);
+    const out = await run(m, openaiStream, sizes);
+    t.notMatch(out, /"choices":\[\]/);
+    t.match(out, /data: \[DONE\]\n\n$/);
+    t.equal(out.split('\n\n').filter(Boolean).length, 5);
+    t.equal((m.reading.usage as { prompt_tokens: number }).prompt_tokens, 9);
+  });
+}
+
+t.test('one upstream chunk gives at most one write downstream', async (t) => {
+  const m = new SseMeter('openai', true);
+  const writes = { count: 0 };
+  await run(m, openaiStream, [100000], writes);
+  t.equal(writes.count, 1);
+});
+
+t.test('a chunk of whole events forwarded unchanged is passed on as the same buffer', async (t) => {
+  const m = new SseMeter('anthropic');
+  const chunk = Buffer.from(anthropicStream.split('\n\n').slice(0, 2).join('\n\n') + '\n\n', 'utf8');
+  t.equal(m.feed(chunk), chunk);
+  t.equal(m.reading.bytesOut, chunk.length);
+  const half = Buffer.from('event: ping\ndata: {"type":', 'utf8');
+  t.equal(m.feed(half), null, 'no whole event yet');
+  t.equal(m.feed(Buffer.from(' "ping"}\n\n', 'utf8')), 'event: ping\ndata: {"type": "ping"}\n\n', 'joined with the carry: a new string');
+});
+
+t.test('anthropic error event mid-stream is recorded, stream not complete', async (t) => {
+  const m = new SseMeter('anthropic');
+  const text = anthropicStream.slice(0, anthropicStream.indexOf('event: content_block_stop')) +
+    'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n';
+  await run(m, text, [50]);
+  t.equal(m.reading.streamError, 'Overloaded');
+  t.equal(m.reading.complete, false);
+  t.equal(m.reading.deltas, 2);
+  t.equal((m.reading.usage as { output_tokens: number }).output_tokens, 1);
+});
+
+t.test('CRLF-delimited events are metered too', async (t) => {
+  const m = new SseMeter('openai', true);
+  const crlf = openaiStream.replace(/\n\n/g, '\r\n\r\n');
+  const out = await run(m, crlf, [11]);
+  t.notMatch(out, /"choices":\[\]/);
+  t.equal(m.reading.complete, true);
+  t.ok(m.reading.usage);
+});
+
+t.test('JSON answer passes through; usage read at the end', async (t) => {
+  const m = new JsonMeter();
+  const body = JSON.stringify({ id: 'x', usage: { input_tokens: 3, output_tokens: 4 } });
+  const out = await run(m, body, [5]);
+  t.equal(out, body);
+  t.same(m.reading.usage, { input_tokens: 3, output_tokens: 4 });
+  t.equal(m.reading.complete, true);
+});
+
+t.test('JSON meter: a body that is not JSON has no usage', async (t) => {
+  const m = new JsonMeter();
+  await run(m, '<html>oops</html>', [100]);
+  t.equal(m.reading.usage, null);
+  t.equal(m.reading.complete, false);
+});

@@ -1,0 +1,111 @@
+// The proxy path streams (DESIGN "Hot path", README "How a call moves"): each upstream chunk reaches the caller
+// as it arrives, never after the whole answer, and a caller that stops reading holds the upstream back instead of
+// the gateway buffering the answer. The upstream here is a plain HTTP server the test drives chunk by chunk.
+import t from 'tap';
+import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { startHarness } from '../helpers/harness.js';
+import { until } from '../helpers/wait.js';
+
+const event = (content: string) =>
+  `data: ${JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`;
+const USAGE = `data: ${JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } })}\n\n`;
+
+/** What the upstream does with one streaming call. */
+type Script = (res: ServerResponse) => Promise<void>;
+
+let script: Script = async () => {};
+const upstream = createServer((req: IncomingMessage, res: ServerResponse) => {
+  req.resume();
+  req.on('end', () => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    void script(res).catch(() => res.destroy());
+  });
+});
+await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+
+// gamma-k3 goes to the open-weights provider: point it at this upstream.
+const h = await startHarness({ edit: (c) => void (c.providers!['sim-open-weights']!.base_url = `${upstreamUrl}/v1`) });
+t.teardown(async () => {
+  await h.close();
+  upstream.closeAllConnections();
+  await new Promise((r) => upstream.close(r));
+});
+
+const body = JSON.stringify({ model: 'gamma-k3', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+const headers = { 'content-type': 'application/json', authorization: `Bearer ${h.key}` };
+
+t.test('the first event reaches the caller while the upstream is still answering', async (t) => {
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let finished = false;
+  script = async (res) => {
+    res.write(event('first'));
+    await released;
+    res.write(event('second'));
+    res.write(USAGE);
+    res.end('data: [DONE]\n\n');
+    finished = true;
+  };
+  const res = await fetch(`${h.url}/v1/chat/completions`, { method: 'POST', headers, body });
+  t.equal(res.status, 200);
+  const reader = res.body!.getReader();
+  const first = new TextDecoder().decode((await reader.read()).value);
+  t.match(first, /"content":"first"/, 'the first event arrived');
+  t.notOk(finished, 'before the upstream sent the rest');
+  release();
+  let rest = '';
+  for (let r = await reader.read(); !r.done; r = await reader.read()) rest += new TextDecoder().decode(r.value);
+  t.match(rest, /"content":"second"/);
+  t.match(rest, /data: \[DONE\]\n\n$/);
+  t.notMatch(rest, /"usage"/, 'the usage chunk the caller did not ask for is removed');
+});
+
+t.test('a caller that stops reading holds the upstream back; nothing is lost when it reads again', async (t) => {
+  const CHUNK = event('x'.repeat(16 * 1024));
+  const TOTAL = 4096; // events: 64 MiB in all
+  let written = 0;
+  let done = false;
+  script = async (res) => {
+    for (let i = 0; i < TOTAL; i++) {
+      written += CHUNK.length;
+      // The upstream honours its own backpressure: it waits while its socket is full.
+      if (!res.write(CHUNK)) await new Promise((r) => res.once('drain', r));
+    }
+    res.write(USAGE);
+    res.end('data: [DONE]\n\n');
+    done = true;
+  };
+  const res = await new Promise<IncomingMessage>((resolve, reject) => {
+    const req = request(`${h.url}/v1/chat/completions`, { method: 'POST', headers }, resolve);
+    req.on('error', reject);
+    req.end(body);
+  });
+  t.equal(res.statusCode, 200);
+  res.pause();
+  // Let the upstream write as much as the path will take, then check it is held back.
+  let last = -1;
+  await until('the upstream is held back', async () => {
+    const now = written;
+    const still = now === last;
+    last = now;
+    await new Promise((r) => setTimeout(r, 300));
+    return still && now > 0 ? true : null;
+  });
+  const held = written;
+  const all = CHUNK.length * TOTAL;
+  t.notOk(done, 'the upstream has not finished');
+  t.ok(held < all / 2, `held back after ${(held / 2 ** 20).toFixed(1)} MiB of ${all / 2 ** 20} MiB (socket buffers only)`);
+  let received = 0;
+  let tail = '';
+  res.on('data', (c: Buffer) => {
+    received += c.length;
+    tail = (tail + c.toString('latin1')).slice(-64);
+  });
+  res.resume();
+  await new Promise((r) => res.on('end', r));
+  t.ok(done, 'the upstream finished once the caller read again');
+  t.equal(received, all + 'data: [DONE]\n\n'.length, 'every byte arrived, the unrequested usage chunk removed');
+  t.match(tail, /data: \[DONE\]\n\n$/);
+});
