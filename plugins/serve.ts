@@ -16,6 +16,7 @@ import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from '.
 import { mintAndDeposit } from './chains/dev-fund.js';
 import { buildConfig, embeddedDefault, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import farebox from './gateway.js';
+import { CHAIN_STATE_PATTERNS, keys } from './store/keys.js';
 import { closeRedis, connectRedis, deleteKeys } from './store/redis.js';
 import { startSimulator, type Simulator } from './simulator/index.js';
 import { readWallet } from './billing/wallets.js';
@@ -68,7 +69,7 @@ export function tuneHeap(execArgv: readonly string[] = process.execArgv, nodeOpt
 }
 
 /** Redis key where the embedded default publishes its dev chains for the CLI (`farebox chains`, `farebox fund`). */
-export const DEV_CHAINS_KEY = 'dev-chains';
+export const DEV_CHAINS_KEY = keys.devChains;
 
 /**
  * Dev chains as a config section. The watcher polls them every 500 ms: a deposit shows within that, and the settler's
@@ -110,7 +111,7 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
         return to ? raw.hset(key, 'status', to) : null;
       }));
     } while (cursor !== '0');
-    await deleteKeys(redis, ['wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'holds', 'instance-holds:*', 'instances', 'watcher-lease:*']);
+    await deleteKeys(redis, CHAIN_STATE_PATTERNS);
   } finally {
     await closeRedis(raw);
   }
@@ -202,7 +203,7 @@ export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: 
 
 /** On the embedded default: make the demo account on first start and return the lines to print. */
 export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig): Promise<string[]> {
-  const marker = await redis.get('demo:account');
+  const marker = await redis.get(keys.demoAccount);
   const existing = marker ? await getAccount(redis, marker) : null;
   const address = existing ? existing.address : (await createAccount(redis, {})).address;
   const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n);
@@ -210,7 +211,7 @@ export async function demoGreeting(redis: Redis, url: string, chains: ChainsConf
   if (existing) {
     return [head, `  A new key for it: npx farebox key create --account ${address}`];
   }
-  await redis.set('demo:account', address);
+  await redis.set(keys.demoAccount, address);
   const { key } = await createKey(redis, address);
   return [
     `${head} Its key, shown once:`,

@@ -1,24 +1,16 @@
 /**
  * Accounts and API keys in Redis. An account is a 0x address (the wallet that funds it). A key is `sk_` plus
  * 32 random bytes (base64url), shown once at creation and stored only as its SHA-256.
- *
- * Keys (under the deployment prefix):
- *   account:<addr>        hash  status, default_chain, created_at
- *   accounts              set   every account address
- *   apikey:<sha256>       hash  id, account, created_at, revoked_at, last_used_at
- *   apikey-id:<id>        string sha256 of the key with that id
- *   account-keys:<addr>   set   key ids of the account
+ * Their Redis keys are in plugins/store/keys.ts.
  */
 import { hash as digest, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { keys } from '../store/keys.js';
 
 /** Access states of an account (SPEC: 403 when access is not active). */
 export const ACCOUNT_STATUSES = ['active', 'pending', 'suspended'] as const;
 /** One access state. */
 export type AccountStatus = (typeof ACCOUNT_STATUSES)[number];
-
-/** Channel on which key revocations and status changes are announced, so instances drop cached entries. */
-export const INVALIDATE_CHANNEL = 'invalidate';
 
 /** An account as stored. */
 export interface Account {
@@ -62,19 +54,19 @@ export async function createAccount(
     default_chain: opts.defaultChain ?? 'chain_a',
     created_at: Date.now(),
   };
-  const created = await redis.hsetnx(`account:${address}`, 'created_at', String(account.created_at));
+  const created = await redis.hsetnx(keys.account(address), 'created_at', String(account.created_at));
   if (!created) throw new Error(`account ${address} exists already`);
   await redis
     .multi()
-    .hset(`account:${address}`, { status: account.status, default_chain: account.default_chain })
-    .sadd('accounts', address)
+    .hset(keys.account(address), { status: account.status, default_chain: account.default_chain })
+    .sadd(keys.accounts, address)
     .exec();
   return account;
 }
 
 /** The account at `address`, or null. */
 export async function getAccount(redis: Redis, address: string): Promise<Account | null> {
-  const h = await redis.hgetall(`account:${address.toLowerCase()}`);
+  const h = await redis.hgetall(keys.account(address.toLowerCase()));
   if (!h.created_at) return null;
   return {
     address: address.toLowerCase(),
@@ -87,7 +79,7 @@ export async function getAccount(redis: Redis, address: string): Promise<Account
 async function requireAccount(redis: Redis, address: string): Promise<string> {
   const addr = address.toLowerCase();
   if (!isAddress(addr)) throw new Error(`not a 0x address: ${address}`);
-  if (!(await redis.exists(`account:${addr}`))) throw new Error(`no account ${addr}`);
+  if (!(await redis.exists(keys.account(addr)))) throw new Error(`no account ${addr}`);
   return addr;
 }
 
@@ -95,15 +87,15 @@ async function requireAccount(redis: Redis, address: string): Promise<string> {
 export async function setAccountStatus(redis: Redis, address: string, status: AccountStatus): Promise<void> {
   if (!ACCOUNT_STATUSES.includes(status)) throw new Error(`status must be one of ${ACCOUNT_STATUSES.join(', ')}`);
   const addr = await requireAccount(redis, address);
-  await redis.hset(`account:${addr}`, 'status', status);
-  await publishInvalidate(redis, `account:${addr}`);
+  await redis.hset(keys.account(addr), 'status', status);
+  await publishInvalidate(redis, keys.account(addr));
 }
 
 /** Set the account's default billing chain. */
 export async function setDefaultChain(redis: Redis, address: string, chain: string): Promise<void> {
   const addr = await requireAccount(redis, address);
-  await redis.hset(`account:${addr}`, 'default_chain', chain);
-  await publishInvalidate(redis, `account:${addr}`);
+  await redis.hset(keys.account(addr), 'default_chain', chain);
+  await publishInvalidate(redis, keys.account(addr));
 }
 
 /** Create a key for an account; the key itself is returned only here. */
@@ -114,42 +106,37 @@ export async function createKey(redis: Redis, address: string): Promise<{ id: st
   const hash = hashKey(key);
   await redis
     .multi()
-    .hset(`apikey:${hash}`, { id, account, created_at: String(Date.now()) })
-    .set(`apikey-id:${id}`, hash)
-    .sadd(`account-keys:${account}`, id)
+    .hset(keys.apiKey(hash), { id, account, created_at: String(Date.now()) })
+    .set(keys.apiKeyId(id), hash)
+    .sadd(keys.accountKeys(account), id)
     .exec();
   return { id, key, account };
 }
 
 /** Revoke a key by id; revoked keys answer 401 from then on. */
 export async function revokeKey(redis: Redis, id: string): Promise<void> {
-  const hash = await redis.get(`apikey-id:${id}`);
+  const hash = await redis.get(keys.apiKeyId(id));
   if (!hash) throw new Error(`no key ${id}`);
-  await redis.hset(`apikey:${hash}`, 'revoked_at', String(Date.now()));
-  await publishInvalidate(redis, `apikey:${hash}`);
+  await redis.hset(keys.apiKey(hash), 'revoked_at', String(Date.now()));
+  await publishInvalidate(redis, keys.apiKey(hash));
 }
 
 /** Resolve a presented key to its account, or null when unknown or revoked. */
 export async function lookupKey(redis: Redis, key: string): Promise<KeyIdentity | null> {
   const keyHash = hashKey(key);
-  const [id, account, revoked] = await redis.hmget(`apikey:${keyHash}`, 'id', 'account', 'revoked_at');
+  const [id, account, revoked] = await redis.hmget(keys.apiKey(keyHash), 'id', 'account', 'revoked_at');
   if (!id || !account || revoked) return null;
-  const [status, defaultChain] = await redis.hmget(`account:${account}`, 'status', 'default_chain');
+  const [status, defaultChain] = await redis.hmget(keys.account(account), 'status', 'default_chain');
   if (!status) return null;
   return { keyId: id, keyHash, account, status: status as AccountStatus, defaultChain: defaultChain ?? 'chain_a' };
 }
 
 /** Record a key's last use (callers throttle this). */
 export async function touchKey(redis: Redis, keyHash: string, at = Date.now()): Promise<void> {
-  await redis.hset(`apikey:${keyHash}`, 'last_used_at', String(at));
-}
-
-/** The full channel name: ioredis prefixes keys, not channels, so the prefix is added here. */
-export function invalidateChannel(prefix: string): string {
-  return `${prefix}${INVALIDATE_CHANNEL}`;
+  await redis.hset(keys.apiKey(keyHash), 'last_used_at', String(at));
 }
 
 async function publishInvalidate(redis: Redis, what: string): Promise<void> {
   const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
-  await redis.publish(invalidateChannel(prefix), what);
+  await redis.publish(keys.invalidateChannel(prefix), what);
 }

@@ -5,7 +5,8 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Redis } from 'ioredis';
-import { hashKey, invalidateChannel, lookupKey, touchKey, type KeyIdentity } from './accounts.js';
+import { hashKey, lookupKey, touchKey, type KeyIdentity } from './accounts.js';
+import { keys } from '../store/keys.js';
 import { GatewayError } from '../../policies/errors.js';
 import { closeRedis } from '../store/redis.js';
 
@@ -43,7 +44,7 @@ export class KeyResolver {
     this.subscriber.on('ready', () => this.cache.clear());
     this.subscriber.on('error', onError);
     // Not awaited: the gateway starts (and says 503 on /v1/health) while Redis is away; ioredis resubscribes.
-    this.subscriber.subscribe(invalidateChannel(prefix)).catch(onError);
+    this.subscriber.subscribe(keys.invalidateChannel(prefix)).catch(onError);
   }
 
   /** Drop cached entries for `apikey:<hash>` or `account:<addr>`. */

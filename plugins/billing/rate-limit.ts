@@ -20,6 +20,7 @@
 import type { Redis } from 'ioredis';
 import { FAMILIES } from '../../policies/families.js';
 import { GatewayError, type Protocol } from '../../policies/errors.js';
+import { keys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
 import {
   buildDecision, LIMIT_IDS, rateLimitHeaders, refusalMessage, resolveLimits, UNLIMITED, WINDOW_MS,
@@ -200,17 +201,17 @@ export class RateLimiter {
     const p = this.planOf(input.family);
     if (!p) return null;
     const n = p.ids.length;
-    const keys: string[] = new Array(n);
+    const limitKeys: string[] = new Array(n);
     const args: (string | number)[] = new Array(2 + 2 * n);
-    const base = `rl:{${input.account}}:${input.family}:`;
+    const base = keys.rateLimits(input.account, input.family);
     args[0] = input.now ?? '';
     args[1] = WINDOW_MS;
     for (let i = 0; i < n; i++) {
-      keys[i] = p.scopes[i] === 'k' ? `${base}k:${input.keyId}:${p.kinds[i]}` : `${base}a:${p.kinds[i]}`;
+      limitKeys[i] = p.scopes[i] === 'k' ? `${base}k:${input.keyId}:${p.kinds[i]}` : `${base}a:${p.kinds[i]}`;
       args[2 + 2 * i] = p.limits[i];
       args[3 + 2 * i] = p.kinds[i] === 'r' ? 1 : tokenCost(input.tokens);
     }
-    return { plan: p, keys, args };
+    return { plan: p, keys: limitKeys, args };
   }
 
   /** The decision of a script's reply (`out` of rateLimitLua.decide). */
@@ -239,11 +240,11 @@ export class RateLimiter {
     const actual = tokenCost(actualTokens);
     // An estimate above the limit was charged as the limit: compare per limit.
     if (p.tokenIdx.every((i) => Math.min(estimate, p.limits[i]) === actual)) return null;
-    const base = `rl:{${input.account}}:${input.family}:`;
-    const keys = p.tokenIdx.map((i) => (p.scopes[i] === 'k' ? `${base}k:${input.keyId}:t` : `${base}a:t`));
+    const base = keys.rateLimits(input.account, input.family);
+    const limitKeys = p.tokenIdx.map((i) => (p.scopes[i] === 'k' ? `${base}k:${input.keyId}:t` : `${base}a:t`));
     const args: (string | number)[] = [input.now ?? '', WINDOW_MS, actual];
     for (const i of p.tokenIdx) args.push(p.limits[i]!, estimate);
-    return { keys, args };
+    return { keys: limitKeys, args };
   }
 
   private planOf(family: string): Plan | null {

@@ -1,18 +1,11 @@
 /**
  * Wallet state in Redis: the money of each (account, chain), moved only by Lua scripts so every step is atomic.
  *
- *   wallet:<account>:<chain>  hash   synced (escrow balance as of the watcher), locked (requested withdrawal),
- *                                    pending (debits not yet seen onchain), held (holds of running calls)
- *   wallets:<chain>           set    accounts with a wallet on the chain (the reconciler walks it)
- *   call:<callId>             hash   the call's record, from its hold to its charge: call_id (the request id), time,
- *                                    account, key_id, model, chain, held, instance, expires, price, usage,
- *                                    status held|pending|settled|failed|free, tx (usage-records.ts lists them);
- *                                    capped = 1 when the price was cut to the hold
- *   holds                     zset   requestId by expiry (ms), while held
- *   instance-holds:<id>       set    requestIds held by one gateway instance
- *   debits:<chain>            stream one entry per debit: request_id, call_id, account, amount
- *   usage-idx:<account>       zset   requestId by time
- *   cursor:<chain>            string last applied escrow event, "block:logIndex"
+ * Keys (plugins/store/keys.ts): wallet:<account>:<chain> (synced = escrow balance as of the watcher, locked =
+ * requested withdrawal, pending = debits not yet seen onchain, held = holds of running calls); call:<callId>, the
+ * call's record from its hold to its charge (call_id = the request id, time, account, key_id, model, chain, held,
+ * owner, expires, price, usage, status held|pending|settled|failed|free, tx, and capped = 1 when the price was cut
+ * to the hold); holds and owner-holds:<owner> while held; debits:<chain>; usage-idx:<account>; cursor:<chain>.
  *
  * One record per call, keyed by its escrow call id (callIdOf), so the watcher finds a Charged event's call directly.
  * Its status is the money's state: `held` (the amount in the wallet's `held`), `pending` (the price in `pending`),
@@ -29,6 +22,7 @@ import type { Redis } from 'ioredis';
 import type { Address, ChainName } from '../chains/config.js';
 import type { EscrowEvent } from '../chains/port.js';
 import { rateLimitLua, type PreparedAdjust } from './rate-limit.js';
+import { keys, luaKeys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
 
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
@@ -126,17 +120,17 @@ for i = 3, #ARGV, 7 do
   local b, l = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   if b > cb or (b == cb and l > cl) then
     local kind, amount, account, callId, tx = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-    local wallet = prefix .. 'wallet:' .. account .. ':' .. chain
+    local wallet = ${luaKeys.wallet('account', 'chain')}
     -- Once per account and script: a batch's charges are mostly one account's.
     if not listed[account] then
-      redis.call('SADD', prefix .. 'wallets:' .. chain, account)
+      redis.call('SADD', ${luaKeys.wallets('chain')}, account)
       listed[account] = true
     end
     if kind == 'deposited' then
       redis.call('HINCRBY', wallet, 'synced', amount)
     elseif kind == 'charged' or kind == 'charge_refused' then
       if kind == 'charged' then redis.call('HINCRBY', wallet, 'synced', '-' .. amount) end
-      local call = prefix .. 'call:' .. callId
+      local call = ${luaKeys.call('callId')}
       local d = redis.call('HMGET', call, 'status', 'price')
       if d[1] == 'pending' then
         redis.call('HINCRBY', wallet, 'pending', '-' .. d[2])
@@ -173,18 +167,8 @@ const settleScript = new LuaScript(SETTLE);
 const applyScript = new LuaScript(APPLY);
 const correctScript = new LuaScript(CORRECT);
 
-/** Key names (under the connection's prefix). */
-export const walletKeys = {
-  wallet: (account: string, chain: string) => `wallet:${account}:${chain}`,
-  wallets: (chain: string) => `wallets:${chain}`,
-  call: (callId: string) => `call:${callId}`,
-  holds: 'holds',
-  instanceHolds: (instance: string) => `instance-holds:${instance}`,
-  instances: 'instances',
-  debits: (chain: string) => `debits:${chain}`,
-  usageIndex: (account: string) => `usage-idx:${account}`,
-  cursor: (chain: string) => `cursor:${chain}`,
-};
+/** Key names (plugins/store/keys.ts). */
+export const walletKeys = { ...keys, instanceHolds: keys.ownerHolds };
 
 /** Whole milliseconds for PEXPIRE, which refuses a fraction (retention_days 0.7 is 60479999.99999999 ms). */
 function wholeMs(ms: number): number {

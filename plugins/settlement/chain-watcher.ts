@@ -12,7 +12,8 @@ import type { ChainName } from '../chains/config.js';
 import type { SettlementChain } from '../chains/port.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { countBy, usdOf } from '../metrics/metrics.js';
-import { applyEvents, correctSynced, readCursor, readWallet, walletKeys } from '../billing/wallets.js';
+import { applyEvents, correctSynced, readCursor, readWallet } from '../billing/wallets.js';
+import { keys } from '../store/keys.js';
 
 /** Watcher settings. */
 export interface WatcherSettings {
@@ -94,7 +95,7 @@ export class ChainWatcher {
     const now = Date.now();
     const at = this.leasedAt.get(name);
     if (at !== undefined && now - at < RENEW_AFTER_MS) return true;
-    const key = `watcher-lease:${name}`;
+    const key = keys.watcherLease(name);
     let held = (await this.r.set(key, this.instance, 'PX', LEASE_MS, 'NX')) === 'OK';
     if (!held && (await this.r.get(key)) === this.instance) held = (await this.r.pexpire(key, LEASE_MS)) === 1;
     if (held) {
@@ -142,7 +143,7 @@ export class ChainWatcher {
   /** Read and apply the events of the blocks not scanned yet (one step; exported for tests). */
   async poll(name: ChainName, chain: SettlementChain, head?: bigint): Promise<number> {
     head ??= await chain.latestBlock();
-    const scannedRaw = await this.r.get(`scanned:${name}`);
+    const scannedRaw = await this.r.get(keys.scanned(name));
     const from = scannedRaw !== null ? BigInt(scannedRaw) + 1n : (this.settings.startBlocks[name] ?? 0n);
     if (from > head) {
       this.metrics.chainLagBlocks.set({ chain: name }, 0);
@@ -154,7 +155,7 @@ export class ChainWatcher {
     const kinds = await applyEvents(this.r, name, events);
     countBy(kinds, (kind, n) => this.metrics.chainEvents.inc({ chain: name, kind }, n));
     const applied = kinds.length;
-    await this.r.set(`scanned:${name}`, to.toString());
+    await this.r.set(keys.scanned(name), to.toString());
     if (to === head && this.leasedAt.has(name)) this.scannedHead.set(name, head);
     this.metrics.chainLagBlocks.set({ chain: name }, Number(head - to));
     return applied;
@@ -163,11 +164,11 @@ export class ChainWatcher {
   /** Compare every synced balance of a chain with the chain (one round; exported for tests). */
   async reconcile(name: ChainName, chain: SettlementChain): Promise<number> {
     let corrected = 0;
-    const accounts = await this.r.smembers(walletKeys.wallets(name));
+    const accounts = await this.r.smembers(keys.wallets(name));
     for (const account of accounts) {
       // Cursor first, then the scanned block: the balance at that block is what the applied events sum to.
       const cursor = await readCursor(this.r, name);
-      const scanned = await this.r.get(`scanned:${name}`);
+      const scanned = await this.r.get(keys.scanned(name));
       if (scanned === null) return corrected;
       const onchain = await chain.balanceOf(account as `0x${string}`, BigInt(scanned));
       const wallet = await readWallet(this.r, account, name);
@@ -204,7 +205,7 @@ export class ChainWatcher {
     // Hand the leases over now: a successor would otherwise wait LEASE_MS for them to expire.
     for (const name of Object.keys(this.chains)) {
       await this.r
-        .eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0", 1, `watcher-lease:${name}`, this.instance)
+        .eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0", 1, keys.watcherLease(name), this.instance)
         .catch(() => {});
     }
   }

@@ -1,0 +1,73 @@
+/**
+ * Every Redis key of the project, in one place. Names are under the deployment's prefix (config `redis.prefix`),
+ * which the connection adds (ioredis keyPrefix); scripts that build keys from event fields use `luaKeys`, the same
+ * names as Lua expressions over a `prefix` variable.
+ *
+ * Accounts (plugins/accounts/)
+ *   account:<addr>           hash    status, default_chain, created_at
+ *   accounts                 set     every account address
+ *   apikey:<sha256>          hash    id, account, name, created_at, revoked_at, last_used_at
+ *   apikey-id:<id>           string  sha256 of the key with that id
+ *   account-keys:<addr>      set     key ids of the account
+ *   invalidate               channel key revocations and status changes (a channel, not a key: prefixed by hand)
+ * Money (plugins/billing/wallets.ts has the scripts that move it)
+ *   wallet:<addr>:<chain>    hash    synced, locked, pending, held
+ *   wallets:<chain>          set     accounts with a wallet on the chain
+ *   call:<callId>            hash    the call's record from hold to charge (call-records.ts)
+ *   holds                    zset    request id by hold expiry (ms)
+ *   owner-holds:<owner>      set     request ids held by one owner (a gateway instance or a job)
+ *   instances                zset    gateway instance by last heartbeat (ms)
+ *   debits:<chain>           stream  debits to charge onchain
+ *   usage-idx:<addr>         zset    request id by call time
+ * Rate limits (plugins/billing/rate-limit.ts)
+ *   rl:{<addr>}:<family>:k:<keyId>:r|t, rl:{<addr>}:<family>:a:r|t   one bucket per limit
+ * Chains (plugins/settlement/)
+ *   cursor:<chain>           string  last applied escrow event, "block:logIndex"
+ *   scanned:<chain>          string  last block scanned
+ *   watcher-lease:<chain>    string  the instance watching the chain
+ * Embedded default (plugins/serve.ts)
+ *   dev-chains               string  the dev chains' config, for the CLI
+ *   demo:account             string  the demo account's address
+ */
+
+/** Key names, relative to the connection's prefix. */
+export const keys = {
+  account: (address: string) => `account:${address}`,
+  accounts: 'accounts',
+  apiKey: (hash: string) => `apikey:${hash}`,
+  apiKeyId: (id: string) => `apikey-id:${id}`,
+  accountKeys: (address: string) => `account-keys:${address}`,
+  /** Not a key: the pub/sub channel of invalidations (ioredis prefixes keys, not channels). */
+  invalidateChannel: (prefix: string) => `${prefix}invalidate`,
+
+  wallet: (account: string, chain: string) => `wallet:${account}:${chain}`,
+  wallets: (chain: string) => `wallets:${chain}`,
+  call: (callId: string) => `call:${callId}`,
+  holds: 'holds',
+  ownerHolds: (owner: string) => `owner-holds:${owner}`,
+  instances: 'instances',
+  debits: (chain: string) => `debits:${chain}`,
+  usageIndex: (account: string) => `usage-idx:${account}`,
+
+  /** Prefix of one account's rate-limit buckets of one family; the {account} hash tag keeps them in one slot. */
+  rateLimits: (account: string, family: string) => `rl:{${account}}:${family}:`,
+
+  cursor: (chain: string) => `cursor:${chain}`,
+  scanned: (chain: string) => `scanned:${chain}`,
+  watcherLease: (chain: string) => `watcher-lease:${chain}`,
+
+  devChains: 'dev-chains',
+  demoAccount: 'demo:account',
+} as const;
+
+/** The same names as Lua expressions, for scripts that build keys from their arguments (`prefix` in scope). */
+export const luaKeys = {
+  wallet: (account: string, chain: string) => `prefix .. 'wallet:' .. ${account} .. ':' .. ${chain}`,
+  wallets: (chain: string) => `prefix .. 'wallets:' .. ${chain}`,
+  call: (callId: string) => `prefix .. 'call:' .. ${callId}`,
+} as const;
+
+/** Patterns of the keys that describe one set of chains: cleared when the embedded default's dev chains restart. */
+export const CHAIN_STATE_PATTERNS = [
+  'wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'holds', 'owner-holds:*', 'instances', 'watcher-lease:*',
+] as const;
