@@ -12,7 +12,8 @@ import type { ChainName } from '../chains/config.js';
 import type { SettlementChain } from '../chains/port.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { countBy, usdOf } from '../metrics/metrics.js';
-import { applyEvents, correctSynced, readCursor, readWallet } from '../billing/wallets.js';
+import { readWallet } from '../billing/wallets.js';
+import { applyEvents, correctSynced, readCursor } from './apply-events.js';
 import { keys } from '../store/keys.js';
 
 /** Watcher settings. */

@@ -4,7 +4,8 @@ import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import type { Address } from '../../plugins/chains/config.js';
 import type { EscrowEvent, Hex } from '../../plugins/chains/port.js';
-import { APPLY_CHUNK, applyEvents, readCursor, readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { APPLY_CHUNK, applyEvents, readCursor } from '../../plugins/settlement/apply-events.js';
 import { testRedis } from '../helpers/harness.js';
 
 const { redis } = await testRedis(t);
