@@ -1,14 +1,10 @@
-/**
- * The state of one call as it moves through the hooks (identify, police, gate, proxy, settle), and the seam
- * through which billing sees it.
- */
+/** Request ids, and the state of one call as it moves through the phases of plugins/hooks/. */
 import { randomBytes } from 'node:crypto';
 import type { KeyIdentity } from './accounts/accounts.js';
-import type { Protocol } from '../policies/errors.js';
+import type { Admitted } from './billing/admission.js';
+import type { Endpoint, Policed } from './routes/endpoint.js';
 import type { Meter } from './upstream/metering.js';
-import type { PreparedAdjust, PreparedLimits } from './billing/rate-limit.js';
-import type { ModelRoute, TextEndpoint } from '../policies/catalog.js';
-import type { RewriteResult } from '../policies/rewrite.js';
+import type { Protocol } from '../policies/errors.js';
 
 const COUNTER_END = 2 ** 32;
 
@@ -40,59 +36,50 @@ export function newRequestId(): string {
   return processIds.next();
 }
 
-/** One call: created in onRequest, final when the response closes. */
-export interface CallContext {
+/** What the forward phase saw of the upstream exchange. */
+export interface Exchange {
+  /** HTTP status the upstream answered, or the gateway's own for a failure to reach it (502, 504). */
+  status?: number;
+  /** The meter of a 2xx answer: what reached the caller. */
+  meter?: Meter;
+  /** Aborts the upstream exchange while it runs (the caller went away). */
+  abort?: () => void;
+}
+
+/**
+ * One call as it moves through the phases (plugins/hooks/): each phase writes its own field once, and reads the
+ * fields of the phases before it. Created by identify; final when the response closes.
+ */
+export interface Call {
   /** Request id, returned as x-request-id; also the call id billing charges once. */
   readonly id: string;
   readonly protocol: Protocol;
+  /** The endpoint module of the route (undefined for health and 404s). */
+  readonly endpoint: Endpoint | undefined;
   /** process.hrtime.bigint() at onRequest. */
   readonly startedAt: bigint;
-  endpoint?: TextEndpoint;
-  identity?: KeyIdentity;
-  /** The parsed JSON body's size in bytes (bounds the input tokens). */
+  /** Size of the request body as read (the JSON parser sets it). */
   bodyBytes: number;
-  route?: ModelRoute;
-  rewrite?: RewriteResult;
-  /** The rewritten body as sent upstream (serialized once). */
-  upstreamBody?: string;
-  /** Upper bound on the call's input-side tokens (billing.ts inputTokensBound), computed once. */
-  inputBound?: number;
-  /** The client class the policies recognised. */
+  /** identify: the key's account. */
+  identity?: KeyIdentity;
+  /** police: the validated, routed, rewritten request. */
+  policed?: Policed;
+  /** police: the client class the signatures recognised. */
   client?: string;
-  /** HTTP status the upstream answered, or the proxy's own for connection failures. */
-  upstreamStatus?: number;
-  /** Aborts the upstream exchange while it runs (the caller went away). */
-  abortUpstream?: () => void;
-  meter?: Meter;
+  /** gate: the admitted call (its hold and rate-limit decision). */
+  admitted?: Admitted;
+  /** forward: the upstream exchange. */
+  exchange?: Exchange;
+  /** The response has closed (answered, or the caller went away). */
+  ended: boolean;
   /** The caller went away before the whole answer was written. */
   clientAborted: boolean;
-  /** The response has closed (answered, or the caller went away). */
-  ended?: boolean;
-  /** Run once when the response has closed, after the metrics (the route's settlement). */
-  onEnd?: () => void;
-  /** Billing's own state of the call (hold, chain). */
-  billing?: unknown;
-  /** Tokens the call was billed for, once settled (rate limits correct their estimate with it). */
-  billedTokens?: number;
-}
-
-/** What billing plugs into the call path (DESIGN "The path of one call", steps 3 and 5). */
-export interface CallObserver {
-  /**
-   * Gate: after policies, before the upstream is called; throws a GatewayError (402) to refuse. An observer that
-   * `decidesLimits` also decides the call's rate limits in the same step (given as `limits`) and returns the
-   * decision's reply (RateLimiter.decide); a call the limits refuse is then not held, and not refused by the gate.
-   * Such an observer also corrects the call's token limits in its settlement, with what `correctLimits` prepares
-   * from the tokens it bills (RateLimiter.prepareAdjust).
-   */
-  gate(call: CallContext, reply: import('fastify').FastifyReply, limits?: PreparedLimits): Promise<readonly number[] | void>;
-  readonly decidesLimits?: boolean;
-  /** Settle: once, when the response has closed, whatever happened. Must not throw. */
-  settle(call: CallContext, correctLimits?: (billedTokens: number) => PreparedAdjust | null): Promise<void>;
+  /** finish has run. */
+  finished: boolean;
 }
 
 declare module 'fastify' {
   interface FastifyRequest {
-    farebox: CallContext;
+    farebox: Call;
   }
 }

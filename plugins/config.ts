@@ -5,44 +5,13 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { chainsConfigSchema, type ChainsConfig } from './chains/config.js';
-import { FAMILIES, REASONING_SCALE, type ReasoningLevel } from '../policies/families.js';
+import { modelSchema, PROTOCOLS_OF_KIND, providerSchema, type ModelConfig, type ProviderConfig } from '../policies/catalog.js';
 import { buildSignatures, clientSignatureSchema, type ClientSignature } from '../policies/clients.js';
+import type { ReasoningLevel } from '../policies/families.js';
 import { limitsConfigSchema, type LimitsConfig } from '../policies/limits.js';
 import { buildPriceTable, lookupRates, pricesConfigSchema, type PriceTable } from '../pricing/index.js';
 
-export { FAMILIES, REASONING_SCALE, type Family, type ReasoningLevel } from '../policies/families.js';
-
-const providerSchema = z.strictObject({
-  /** Wire protocol the provider speaks: Anthropic Messages or OpenAI chat completions. */
-  protocol: z.enum(['anthropic', 'openai']),
-  /** Anthropic: origin without /v1 (https://api.anthropic.com); OpenAI: API base with /v1. */
-  base_url: z.url({ protocol: /^https?$/ }).transform((u) => u.replace(/\/+$/, '')),
-  /** Name of the environment variable holding the operator's provider key. */
-  key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name'),
-  /** Upper bound on one upstream call, first byte to last. */
-  timeout_ms: z.number().int().positive().default(600_000),
-  /** OpenAI protocol: the output-limit field the provider reads. */
-  max_tokens_field: z.enum(['max_tokens', 'max_completion_tokens']).default('max_completion_tokens'),
-});
-
-const modelSchema = z.strictObject({
-  id: z.string().min(1),
-  family: z.enum(FAMILIES),
-  /** Provider of the model's native protocol (Anthropic for alpha on /v1/messages). */
-  provider: z.string().min(1),
-  /** Provider for /v1/chat/completions when it differs (an OpenAI-compatible endpoint). */
-  chat_provider: z.string().min(1).optional(),
-  /** The provider's own id for the model; defaults to `id`. */
-  upstream_model: z.string().min(1).optional(),
-  /** Output-token ceiling: larger max_tokens are clamped to it. */
-  max_tokens: z.number().int().positive().default(32_000),
-  /** Most input tokens the model takes: bounds the input side of the worst-case price. */
-  context_window: z.number().int().positive().default(200_000),
-  /** Whether the model still accepts `temperature`; when false it is removed. */
-  temperature: z.boolean().default(true),
-  /** Reasoning levels the upstream supports; requested levels map to the nearest of these. */
-  reasoning_levels: z.array(z.enum(REASONING_SCALE)).default([]),
-});
+export type { ModelConfig, ProviderConfig } from '../policies/catalog.js';
 
 const serverSchema = z.strictObject({
   port: z.number().int().min(0).max(65535).default(8080),
@@ -114,9 +83,13 @@ export const configSchema = z
       if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
       seen.add(m.id);
       for (const key of ['provider', 'chat_provider'] as const) {
-        const name = m[key];
-        if (name !== undefined && !cfg.providers[name]) {
+        const name = (m as { provider: string; chat_provider?: string })[key];
+        if (name === undefined) continue;
+        const provider = cfg.providers[name];
+        if (!provider) {
           ctx.addIssue({ code: 'custom', path: ['models', i, key], message: `unknown provider ${name}` });
+        } else if (!PROTOCOLS_OF_KIND[m.kind].includes(provider.protocol)) {
+          ctx.addIssue({ code: 'custom', path: ['models', i, key], message: `${m.kind} models are not served through the ${provider.protocol} protocol of ${name}` });
         }
       }
     });
@@ -125,10 +98,6 @@ export const configSchema = z
 /** Configuration as written (input of the schema). */
 export type ConfigInput = z.input<typeof configSchema>;
 type Parsed = z.output<typeof configSchema>;
-/** One provider, with its key resolved from the environment. */
-export type ProviderConfig = Parsed['providers'][string] & { name: string; key: string };
-/** One model. */
-export type ModelConfig = Parsed['models'][number];
 
 /** The validated, frozen configuration the gateway runs on. */
 export interface FareboxConfig {
@@ -179,21 +148,30 @@ export interface ConfigEnv {
   [name: string]: string | undefined;
 }
 
-/** Validate a configuration object, apply the environment over it, resolve provider keys, freeze. */
-export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedded = false): FareboxConfig {
-  const raw = structuredClone(input) as Record<string, unknown> & { server?: Record<string, unknown>; redis?: Record<string, unknown> };
-  if (raw && typeof raw === 'object') {
-    if (env.PORT !== undefined || env.HOST !== undefined) {
-      raw.server = { ...(raw.server ?? {}) };
-      if (env.PORT !== undefined) raw.server.port = Number(env.PORT);
-      if (env.HOST !== undefined) raw.server.host = env.HOST;
-    }
-    if (env.REDIS_URL !== undefined || env.FAREBOX_REDIS_PREFIX !== undefined) {
-      raw.redis = { ...(raw.redis ?? {}) };
-      if (env.REDIS_URL !== undefined) raw.redis.url = env.REDIS_URL;
-      if (env.FAREBOX_REDIS_PREFIX !== undefined) raw.redis.prefix = env.FAREBOX_REDIS_PREFIX;
-    }
+/** The environment over a config read by `farebox serve`: PORT, HOST, REDIS_URL and FAREBOX_REDIS_PREFIX win. */
+export function withEnvironment(input: unknown, env: ConfigEnv): unknown {
+  if (!input || typeof input !== 'object' || Array.isArray(input)) return input;
+  const raw = { ...(input as Record<string, unknown>) } as Record<string, unknown> & { server?: Record<string, unknown>; redis?: Record<string, unknown> };
+  if (env.PORT !== undefined || env.HOST !== undefined) {
+    raw.server = { ...(raw.server ?? {}) };
+    if (env.PORT !== undefined) raw.server.port = Number(env.PORT);
+    if (env.HOST !== undefined) raw.server.host = env.HOST;
   }
+  if (env.REDIS_URL !== undefined || env.FAREBOX_REDIS_PREFIX !== undefined) {
+    raw.redis = { ...(raw.redis ?? {}) };
+    if (env.REDIS_URL !== undefined) raw.redis.url = env.REDIS_URL;
+    if (env.FAREBOX_REDIS_PREFIX !== undefined) raw.redis.prefix = env.FAREBOX_REDIS_PREFIX;
+  }
+  return raw;
+}
+
+/**
+ * Validate a configuration object as given, resolve provider keys from `env`, freeze. The environment's PORT, HOST
+ * and REDIS_URL do not apply here: a config given explicitly (the plugin's option) is what runs; loadConfig puts them
+ * over a config file for `farebox serve`.
+ */
+export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedded = false): FareboxConfig {
+  const raw = structuredClone(input);
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) throw new ConfigError(`invalid config: ${formatIssues(parsed.error)}`);
   const data = parsed.data;
@@ -210,10 +188,14 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
     throw new ConfigError(`invalid config: ${(err as Error).message}`);
   }
   data.models.forEach((m, i) => {
+    let kind: string | undefined;
     try {
-      if (lookupRates(prices, m.id).kind !== 'text') throw new Error('priced as a non-text model');
+      kind = lookupRates(prices, m.id).kind;
     } catch {
-      throw new ConfigError(`invalid config: models.${i}.id: ${m.id} has no text price (add it under prices.text)`);
+      // no price at all
+    }
+    if (kind !== m.kind) {
+      throw new ConfigError(`invalid config: models.${i}.id: ${m.id} has no ${m.kind} price (add it under prices.${m.kind})`);
     }
   });
   let clients: readonly ClientSignature[];
@@ -233,7 +215,7 @@ export function loadConfig(env: ConfigEnv = process.env, simulatorUrl?: string):
   const file = env.FAREBOX_CONFIG;
   if (!file) {
     if (!simulatorUrl) throw new ConfigError('the embedded default needs the simulator URL');
-    return buildConfig(embeddedDefault(simulatorUrl), { ...env, FAREBOX_SIM_KEY: 'sim-key' }, true);
+    return buildConfig(withEnvironment(embeddedDefault(simulatorUrl), env), { ...env, FAREBOX_SIM_KEY: 'sim-key' }, true);
   }
   let text: string;
   try {
@@ -247,7 +229,7 @@ export function loadConfig(env: ConfigEnv = process.env, simulatorUrl?: string):
   } catch (err) {
     throw new ConfigError(`FAREBOX_CONFIG ${file} is not valid JSON: ${(err as Error).message}`);
   }
-  const config = buildConfig(json, env, false);
+  const config = buildConfig(withEnvironment(json, env), env, false);
   // A gateway without chains could not bill: only the plugin's tests run one.
   if (!config.chains) throw new ConfigError('invalid config: chains: the four settlement chains are required');
   return config;

@@ -1,52 +1,87 @@
 /**
  * farebox: the gateway as a Fastify plugin (the package's default export).
  *
- *   app.register(farebox, { config })
+ *   app.register(farebox)               // the environment (FAREBOX_CONFIG), else the embedded default
+ *   app.register(farebox, { config })   // a config of its own
  *
- * It serves the spec's endpoints under /v1 in its own encapsulated context, so the host app's routes and hooks
- * are untouched. One call: identify (request id, key -> account) -> police (validate, route, rewrite) ->
- * gate (billing) -> proxy (stream through a meter) -> settle (billing, when the response closes).
+ * It serves the spec's endpoints under /v1 in its own encapsulated context, so the host app's routes and hooks are
+ * untouched. Every call runs the same phases (plugins/hooks/), in the order the route below lists them:
+ *   identify (request id; key -> account) -> police (endpoint schema, model route, rewrite, client rule) ->
+ *   gate (quote; rate limits and hold in one script) -> forward (upstream, metered) -> finish (debit, when the
+ *   response closes).
+ * The endpoints are modules (plugins/routes/) that declare what differs: schema, rewrite, quote, forward, bill.
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
-import { KeyResolver, presentedKey } from './accounts/key-resolver.js';
-import { Billing, inputTokensBound } from './billing/billing.js';
-import { newRequestId, type CallContext, type CallObserver } from './call.js';
+import { KeyResolver } from './accounts/key-resolver.js';
+import { Admission } from './billing/admission.js';
+import { Billing } from './billing/billing.js';
+import { RateLimiter } from './billing/rate-limit.js';
+import type { Call } from './call.js';
 import { CHAIN_NAMES } from './chains/config.js';
-import { buildConfig, type FareboxConfig } from './config.js';
-import { GatewayError, isRetryable, renderError, type Protocol } from '../policies/errors.js';
+import { buildConfig, ConfigError, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import { startEmbedded } from './embedded.js';
+import { Finisher } from './hooks/finish.js';
+import { forwardCall } from './hooks/forward.js';
+import { gateCall } from './hooks/gate.js';
+import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
+import { parseJsonBody, policeCall } from './hooks/police.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
-import { proxyCall, Upstreams } from './upstream/proxy.js';
-import { RateLimiter, rateLimitedError } from './billing/rate-limit.js';
-import { closeRedis, connectRedis, redisAnswers } from './store/redis.js';
+import { ENDPOINTS, healthRoute } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
-import { checkClientRule } from '../policies/client-rules.js';
-import { classifyClient } from '../policies/clients.js';
-import { rateLimitHeaders, UNLIMITED, type Decision } from '../policies/limits.js';
-import { ModelCatalog, type TextEndpoint } from '../policies/catalog.js';
-import { rewriteChat, rewriteMessages } from '../policies/rewrite.js';
-import { chatBody, countTokensBody, messagesBody, parseBody } from '../policies/schemas.js';
+import { closeRedis, connectRedis } from './store/redis.js';
+import { Upstreams } from './upstream/pools.js';
+import { ModelCatalog } from '../policies/catalog.js';
+import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
 
-/** Options of the plugin. */
+/** Options of the plugin; every one is optional. */
 export interface FareboxOptions {
-  /** A validated config (buildConfig/loadConfig), or a raw one validated here. */
-  config: FareboxConfig | unknown;
-  /** A Redis connection to use instead of opening one from config.redis (the caller closes it). */
-  redis?: Redis;
   /**
-   * Billing's view of each call. Default: billing on the configured chains (none configured = calls are not
-   * billed, for tests of the proxy alone). `false` turns billing off.
+   * A validated config (buildConfig/loadConfig) or a raw one, validated here. Absent: FAREBOX_CONFIG from `env`,
+   * else the embedded default (simulated upstreams and dev chains, started with the plugin, closed with the app).
    */
-  observer?: CallObserver | false;
-  /** Where settler keys and provider keys are read. Default process.env. */
-  env?: Record<string, string | undefined>;
-  /** Metrics registry to use (default: a new one per plugin instance). */
+  config?: FareboxConfig | unknown;
+  /** An ioredis connection to use instead of opening one from config.redis (the caller closes it). */
+  redis?: Redis;
+  /** Where provider keys, settler keys and FAREBOX_CONFIG are read. Default process.env. */
+  env?: ConfigEnv;
+  /** Metrics registry to use (createMetrics). Default: a new one per plugin instance. */
   metrics?: Metrics;
 }
 
-function protocolOf(url: string): Protocol {
-  return url.includes('/v1/messages') ? 'anthropic' : 'openai';
+const OPTION_NAMES = new Set(['config', 'redis', 'env', 'metrics']);
+// Fastify's own register options arrive beside ours.
+const FASTIFY_OPTIONS = new Set(['prefix', 'logLevel', 'logSerializers']);
+
+/** Refuse options a registration cannot run with, naming the option (a TypeError later would not). */
+export function checkOptions(opts: unknown): FareboxOptions {
+  if (opts === undefined || opts === null) return {};
+  if (typeof opts !== 'object' || Array.isArray(opts)) throw new ConfigError('farebox options must be an object');
+  const o = opts as Record<string, unknown>;
+  for (const name of Object.keys(o)) {
+    if (!OPTION_NAMES.has(name) && !FASTIFY_OPTIONS.has(name)) throw new ConfigError(`farebox option ${name}: unknown option (config, redis, env, metrics)`);
+  }
+  if ('config' in o && o.config !== undefined && (o.config === null || typeof o.config !== 'object' || Array.isArray(o.config))) {
+    throw new ConfigError('farebox option config: must be a config object (see deploy/farebox.example.json) or left out');
+  }
+  if (o.redis !== undefined) {
+    const r = o.redis as { sendCommand?: unknown; duplicate?: unknown; options?: unknown };
+    if (!r || typeof r !== 'object' || typeof r.sendCommand !== 'function' || typeof r.duplicate !== 'function' || typeof r.options !== 'object') {
+      throw new ConfigError('farebox option redis: must be an ioredis connection');
+    }
+  }
+  if (o.env !== undefined) {
+    if (!o.env || typeof o.env !== 'object' || Array.isArray(o.env)) throw new ConfigError('farebox option env: must be an object of environment variables');
+    for (const [k, v] of Object.entries(o.env)) {
+      if (v !== undefined && typeof v !== 'string') throw new ConfigError(`farebox option env: ${k} must be a string`);
+    }
+  }
+  if (o.metrics !== undefined) {
+    const m = o.metrics as { registry?: { metrics?: unknown } };
+    if (!m || typeof m !== 'object' || typeof m.registry?.metrics !== 'function') throw new ConfigError('farebox option metrics: must come from createMetrics()');
+  }
+  return o as FareboxOptions;
 }
 
 /** Any error thrown on the call path, as the GatewayError the caller sees. */
@@ -71,7 +106,7 @@ export function toGatewayError(err: unknown): GatewayError {
 
 function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): void {
   const ge = toGatewayError(err);
-  const call = request.farebox as CallContext | null;
+  const call = request.farebox as Call | null;
   if (ge.status >= 500) request.log.error({ err: ge.cause ?? err, requestId: call?.id }, ge.message);
   reply.code(ge.status).header('content-type', 'application/json');
   if (ge.headers) reply.headers(ge.headers);
@@ -79,10 +114,22 @@ function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): 
   reply.send(renderError(ge, call?.protocol ?? protocolOf(request.url)));
 }
 
-const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
-  const config = (opts.config as FareboxConfig).providers && Object.isFrozen(opts.config)
-    ? (opts.config as FareboxConfig)
-    : buildConfig(opts.config);
+/** The config of a registration: the option, else FAREBOX_CONFIG, else the embedded default (started here). */
+async function configOf(app: FastifyInstance, opts: FareboxOptions, env: ConfigEnv): Promise<{ config: FareboxConfig; env: ConfigEnv }> {
+  if (opts.config !== undefined) {
+    const given = opts.config as FareboxConfig;
+    const config = Object.isFrozen(given) && given.providers && given.prices ? given : buildConfig(opts.config, env);
+    return { config, env };
+  }
+  if (env.FAREBOX_CONFIG) return { config: loadConfig(env), env };
+  const embedded = await startEmbedded(env);
+  app.addHook('onClose', () => embedded.close());
+  return { config: embedded.config, env: embedded.env };
+}
+
+const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
+  const opts = checkOptions(options);
+  const { config, env } = await configOf(app, opts, opts.env ?? process.env);
   const redis = opts.redis ?? connectRedis({ ...config.redis, failFast: true });
   if (!opts.redis) {
     let lastLog = 0;
@@ -94,11 +141,11 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
       }
     });
   }
+  const log = app.log;
   const keys = new KeyResolver(redis);
-  keys.listen((err) => app.log.warn({ err }, 'key invalidation channel'));
+  keys.listen((err) => log.warn({ err }, 'key invalidation channel'));
   const catalog = new ModelCatalog(config);
   const metrics = opts.metrics ?? createMetrics();
-  const limiter = new RateLimiter(redis, config.limits);
   const upstreams = new Upstreams();
   // From the start of close(): proxied answers ask keep-alive callers to close (RFC 9112 9.6), else an open
   // socket would hold the server's close for its keep-alive timeout.
@@ -106,31 +153,30 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     upstreams.closing = true;
   });
   if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
-  const log = app.log;
 
-  // Billing: the funds gate and settlement on the call path; the settler and the chain watcher beside it, unless
-  // this instance leaves them to others (`farebox settle`, plugins/settlement.ts).
-  const billing = opts.observer === undefined && config.chains
-    ? new Billing(redis, config.prices, {
+  // Billing on the configured chains; none configured (only a test of the proxy alone runs so): calls are not billed.
+  const billing = config.chains
+    ? new Billing(redis, {
       retentionMs: config.billing.retention_days * 86_400_000,
-      holdGraceMs: config.billing.hold_grace_ms,
+      holdTtlMs: config.billing.hold_grace_ms,
       instanceTimeoutMs: config.billing.instance_timeout_ms,
     }, metrics, log)
     : undefined;
-  const observer: CallObserver | undefined = opts.observer === false ? undefined : (opts.observer ?? billing);
+  const admission = new Admission(new RateLimiter(redis, config.limits), billing, log);
+  const finisher = new Finisher(admission, config.prices, log);
+  // The settler and the chain watcher beside the call path, unless this instance leaves them to others
+  // (`farebox settle`, plugins/settlement/settlement.ts).
   const settlement = billing && config.chains
-    ? new Settlement(redis, config.chains, config.billing, billing.instance, metrics, log, opts.env ?? process.env)
+    ? new Settlement(redis, config.chains, config.billing, billing.instance, metrics, log, env)
     : undefined;
   app.addHook('onReady', async () => {
-    // Heartbeats well inside the timeout, so a live instance is never taken for dead.
+    // Heartbeats (and hold renewals) well inside the timeout, so a live instance is never taken for dead.
     billing?.start(Math.min(5_000, Math.max(250, Math.floor(config.billing.instance_timeout_ms / 3))));
     await settlement?.start();
   });
-
-  // Settlements still running at shutdown finish before Redis closes (else their holds would only expire).
-  const settling = new Set<Promise<void>>();
+  // Debits still running at shutdown finish before Redis closes (else their holds would only expire).
   app.addHook('onClose', async () => {
-    await Promise.allSettled([...settling]);
+    await finisher.drained();
     await settlement?.stop();
     await billing?.stop();
     await keys.close();
@@ -138,160 +184,43 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, opts) => {
     if (!opts.redis) await closeRedis(redis);
   });
 
-  if (config.metrics.enabled) await serveMetrics(app, metrics, { ...config.metrics, host: config.server.host }, opts.env ?? process.env);
+  if (config.metrics.enabled) await serveMetrics(app, metrics, { ...config.metrics, host: config.server.host }, env);
 
   await app.register(
     async (v1: FastifyInstance) => {
-      v1.decorateRequest('farebox', null as unknown as CallContext);
-
-      // Small JSON bodies are read whole and parsed once (we rewrite them anyway); the byte size bounds input tokens.
+      v1.decorateRequest('farebox', null as unknown as Call);
       v1.removeContentTypeParser('application/json');
-      v1.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit: config.server.body_limit }, (req, body, done) => {
-        const buf = body as Buffer;
-        req.farebox.bodyBytes = buf.length;
-        try {
-          done(null, JSON.parse(buf.toString('utf8')));
-        } catch (err) {
-          done(new GatewayError('invalid_json', { cause: err }), undefined);
-        }
-      });
+      v1.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit: config.server.body_limit }, parseJsonBody);
 
-      v1.addHook('onRequest', async (request, reply) => {
-        const call: CallContext = {
-          id: newRequestId(),
-          protocol: protocolOf(request.url),
-          startedAt: process.hrtime.bigint(),
-          bodyBytes: 0,
-          clientAborted: false,
-        };
-        call.endpoint = (request.routeOptions.config as { endpoint?: TextEndpoint }).endpoint;
-        request.farebox = call;
-        reply.header('x-request-id', call.id);
-        // The Anthropic SDK reads its own request-id header (error.requestID, message._request_id).
-        if (call.protocol === 'anthropic') reply.header('request-id', call.id);
-        // One listener per call: metrics for every answer (refusals included), then the route's own end of call.
-        reply.raw.once('close', () => {
-          call.ended = true;
-          call.clientAborted = !reply.raw.writableFinished;
-          if (call.clientAborted) call.abortUpstream?.();
-          const route = call.endpoint ?? 'other';
-          metrics.requests.inc({ route, model: call.route?.model.id ?? 'none', status: String(reply.statusCode) });
-          metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
-          call.onEnd?.();
-        });
-      });
-
+      v1.addHook('onRequest', identifyCall(metrics, finisher.finish));
       v1.setErrorHandler((err, request, reply) => {
         const ge = toGatewayError(err);
         // Refusals are errors before the upstream was called; upstream failures have their own metric.
-        if ((request.farebox as CallContext | null)?.upstreamStatus === undefined) metrics.rejections.inc({ code: ge.code });
+        if ((request.farebox as Call | null)?.exchange === undefined) metrics.rejections.inc({ code: ge.code });
         sendError(request, reply, ge);
       });
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
 
-      const authenticate = async (request: FastifyRequest) => {
-        const identity = await keys.resolve(presentedKey(request.headers));
-        request.farebox.identity = identity;
-        // SPEC Authentication 4: access not active -> 403 (a revoked key stays 401, above).
-        if (identity.status !== 'active') throw new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` });
-      };
-
-      const bodyLimit = config.server.body_limit;
-
-      /** Police a text call, gate it, and follow it to its end. */
-      const textRoute = (endpoint: TextEndpoint, path: string) => {
-        v1.post(path, { bodyLimit, onRequest: authenticate, config: { endpoint } }, async (request, reply) => {
-          const call = request.farebox;
-          if (endpoint === 'chat_completions') {
-            const parsed = parseBody(chatBody, request.body);
-            call.route = catalog.route(endpoint, parsed.model);
-            call.rewrite = rewriteChat(parsed, call.route);
-          } else {
-            const parsed = endpoint === 'messages' ? parseBody(messagesBody, request.body) : parseBody(countTokensBody, request.body);
-            call.route = catalog.route(endpoint, parsed.model);
-            call.rewrite = endpoint === 'messages'
-              ? rewriteMessages(parsed as ReturnType<typeof messagesBody.parse>, call.route)
-              : { body: { ...parsed, model: call.route.upstreamModel }, maxOutputTokens: 0, stream: false, callerWantsUsage: true };
-          }
-          if (call.rewrite.clampedTo !== undefined) reply.header('x-gw-clamped-max-tokens', String(call.rewrite.clampedTo));
-
-          // Client and family rules (SPEC "Client and model-family rules"), before any money is held.
-          const client = classifyClient(request.headers, config.clients);
-          call.client = client.name;
-          const refusal = checkClientRule(endpoint, call.route.model.family, client.class);
-          if (refusal) throw new GatewayError('unsupported_client', { message: refusal.message });
-
-          call.upstreamBody = JSON.stringify(call.rewrite.body);
-          const family = call.route.model.family;
-          call.inputBound = inputTokensBound(call.upstreamBody, call.route.model.context_window);
-          const tokens = endpoint === 'count_tokens' ? 0 : call.inputBound + call.rewrite.maxOutputTokens;
-          const limitInput = { keyId: call.identity!.keyId, account: call.identity!.account, family, tokens };
-          const billed = endpoint !== 'count_tokens' && observer !== undefined;
-          let limit: Decision = UNLIMITED;
-          if (billed && observer.decidesLimits) {
-            // One Redis script decides the rate limits and places the hold: a call refused by either holds nothing
-            // and is charged to no limit.
-            const prepared = limiter.prepare(limitInput);
-            const out = await observer.gate(call, reply, prepared ?? undefined);
-            if (prepared && out) limit = limiter.decide(prepared, out);
-            if (!limit.allowed) {
-              reply.removeHeader('x-gw-billing-chain');
-              throw rateLimitedError(limit, call.protocol);
-            }
-          } else {
-            limit = await limiter.check(limitInput);
-            if (!limit.allowed) throw rateLimitedError(limit, call.protocol);
-            if (billed) {
-              try {
-                await observer.gate(call, reply);
-              } catch (err) {
-                // A call the funds gate refuses generates nothing: give its token estimate back (the request counts).
-                if (tokens > 0) {
-                  limiter.adjust(limitInput, 0).catch((e) => log.warn({ err: e, requestId: call.id }, 'rate-limit refund failed'));
-                }
-                throw err;
-              }
-            }
-          }
-          if (limit.which !== null) reply.headers(rateLimitHeaders(limit, call.protocol));
-          call.onEnd = () => {
-            if (billed) {
-              // With the hold script deciding the limits, the settle script corrects the token estimate, in the same
-              // step as the settlement and so once; otherwise a script of its own does, after it.
-              const inSettle = observer.decidesLimits === true && tokens > 0;
-              const correct = inSettle ? (t: number) => limiter.prepareAdjust(limitInput, t) : undefined;
-              const done = observer.settle(call, correct).then(() => {
-                if (!inSettle && call.billedTokens !== undefined && tokens > 0) {
-                  return limiter.adjust(limitInput, call.billedTokens);
-                }
-              }).catch((err) => log.warn({ err, requestId: call.id }, 'after-call accounting failed'));
-              settling.add(done);
-              void done.finally(() => settling.delete(done));
-            }
-          };
-          // The caller left while the hold was being placed: release it now, and call no upstream.
-          if (call.ended) {
-            call.onEnd();
-            return reply.send();
-          }
-          metrics.overhead.observe({ route: endpoint }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
-          return proxyCall(upstreams, reply, call, metrics);
+      const identify = authenticate(keys);
+      const police = policeCall({ catalog, clients: config.clients });
+      const gate = gateCall(admission, config.prices, finisher.finish);
+      const forward = forwardCall({ upstreams, metrics });
+      for (const endpoint of ENDPOINTS) {
+        v1.route({
+          method: endpoint.method,
+          url: endpoint.path,
+          bodyLimit: config.server.body_limit,
+          config: { endpoint },
+          onRequest: identify,
+          preHandler: [police, gate],
+          handler: forward,
         });
-      };
-      textRoute('messages', '/messages');
-      textRoute('count_tokens', '/messages/count_tokens');
-      textRoute('chat_completions', '/chat/completions');
-
-      v1.get('/health', async (_request, reply) => {
-        const ok = await redisAnswers(redis);
-        reply.code(ok ? 200 : 503);
-        return { status: ok ? 'ok' : 'unavailable', redis: ok ? 'ok' : 'unreachable' };
-      });
+      }
+      healthRoute(v1, redis);
     },
     { prefix: '/v1' },
   );
 };
-
 
 // Not wrapped with fastify-plugin on purpose: the gateway's hooks, parsers and handlers stay in its own context.
 export default farebox;

@@ -1,25 +1,23 @@
 /**
- * `farebox serve`: the plugin in a Fastify app of its own. Without FAREBOX_CONFIG it runs the embedded
- * default: the simulated upstreams and four dev chains in-process, and a demo account whose key is printed once,
- * on first start, and which is funded on chain_a at every start.
- *
- * Dev chains keep nothing across restarts. Accounts, keys and usage records live in Redis and survive; the
- * synced balances, cursors, holds and debit queues of the old chains are cleared at start (resyncDevChains), and
- * the watcher rebuilds them from the new chains' events.
+ * `farebox serve`: the plugin in a Fastify app of its own. Without FAREBOX_CONFIG it runs the embedded default
+ * (embedded.ts), with a demo account whose key is printed once, on first start, and which is funded on chain_a at
+ * every start.
  */
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts/accounts.js';
-import { CHAIN_NAMES, type ChainName, type ChainsConfig } from './chains/config.js';
-import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from './chains/dev-chains.js';
-import { mintAndDeposit } from './chains/dev-fund.js';
-import { buildConfig, embeddedDefault, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
-import farebox from './gateway.js';
-import { CHAIN_STATE_PATTERNS, keys } from './store/keys.js';
-import { closeRedis, connectRedis, deleteKeys } from './store/redis.js';
-import { startSimulator, type Simulator } from './simulator/index.js';
 import { readWallet } from './billing/wallets.js';
+import type { ChainName, ChainsConfig } from './chains/config.js';
+import type { DevChains } from './chains/dev-chains.js';
+import { mintAndDeposit } from './chains/dev-fund.js';
+import { loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import { startEmbedded, type Embedded } from './embedded.js';
+import farebox from './gateway.js';
+import type { Simulator } from './simulator/index.js';
+import { keys } from './store/keys.js';
+
+export { DEV_CHAINS_KEY, devChainsConfig, embeddedSettleConfig, resyncDevChains } from './embedded.js';
 
 /** A running standalone gateway. */
 export interface Server {
@@ -68,76 +66,16 @@ export function tuneHeap(execArgv: readonly string[] = process.execArgv, nodeOpt
   return set;
 }
 
-/** Redis key where the embedded default publishes its dev chains for the CLI (`farebox chains`, `farebox fund`). */
-export const DEV_CHAINS_KEY = keys.devChains;
-
-/**
- * Dev chains as a config section. The watcher polls them every 500 ms: a deposit shows within that, and the settler's
- * own batches are read back as soon as they are mined (Settler onMined). Every 100 ms, the polls of the four chains
- * cost the settle process and the chains ~50 ms of CPU a second each, idle.
- */
-export function devChainsConfig(dev: DevChains): ChainsConfig {
-  const out = {} as Record<ChainName, ChainsConfig[ChainName]>;
-  for (const name of CHAIN_NAMES) {
-    const { provider: _p, name: _n, ...c } = dev.chains[name];
-    out[name] = { ...c, poll_interval_ms: 500 };
-  }
-  return out;
-}
-
-/**
- * The embedded default's config for a process that only settles (`farebox settle` beside `npm start`): the dev
- * chains a gateway published in Redis and the dev settler key. Such a process calls no upstream, so the simulator's
- * address and key in it are placeholders.
- */
-export function embeddedSettleConfig(chains: ChainsConfig, env: ConfigEnv): { config: FareboxConfig; env: ConfigEnv } {
-  const runEnv = { ...env, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
-  return { config: buildConfig({ ...embeddedDefault('http://127.0.0.1:8090'), chains }, runEnv, true), env: runEnv };
-}
-
-/** Clear what Redis knows of the previous dev chains: they start empty, so their balances and debits are gone. */
-export async function resyncDevChains(redis: Redis): Promise<void> {
-  const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
-  const raw = redis.duplicate({ keyPrefix: '' });
-  try {
-    // Calls whose money lived on the old chains: their records must not wait forever as held or pending.
-    let cursor = '0';
-    do {
-      const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}call:*`, 'COUNT', 1000);
-      cursor = next;
-      const statuses = await Promise.all(keys.map((key) => raw.hget(key, 'status')));
-      await Promise.all(keys.map((key, i) => {
-        const to = statuses[i] === 'held' ? 'free' : statuses[i] === 'pending' ? 'failed' : null;
-        return to ? raw.hset(key, 'status', to) : null;
-      }));
-    } while (cursor !== '0');
-    await deleteKeys(redis, CHAIN_STATE_PATTERNS);
-  } finally {
-    await closeRedis(raw);
-  }
-}
-
 /** Start the gateway standalone on config.server.host:port. */
 export async function serve(env: ConfigEnv = process.env, opts: { logger?: boolean } = {}): Promise<Server> {
-  const embedded = !env.FAREBOX_CONFIG;
-  let simulator: Simulator | undefined;
-  let devChains: DevChains | undefined;
+  let embedded: Embedded | undefined;
   let app: FastifyInstance | undefined;
   try {
     let config: FareboxConfig;
     let runEnv: ConfigEnv = env;
-    if (embedded) {
-      simulator = await startSimulator({ host: '127.0.0.1', port: 0 });
-      devChains = await startDevChains({ host: '127.0.0.1', basePort: env.FAREBOX_DEV_CHAIN_PORT ? Number(env.FAREBOX_DEV_CHAIN_PORT) : undefined });
-      runEnv = { ...env, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
-      config = buildConfig({ ...embeddedDefault(simulator.url), chains: devChainsConfig(devChains) }, runEnv, true);
-      const redis = connectRedis({ ...config.redis, failFast: true });
-      try {
-        await resyncDevChains(redis);
-        await redis.set(DEV_CHAINS_KEY, JSON.stringify(config.chains));
-      } finally {
-        await closeRedis(redis);
-      }
+    if (!env.FAREBOX_CONFIG) {
+      embedded = await startEmbedded(env);
+      ({ config, env: runEnv } = embedded);
     } else {
       config = loadConfig(env);
     }
@@ -165,8 +103,8 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       app: started,
       config,
       url,
-      simulator,
-      devChains,
+      simulator: embedded?.simulator,
+      devChains: embedded?.devChains,
       env: runEnv,
       async close() {
         closing = true;
@@ -177,14 +115,12 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
         } finally {
           clearInterval(idle);
         }
-        await simulator?.close();
-        await devChains?.close();
+        await embedded?.close();
       },
     };
   } catch (err) {
     await app?.close().catch(() => {});
-    await simulator?.close();
-    await devChains?.close();
+    await embedded?.close();
     throw err;
   }
 }

@@ -1,30 +1,142 @@
 /**
- * Which models are served on which endpoint, and where each call goes upstream.
- * SPEC: the messages endpoint serves alpha models; chat completions serves alpha, beta and gamma.
+ * The model catalogue: the provider and model schemas of the config, and which model is served on which endpoint
+ * and where each call goes upstream. SPEC: the messages endpoint serves alpha models; chat completions serves
+ * alpha, beta and gamma; the image endpoints serve img models; the video endpoints serve vidA, vidB and vidC models.
  */
-import type { FareboxConfig, ModelConfig, ProviderConfig } from '../plugins/config.js';
+import { z } from 'zod';
 import { GatewayError } from './errors.js';
+import { REASONING_SCALE } from './families.js';
 
-/** The text endpoints a model can be called on. */
-export type TextEndpoint = 'messages' | 'count_tokens' | 'chat_completions';
+/** A provider account the operator fronts: the API family it speaks, where, and the env var holding its key. */
+export const providerSchema = z.strictObject({
+  /**
+   * The provider's API: Anthropic Messages; OpenAI (chat completions, the Images API, the Videos API); the Gemini API
+   * (generateContent for images, predictLongRunning for videos). A model's kind picks the API of the family.
+   */
+  protocol: z.enum(['anthropic', 'openai', 'gemini']),
+  /** Anthropic: origin without /v1 (https://api.anthropic.com); OpenAI: API base with /v1; Gemini: base with /v1beta. */
+  base_url: z.url({ protocol: /^https?$/ }).transform((u) => u.replace(/\/+$/, '')),
+  /** Name of the environment variable holding the operator's provider key. */
+  key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'an environment variable name'),
+  /** Longest wait for the provider's answer to start, and longest silence inside it. */
+  timeout_ms: z.number().int().positive().default(600_000),
+  /**
+   * Longest a call may run, first byte to last, whatever its pace (a slow model, a caller that stops reading): the
+   * gateway then cuts it and bills what was delivered. One hour by default: 128,000 output tokens at 40 a second.
+   */
+  max_duration_ms: z.number().int().positive().default(3_600_000),
+  /** OpenAI protocol: the output-limit field the provider reads. */
+  max_tokens_field: z.enum(['max_tokens', 'max_completion_tokens']).default('max_completion_tokens'),
+});
+
+const TEXT_FAMILIES = ['alpha', 'beta', 'gamma'] as const;
+const VIDEO_FAMILIES = ['vidA', 'vidB', 'vidC'] as const;
+
+const common = {
+  id: z.string().min(1),
+  /** Provider of the model's native protocol (Anthropic for alpha on /v1/messages). */
+  provider: z.string().min(1),
+  /** The provider's own id for the model; defaults to `id`. */
+  upstream_model: z.string().min(1).optional(),
+};
+
+const textModelSchema = z.strictObject({
+  kind: z.literal('text'),
+  ...common,
+  family: z.enum(TEXT_FAMILIES),
+  /** Provider for /v1/chat/completions when it differs (an OpenAI-compatible endpoint). */
+  chat_provider: z.string().min(1).optional(),
+  /** Output-token ceiling: larger max_tokens are clamped to it. */
+  max_tokens: z.number().int().positive().default(32_000),
+  /** Most input tokens the model takes: bounds the input side of the worst-case price. */
+  context_window: z.number().int().positive().default(200_000),
+  /** Whether the model still accepts `temperature`; when false it is removed. */
+  temperature: z.boolean().default(true),
+  /** Reasoning levels the upstream supports; requested levels map to the nearest of these. */
+  reasoning_levels: z.array(z.enum(REASONING_SCALE)).default([]),
+});
+
+const imageModelSchema = z.strictObject({
+  kind: z.literal('image'),
+  ...common,
+  family: z.literal('img'),
+});
+
+const videoModelSchema = z.strictObject({
+  kind: z.literal('video'),
+  ...common,
+  /** The family decides sizes, durations and references (SPEC "Sizes and durations per family"). */
+  family: z.enum(VIDEO_FAMILIES),
+  /** Subject/style references the model takes (two or more input_reference files); 0 = a starting frame only. */
+  max_references: z.number().int().min(0).max(30).default(0),
+  /** Whether the model takes last_reference (first-plus-last-frame animation). */
+  last_reference: z.boolean().default(false),
+});
+
+const KIND_OF_FAMILY: Record<string, 'text' | 'image' | 'video'> = {
+  alpha: 'text', beta: 'text', gamma: 'text', img: 'image', vidA: 'video', vidB: 'video', vidC: 'video',
+};
+
+/** One served model: a union by `kind`, which defaults from the family (alpha/beta/gamma text, img image, vid* video). */
+export const modelSchema = z.preprocess(
+  (m) => {
+    if (m && typeof m === 'object' && !Array.isArray(m) && !('kind' in m)) {
+      // An unknown or missing family is reported as such, under the text schema's family field.
+      const family = (m as { family?: unknown }).family;
+      return { kind: (typeof family === 'string' && KIND_OF_FAMILY[family]) || 'text', ...m };
+    }
+    return m;
+  },
+  z.discriminatedUnion('kind', [textModelSchema, imageModelSchema, videoModelSchema], {
+    error: 'kind must be text, image or video',
+  }),
+);
+
+/** One provider of the config, with its key resolved from the environment. */
+export type ProviderConfig = z.output<typeof providerSchema> & { readonly name: string; readonly key: string };
+/** One served model. */
+export type ModelConfig = z.output<typeof modelSchema>;
+/** A text model. */
+export type TextModel = z.output<typeof textModelSchema>;
+/** An image model. */
+export type ImageModel = z.output<typeof imageModelSchema>;
+/** A video model. */
+export type VideoModel = z.output<typeof videoModelSchema>;
+
+/** The provider APIs a model kind can be served through (checked when the config is read). */
+export const PROTOCOLS_OF_KIND: Readonly<Record<ModelConfig['kind'], readonly ProviderConfig['protocol'][]>> = {
+  text: ['anthropic', 'openai'],
+  image: ['openai', 'gemini'],
+  video: ['openai', 'gemini'],
+};
+
+/** The endpoint families a model can be called on. */
+export type CatalogEndpoint = 'messages' | 'count_tokens' | 'chat_completions' | 'images' | 'videos';
 
 /** Where one call on one endpoint goes. */
-export interface ModelRoute {
-  readonly model: ModelConfig;
+export interface ModelRoute<M extends ModelConfig = ModelConfig> {
+  readonly model: M;
   readonly provider: ProviderConfig;
   readonly upstreamModel: string;
-  /** Full upstream URL of the endpoint. */
+  /** The upstream URL of the endpoint (images and videos: the create call; their adapters derive the others). */
   readonly url: string;
 }
 
-const TEXT_FAMILIES = new Set(['alpha', 'beta', 'gamma']);
-
-function upstreamUrl(provider: ProviderConfig, endpoint: TextEndpoint): string {
-  // Anthropic base URLs carry no /v1 (the SDK convention); OpenAI base URLs end in /v1.
-  if (provider.protocol === 'anthropic') {
-    return `${provider.base_url}/v1/messages${endpoint === 'count_tokens' ? '/count_tokens' : ''}`;
+function upstreamUrl(provider: ProviderConfig, endpoint: CatalogEndpoint, upstreamModel: string): string {
+  const base = provider.base_url;
+  switch (endpoint) {
+    // Anthropic base URLs carry no /v1 (the SDK convention); OpenAI base URLs end in /v1; Gemini's in /v1beta.
+    case 'messages':
+      return `${base}/v1/messages`;
+    case 'count_tokens':
+      return `${base}/v1/messages/count_tokens`;
+    case 'chat_completions':
+      return `${base}/chat/completions`;
+    case 'images':
+      return provider.protocol === 'gemini' ? `${base}/models/${encodeURIComponent(upstreamModel)}:generateContent` : `${base}/images/generations`;
+    case 'videos':
+      return provider.protocol === 'gemini' ? `${base}/models/${encodeURIComponent(upstreamModel)}:predictLongRunning` : `${base}/videos`;
   }
-  return `${provider.base_url}/chat/completions`;
 }
 
 /** Resolves a model id on an endpoint to its route, from a table built once from the config. */
@@ -32,38 +144,36 @@ export class ModelCatalog {
   private readonly routes = new Map<string, ModelRoute>();
   private readonly known = new Set<string>();
 
-  constructor(config: FareboxConfig) {
+  constructor(config: { readonly providers: Readonly<Record<string, ProviderConfig>>; readonly models: readonly ModelConfig[] }) {
     for (const model of config.models) {
       this.known.add(model.id);
-      if (!TEXT_FAMILIES.has(model.family)) continue;
       const upstreamModel = model.upstream_model ?? model.id;
       const native = config.providers[model.provider];
-      if (model.family === 'alpha' && native.protocol === 'anthropic') {
-        for (const ep of ['messages', 'count_tokens'] as const) {
-          this.routes.set(`${ep}\0${model.id}`, { model, provider: native, upstreamModel, url: upstreamUrl(native, ep) });
+      const add = (endpoint: CatalogEndpoint, provider: ProviderConfig) => {
+        this.routes.set(`${endpoint}\0${model.id}`, { model, provider, upstreamModel, url: upstreamUrl(provider, endpoint, upstreamModel) });
+      };
+      if (model.kind === 'image') {
+        add('images', native);
+      } else if (model.kind === 'video') {
+        add('videos', native);
+      } else {
+        if (model.family === 'alpha' && native.protocol === 'anthropic') {
+          add('messages', native);
+          add('count_tokens', native);
         }
-      }
-      const chat = config.providers[model.chat_provider ?? model.provider];
-      if (chat.protocol === 'openai') {
-        this.routes.set(`chat_completions\0${model.id}`, { model, provider: chat, upstreamModel, url: upstreamUrl(chat, 'chat_completions') });
+        const chat = config.providers[model.chat_provider ?? model.provider];
+        if (chat.protocol === 'openai') add('chat_completions', chat);
       }
     }
   }
 
   /** The route of `modelId` on `endpoint`; 400 unknown_model or wrong_endpoint otherwise. */
-  route(endpoint: TextEndpoint, modelId: string): ModelRoute {
+  route(endpoint: CatalogEndpoint, modelId: string): ModelRoute {
     const r = this.routes.get(`${endpoint}\0${modelId}`);
     if (r) return r;
     if (this.known.has(modelId)) {
       throw new GatewayError('wrong_endpoint', { param: 'model', message: `The model ${modelId} is not served on this endpoint.` });
     }
     throw new GatewayError('unknown_model', { param: 'model', message: `Unknown model: ${JSON.stringify(modelId).slice(0, 120)}. Model ids must be copied exactly.` });
-  }
-
-  /** Model ids served on `endpoint`. */
-  ids(endpoint: TextEndpoint): string[] {
-    const out: string[] = [];
-    for (const k of this.routes.keys()) if (k.startsWith(`${endpoint}\0`)) out.push(k.slice(endpoint.length + 1));
-    return out;
   }
 }

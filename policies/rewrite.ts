@@ -5,7 +5,7 @@
  */
 import { REASONING_SCALE, type ReasoningLevel } from './families.js';
 import { GatewayError } from './errors.js';
-import type { ModelRoute } from './catalog.js';
+import type { ModelRoute, TextModel } from './catalog.js';
 import type { ChatBody, MessagesBody } from './schemas.js';
 
 /** What the rewrite decided, besides the upstream body. */
@@ -55,7 +55,7 @@ export function mapReasoningEffort(family: string, supported: readonly Reasoning
 }
 
 /** Rewrite a /v1/messages (or count_tokens) body for its upstream. */
-export function rewriteMessages(parsed: MessagesBody, route: ModelRoute): RewriteResult {
+export function rewriteMessages(parsed: MessagesBody, route: ModelRoute<TextModel>): RewriteResult {
   const body: Record<string, unknown> = { ...parsed, model: route.upstreamModel };
   const ceiling = route.model.max_tokens;
   let maxOutputTokens = parsed.max_tokens;
@@ -70,7 +70,7 @@ export function rewriteMessages(parsed: MessagesBody, route: ModelRoute): Rewrit
 }
 
 /** Rewrite a /v1/chat/completions body for its upstream. */
-export function rewriteChat(parsed: ChatBody, route: ModelRoute): RewriteResult {
+export function rewriteChat(parsed: ChatBody, route: ModelRoute<TextModel>): RewriteResult {
   if (Array.isArray(parsed.stop) && parsed.stop.length > 4) {
     throw new GatewayError('too_many_stop_sequences', { param: 'stop' });
   }

@@ -50,7 +50,7 @@ t.test('a bad config fails with a message naming the field', async (t) => {
   fails(t, unknownProvider, /models\.2\.provider: unknown provider nope/);
 
   const dup = good();
-  dup.models.push({ ...dup.models[0] });
+  dup.models.push({ ...(dup.models[0] as object) });
   fails(t, dup, /duplicate model id alpha-fable-5/);
 
   const typo = { ...good(), modles: [] };
@@ -66,13 +66,22 @@ t.test('a bad config fails with a message naming the field', async (t) => {
   fails(t, good(), /providers\.sim-anthropic\.key_env: environment variable FAREBOX_SIM_KEY is not set/, {});
 });
 
-t.test('environment overrides server and redis settings', async (t) => {
-  const c = buildConfig(good(), { ...env, PORT: '9099', HOST: '0.0.0.0', REDIS_URL: 'redis://10.0.0.1:6380', FAREBOX_REDIS_PREFIX: 'x:' });
+t.test('the environment overrides server and redis settings of a config file; an explicit config keeps its own', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));
+  const file = join(dir, 'c.json');
+  const chains = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8')).chains;
+  writeFileSync(file, JSON.stringify({ ...good(), chains }));
+  const over = { ...env, PORT: '9099', HOST: '0.0.0.0', REDIS_URL: 'redis://10.0.0.1:6380', FAREBOX_REDIS_PREFIX: 'x:' };
+  const c = loadConfig({ ...over, FAREBOX_CONFIG: file });
   t.equal(c.server.port, 9099);
   t.equal(c.server.host, '0.0.0.0');
   t.equal(c.redis.url, 'redis://10.0.0.1:6380');
   t.equal(c.redis.prefix, 'x:');
-  fails(t, good(), /server\.port/, { ...env, PORT: 'eighty' });
+  t.throws(() => loadConfig({ ...env, PORT: 'eighty', FAREBOX_CONFIG: file }), /server\.port/);
+  const explicit = buildConfig({ ...good(), server: { port: 7070 }, redis: { url: 'redis://127.0.0.1:6390' } }, over);
+  t.equal(explicit.server.port, 7070, 'an explicit config wins over PORT');
+  t.equal(explicit.redis.url, 'redis://127.0.0.1:6390', 'and over REDIS_URL');
+  t.equal(explicit.redis.prefix, 'farebox:', 'and over FAREBOX_REDIS_PREFIX');
 });
 
 t.test('FAREBOX_CONFIG is read from its file; unreadable or invalid JSON fails clearly', async (t) => {

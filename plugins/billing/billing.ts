@@ -1,214 +1,164 @@
 /**
- * Billing on the call path (DESIGN "The path of one call", steps 3 and 5): the funds gate places a hold at the
- * call's worst-case price before the upstream runs (else 402), and settlement turns the hold into a debit of what
- * was actually delivered when the response closes.
+ * Billing: holds and debits of wallets, for any kind of call and from anywhere (a request, a video job's poller).
+ * It knows no endpoint, no model kind and no Fastify: a quote in (the worst-case price), a hold out; a bill in (the
+ * actual price and usage), a debit out. The settler then charges debits onchain (plugins/settlement/).
  *
- * Worst case of a text call (never below its actual price):
- *   input side  - every input token (plain, cache read or cache write) priced at the highest rate the request can
- *                 trigger: the cache-write tier of its cache_control (1h: 2x input, 5m: 1.25x), else input or cache
- *                 read. Bound on their count: the UTF-8 size of the upstream request body plus 1024 tokens for
- *                 the provider's own framing (tokenizers emit at most one token per byte), capped at the model's
- *                 context window; a request that references media by URL or carries documents or files is bound
- *                 by the context window alone, since their tokens do not follow the request's size.
- *   output side - max_tokens after clamping (times n on chat completions) at the output rate.
- *   One rounding, upward (pricing/worst-case.ts).
- *
- * Actual price: the upstream's usage when the answer was delivered whole. A stream cut short (the caller hung up,
- * the upstream failed mid-way) is charged only for what reached the caller: output = content deltas forwarded
- * (every delta carries at least one token), input from message_start where the protocol reports it early, else
- * estimated at one token per 4 bytes of the request. An upstream error, or no answer, costs 0.
+ * A hold belongs to an owner: a gateway instance, for a call it is running (renewed at every heartbeat while the
+ * call lives, released by any instance once the owner stops heart-beating), or a job (`job:<id>`, held until the
+ * job's own deadline, renewed by no one). Expiries and heartbeats are on Redis's clock, never an instance's.
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import type { FastifyReply } from 'fastify';
 import type { Redis } from 'ioredis';
-import type { CallContext, CallObserver } from '../call.js';
-import { CHAIN_NAMES, type ChainName } from '../chains/config.js';
+import type { ChainName } from '../chains/config.js';
 import { callIdOf } from '../chains/port.js';
-import { GatewayError } from '../../policies/errors.js';
 import type { Metrics } from '../metrics/metrics.js';
-import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { usdOf } from '../metrics/metrics.js';
-import { placeHold, settleHold, walletKeys } from './wallets.js';
-import {
-  formatUsd,
-  fromAnthropicUsage,
-  fromOpenAIUsage,
-  makeUsage,
-  priceCall,
-  worstCaseText,
-  type CacheWriteTier,
-  type PriceTable,
-  type Usage,
-} from '../../pricing/index.js';
-
-/** Tokens allowed for a provider's own framing of a request (system prompts it adds for tools, role markers). */
-export const FRAMING_TOKENS = 1024;
+import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
+import { debitHold, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
+import { keys } from '../store/keys.js';
+import { makeUsage, type Usage } from '../../pricing/index.js';
 
 /** Billing settings (config `billing`). */
 export interface BillingSettings {
   /** How long call records (usage records) are kept after their call. */
   retentionMs: number;
-  /** A hold outlives its call by this much before any instance may release it. */
-  holdGraceMs: number;
+  /** A hold lives this long past its owner's last renewal. */
+  holdTtlMs: number;
   /** An instance whose heartbeat is older than this is dead: its holds are released. */
   instanceTimeoutMs: number;
 }
 
-const MEDIA_BY_REFERENCE = /"url"\s*:\s*"(?:https?|gs|s3):|"type"\s*:\s*"(?:document|file|input_file|container_upload|search_result)"|"file_id"\s*:/;
-const CACHE_1H = /"ttl"\s*:\s*"1h"/;
+/** What a call may cost at worst: the amount its hold takes. */
+export interface Quote {
+  /** The model id, as the call's record names it. */
+  readonly model: string;
+  /** Atomic units. */
+  readonly amount: bigint;
+}
 
-/** Billing's state of one call. */
-interface CallBilling {
+/** What a finished call is debited: its usage and its price (atomic units, rounded up once). */
+export interface Bill {
+  readonly usage: Usage;
+  readonly price: bigint;
+}
+
+/** Nothing delivered: a free call. */
+export const FREE: Bill = Object.freeze({ usage: makeUsage({}), price: 0n });
+
+/** A placed hold. */
+export interface Hold {
+  readonly requestId: string;
+  /** callIdOf(requestId): the key of the call's record and its escrow charge. */
+  readonly callId: string;
+  readonly account: string;
+  readonly keyId: string;
+  readonly chain: ChainName;
+  readonly model: string;
+  readonly amount: bigint;
+  readonly owner: string;
+}
+
+/** A hold to place. */
+export interface HoldRequest {
+  requestId: string;
+  account: string;
+  keyId: string;
   chain: ChainName;
-  /** callIdOf(call.id): the key of the call's record and its escrow charge. */
-  callId: string;
-  hold: bigint;
-  cacheWrite: CacheWriteTier;
-  inputBound: number;
+  quote: Quote;
+  /** Default: this instance, renewing the hold while the call runs (track). A job passes `job:<id>` and its deadline. */
+  owner?: string;
+  /** Default: settings.holdTtlMs. */
+  ttlMs?: number;
 }
 
-/** The highest cache-write tier a request body can trigger. */
-export function cacheWriteTier(protocol: 'anthropic' | 'openai', body: string): CacheWriteTier {
-  // OpenAI-protocol caching is automatic and has no write surcharge.
-  if (protocol !== 'anthropic' || !body.includes('"cache_control"')) return 'none';
-  return CACHE_1H.test(body) ? '1h' : '5m';
-}
+type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
-/** Upper bound on the input-side tokens of a request body (see the header comment). */
-export function inputTokensBound(body: string, contextWindow: number): number {
-  if (MEDIA_BY_REFERENCE.test(body)) return contextWindow;
-  return Math.min(contextWindow, Buffer.byteLength(body, 'utf8') + FRAMING_TOKENS);
-}
-
-/** The usage billed for a finished call (see the header comment). */
-export function billedUsage(call: CallContext, b: { cacheWrite: CacheWriteTier; inputBound: number }): Usage {
-  const status = call.upstreamStatus ?? 0;
-  if (!call.meter || status < 200 || status >= 300) return makeUsage({});
-  const r = call.meter.reading;
-  const anthropic = call.route!.provider.protocol === 'anthropic';
-  const reported = r.usage ? (anthropic ? fromAnthropicUsage(r.usage, b.cacheWrite) : fromOpenAIUsage(r.usage)) : null;
-  const whole = r.complete && !call.clientAborted && r.streamError === null;
-  if (whole && reported) return reported;
-  const maxOut = call.rewrite!.maxOutputTokens * Number((call.rewrite!.body as { n?: number }).n ?? 1);
-  const delivered = Math.min(r.deltas, maxOut);
-  const output = whole ? delivered : reported && reported.output_tokens > 1 ? Math.min(reported.output_tokens, delivered) : delivered;
-  // Anthropic reports input (and cache) usage in message_start, before any output; OpenAI only at the end.
-  if (reported && anthropic) return makeUsage({ ...reported, output_tokens: output });
-  const estimate = Math.min(b.inputBound, Math.ceil(call.bodyBytes / 4));
-  return makeUsage({ input_tokens: estimate, output_tokens: output });
-}
-
-/** The funds gate and per-call settlement. */
-export class Billing implements CallObserver {
+/** Holds and debits. */
+export class Billing {
   readonly instance = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
-  private readonly r: Redis;
+  /** This instance's holds of calls still running: renewed at every heartbeat. */
+  private readonly live = new Map<string, Hold>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
-    redis: Redis,
-    private readonly prices: PriceTable,
-    private readonly settings: BillingSettings,
+    private readonly r: Redis,
+    readonly settings: BillingSettings,
     private readonly metrics: Metrics,
-    private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
-  ) {
-    this.r = redis;
-  }
+    private readonly log: Log,
+  ) {}
 
-  /** Chain of a call: the x-gw-billing-chain header, or the account's default (`auto` or absent). */
-  chainOf(call: CallContext, header: string | string[] | undefined): ChainName {
-    if (header === undefined || header === 'auto') return (CHAIN_NAMES as readonly string[]).includes(call.identity!.defaultChain) ? (call.identity!.defaultChain as ChainName) : 'chain_a';
-    if (typeof header === 'string' && (CHAIN_NAMES as readonly string[]).includes(header)) return header as ChainName;
-    throw new GatewayError('invalid_billing_chain', { param: 'x-gw-billing-chain' });
-  }
-
-  /** Billing decides the call's rate limits in the hold script (wallets.ts), in the same step as its hold. */
-  readonly decidesLimits = true;
-
-  async gate(call: CallContext, reply: FastifyReply, limits?: PreparedLimits): Promise<readonly number[]> {
-    const chain = this.chainOf(call, reply.request.headers['x-gw-billing-chain']);
-    reply.header('x-gw-billing-chain', chain);
-    const route = call.route!;
-    const body = call.upstreamBody!;
-    const cacheWrite = cacheWriteTier(route.provider.protocol, body);
-    const inputBound = call.inputBound ?? inputTokensBound(body, route.model.context_window);
-    const n = Number((call.rewrite!.body as { n?: number }).n ?? 1);
-    const hold = worstCaseText(this.prices, route.model.id, { inputTokensBound: inputBound, maxOutputTokens: call.rewrite!.maxOutputTokens * n, cacheWrite });
-    const now = Date.now();
-    const callId = callIdOf(call.id);
+  /** Place a hold of `req.quote.amount`, deciding `limits` in the same script (rate-limit.ts). */
+  async hold(req: HoldRequest, limits?: PreparedLimits): Promise<{ result: HoldResult; hold: Hold }> {
+    const hold: Hold = {
+      requestId: req.requestId,
+      callId: callIdOf(req.requestId),
+      account: req.account,
+      keyId: req.keyId,
+      chain: req.chain,
+      model: req.quote.model,
+      amount: req.quote.amount,
+      owner: req.owner ?? this.instance,
+    };
     const result = await placeHold(this.r, {
-      requestId: call.id,
-      callId,
-      account: call.identity!.account,
-      chain,
-      amount: hold,
-      instance: this.instance,
-      expiresAt: now + route.provider.timeout_ms + this.settings.holdGraceMs,
-      model: route.model.id,
-      keyId: call.identity!.keyId,
-      now,
+      ...hold,
+      ttlMs: req.ttlMs ?? this.settings.holdTtlMs,
       retentionMs: this.settings.retentionMs,
     }, limits);
-    // Refused by a rate limit: nothing held; the caller answers 429 from the decision.
-    if (!result.placed && result.rateLimited) return result.limits;
-    if (!result.placed) {
-      const available = result.available < 0n ? 0n : result.available;
-      throw new GatewayError('insufficient_funds', {
-        message: `The wallet on ${chain} does not cover this call: it needs up to ${formatUsd(hold)} USD at worst, ${formatUsd(available)} USD is available.`,
-      });
-    }
-    this.metrics.holdsPlaced.inc({ chain });
-    call.billing = { chain, callId, hold, cacheWrite, inputBound } satisfies CallBilling;
-    return result.limits;
+    if (result.placed) this.metrics.holdsPlaced.inc({ chain: hold.chain });
+    return { result, hold };
   }
 
-  async settle(call: CallContext, correctLimits?: (billedTokens: number) => PreparedAdjust | null): Promise<void> {
-    const b = call.billing as CallBilling | undefined;
-    if (!b) return;
-    let usage: Usage;
-    let price: bigint;
-    try {
-      usage = billedUsage(call, b);
-      price = priceCall(this.prices, call.route!.model.id, usage);
-    } catch (err) {
-      // An upstream that reports nonsense usage is charged nothing rather than guessed at.
-      this.log.error({ err, requestId: call.id }, 'usage not billable; call charged 0');
-      usage = makeUsage({});
-      price = 0n;
-    }
-    call.billedTokens = usage.input_tokens + usage.output_tokens + usage.cache_read_tokens + usage.cache_write_5m_tokens + usage.cache_write_1h_tokens;
-    const limits = correctLimits?.(call.billedTokens) ?? null;
+  /** Keep `hold` alive while its call runs on this instance (until untrack). */
+  track(hold: Hold): void {
+    this.live.set(hold.requestId, hold);
+  }
+
+  /** The call of `hold` has ended on this instance. */
+  untrack(hold: Hold): void {
+    this.live.delete(hold.requestId);
+  }
+
+  /**
+   * Turn `hold` into a debit of `bill.price` (0 releases it), correcting the call's token limits in the same step
+   * (`limits`, RateLimiter.prepareAdjust). Retries while Redis is away. Never throws.
+   */
+  async debit(hold: Hold, bill: Bill, limits?: PreparedAdjust | null): Promise<DebitResult | null> {
     for (let attempt = 0; ; attempt++) {
       try {
-        const done = await settleHold(this.r, {
-          requestId: call.id,
-          callId: b.callId,
-          account: call.identity!.account,
-          chain: b.chain,
-          instance: this.instance,
-          price,
-          usageJson: JSON.stringify(usage),
+        const done = await debitHold(this.r, {
+          requestId: hold.requestId,
+          callId: hold.callId,
+          account: hold.account,
+          chain: hold.chain,
+          owner: hold.owner,
+          price: bill.price,
+          usageJson: JSON.stringify(bill.usage),
           retentionMs: this.settings.retentionMs,
           limits,
         });
         if (done && done.debited > 0n) {
-          this.metrics.charged.inc({ chain: b.chain, model: call.route!.model.id }, usdOf(done.debited));
-          this.countTokens(call.route!.model.id, usage);
+          this.metrics.charged.inc({ chain: hold.chain, model: hold.model }, usdOf(done.debited));
+          this.countUnits(hold.model, bill.usage);
         }
-        if (done?.capped) this.metrics.priceAboveHold.inc({ model: call.route!.model.id });
-        return;
+        if (done?.capped) this.metrics.priceAboveHold.inc({ model: hold.model });
+        if (done?.late) {
+          this.metrics.lateDebits.inc({ chain: hold.chain });
+          this.log.warn({ requestId: hold.requestId, price: done.debited.toString() }, 'hold was released before its call ended; debited what was delivered');
+        }
+        return done;
       } catch (err) {
         // Redis away: retry for a while; after that the hold expires and is released (the call goes free).
         if (attempt >= 5) {
-          this.log.error({ err, requestId: call.id }, 'settlement failed; the hold will expire');
-          return;
+          this.log.error({ err, requestId: hold.requestId }, 'debit failed; the hold will expire');
+          return null;
         }
         await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
       }
     }
   }
 
-  private countTokens(model: string, u: Usage): void {
+  private countUnits(model: string, u: Usage): void {
     if (u.input_tokens) this.metrics.tokens.inc({ model, kind: 'input' }, u.input_tokens);
     if (u.output_tokens) this.metrics.tokens.inc({ model, kind: 'output' }, u.output_tokens);
     if (u.cache_read_tokens) this.metrics.tokens.inc({ model, kind: 'cache_read' }, u.cache_read_tokens);
@@ -216,7 +166,7 @@ export class Billing implements CallObserver {
     if (writes) this.metrics.tokens.inc({ model, kind: 'cache_write' }, writes);
   }
 
-  /** Heartbeat this instance and release holds of dead instances and expired holds, every `everyMs`. */
+  /** Heartbeat, renew this instance's live holds and release what died, every `everyMs`. */
   start(everyMs = 5_000): void {
     const tick = () => {
       this.sweep().catch((err) => this.log.warn({ err }, 'hold sweep failed'));
@@ -226,43 +176,49 @@ export class Billing implements CallObserver {
     this.timer.unref();
   }
 
-  /** One sweep: heartbeat, then release what died (exported for tests). */
-  async sweep(now = Date.now()): Promise<number> {
-    await this.r.zadd(walletKeys.instances, now, this.instance);
+  /** One sweep: heartbeat, renew, then release holds of dead instances and expired holds (exported for tests). */
+  async sweep(now?: number): Promise<number> {
+    const at = now ?? (await redisNow(this.r));
+    await this.r.zadd(keys.instances, at, this.instance);
+    await renewHolds(this.r, [...this.live.values()], this.settings.holdTtlMs, this.settings.retentionMs, now);
     let released = 0;
-    const dead = await this.r.zrangebyscore(walletKeys.instances, '-inf', now - this.settings.instanceTimeoutMs);
+    const dead = await this.r.zrangebyscore(keys.instances, '-inf', at - this.settings.instanceTimeoutMs);
     for (const instance of dead) {
       if (instance === this.instance) continue;
-      const ids = await this.r.smembers(walletKeys.instanceHolds(instance));
+      const ids = await this.r.smembers(keys.ownerHolds(instance));
       for (const id of ids) released += await this.release(id, 'instance_died');
-      if ((await this.r.scard(walletKeys.instanceHolds(instance))) === 0) await this.r.zrem(walletKeys.instances, instance);
+      if ((await this.r.scard(keys.ownerHolds(instance))) === 0) await this.r.zrem(keys.instances, instance);
     }
-    const expired = await this.r.zrangebyscore(walletKeys.holds, '-inf', now, 'LIMIT', 0, 500);
-    for (const id of expired) released += await this.release(id, 'expired');
-    this.metrics.holdsOpen.set(await this.r.zcard(walletKeys.holds));
+    const expired = await this.r.zrangebyscore(keys.holds, '-inf', at, 'LIMIT', 0, 500);
+    for (const id of expired) {
+      // This instance's own running calls are renewed above; one that expired anyway (Redis was away longer than the
+      // hold's TTL) is released like any other, and its debit still charges what it delivered.
+      released += await this.release(id, 'expired');
+    }
+    this.metrics.holdsOpen.set(await this.r.zcard(keys.holds));
     return released;
   }
 
   private async release(requestId: string, reason: string): Promise<number> {
     const callId = callIdOf(requestId);
-    const h = await this.r.hmget(walletKeys.call(callId), 'account', 'chain', 'instance', 'status');
-    if (!h[0] || !h[1] || !h[2] || h[3] !== 'held') {
-      await this.r.zrem(walletKeys.holds, requestId);
+    const [account, chain, owner, status] = await this.r.hmget(keys.call(callId), 'account', 'chain', 'owner', 'status');
+    if (!account || !chain || !owner || status !== 'held') {
+      await this.r.zrem(keys.holds, requestId);
       return 0;
     }
-    const done = await settleHold(this.r, {
-      requestId, callId, account: h[0], chain: h[1] as ChainName, instance: h[2],
-      price: 0n, usageJson: JSON.stringify(makeUsage({})), freeStatus: 'free', retentionMs: this.settings.retentionMs,
+    const done = await debitHold(this.r, {
+      requestId, callId, account, chain: chain as ChainName, owner,
+      price: 0n, usageJson: JSON.stringify(FREE.usage), releaseReason: reason, retentionMs: this.settings.retentionMs,
     });
-    // Debited: the call settled itself between the read and this release.
+    // Debited: the call ended between the read and this release.
     if (!done || done.debited > 0n) return 0;
     this.metrics.holdsReleased.inc({ reason });
     return 1;
   }
 
-  /** Stop the sweep and retire this instance (its holds are settled by then, or released by others later). */
+  /** Stop the sweep and retire this instance (its holds are debited by then, or released by others later). */
   async stop(): Promise<void> {
     clearInterval(this.timer);
-    await this.r.zrem(walletKeys.instances, this.instance).catch(() => {});
+    await this.r.zrem(keys.instances, this.instance).catch(() => {});
   }
 }

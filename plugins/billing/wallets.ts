@@ -24,83 +24,127 @@ import { rateLimitLua, type PreparedAdjust } from './rate-limit.js';
 import { keys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
 
-const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
+// Redis TIME as ms (one clock for every instance), or ARGV's `now` when a test gives one.
+const nowLua = (arg: string) => `local now = tonumber(${arg})
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end`;
+
+// An amount argument as a Lua number: a whole number from 0 to 2^53 - 1, else the script refuses before any write.
+const amountLua = (name: string, arg: string) => `local ${name} = tonumber(${arg})
+if ${name} == nil or ${name} < 0 or ${name} ~= math.floor(${name}) or ${name} > 9007199254740991 then
+  return redis.error_reply('amount out of range: ' .. tostring(${arg}))
+end`;
 
 // Decide the call's rate limits and place its hold, in one step. KEYS[1..5]: wallet, call record, holds,
-// instance-holds, usage-idx; KEYS[6..]: rate-limit keys. ARGV[1..10]: the hold's fields; ARGV[11..]: the rate-limit
-// arguments (rate-limit.ts). A call the limits refuse holds nothing ({-2, 0, ...}); a hold refused for funds or as a
-// duplicate ({0|-1, available, ...}) charges no limit; a placed hold charges them ({1, available after, ...}). The
-// rate-limit decision (rateLimitLua's `out`) follows the first two values.
-// Request ids are the gateway's own, so a record already there with this instance and amount is this very call, run
+// owner-holds, usage-idx; KEYS[6..]: rate-limit keys. ARGV[1..10]: request id, amount, ttl ms, owner, account, chain,
+// model, key id, retention ms, now ms ('' = Redis TIME); ARGV[11..]: the rate-limit arguments (rate-limit.ts). A call
+// the limits refuse holds nothing ({-2, 0, ...}); a hold refused for funds or as a duplicate ({0|-1, available, ...})
+// charges no limit; a placed hold charges them ({1, available after, ...}). The rate-limit decision (rateLimitLua's
+// `out`) follows the first two values.
+// Request ids are the gateway's own, so a record already there with this owner and amount is this very call, run
 // again: ioredis resends a command whose reply a dropped connection lost. It answers as placed the first time,
-// with the decision as it stands, and changes nothing. The record outlives the hold's expiry by the retention, so a
-// hold is never lost to the record's TTL.
+// with the decision as it stands, and changes nothing. The hold expires `ttl` after now unless its owner renews it
+// (renewHolds); the record outlives that by the retention, so a hold is never lost to the record's TTL.
 const HOLD = `
 local n = #KEYS - 5
-local prior = redis.call('HMGET', KEYS[2], 'instance', 'held', 'status')
+${amountLua('v', 'ARGV[2]')}
+local prior = redis.call('HMGET', KEYS[2], 'owner', 'held', 'status')
 local again = prior[1] == ARGV[4] and prior[2] == ARGV[2] and prior[3] == 'held'
 ${rateLimitLua.decide(5, 10, 'again')}
 if allowed == 0 then return {-2, 0, unpack(out)} end
 local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
 local avail = tonumber(w[1] or '0') - tonumber(w[2] or '0') - tonumber(w[3] or '0') - tonumber(w[4] or '0')
-local v = tonumber(ARGV[2])
-${LIMIT}
 if again then return {1, avail, unpack(out)} end
 if prior[3] then return {-1, avail, unpack(out)} end
 if avail < v then return {0, avail, unpack(out)} end
-redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
-redis.call('HSET', KEYS[2], 'call_id', ARGV[1], 'time', ARGV[7], 'account', ARGV[5], 'key_id', ARGV[9], 'model', ARGV[8],
-  'chain', ARGV[6], 'held', ARGV[2], 'instance', ARGV[4], 'expires', ARGV[3], 'price', '0', 'status', 'held')
-redis.call('PEXPIRE', KEYS[2], math.max(0, tonumber(ARGV[3]) - tonumber(ARGV[7])) + tonumber(ARGV[10]))
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+${nowLua('ARGV[10]')}
+local expires = now + tonumber(ARGV[3])
+if v > 0 then redis.call('HINCRBY', KEYS[1], 'held', v) end
+redis.call('HSET', KEYS[2], 'call_id', ARGV[1], 'time', now, 'account', ARGV[5], 'key_id', ARGV[8], 'model', ARGV[7],
+  'chain', ARGV[6], 'held', ARGV[2], 'owner', ARGV[4], 'expires', expires, 'price', '0', 'status', 'held')
+redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[9]))
+redis.call('ZADD', KEYS[3], expires, ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', tonumber(ARGV[7]) - tonumber(ARGV[10]))
-redis.call('PEXPIRE', KEYS[5], ARGV[10])
+redis.call('ZADD', KEYS[5], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[9]))
+redis.call('PEXPIRE', KEYS[5], ARGV[9])
 ${rateLimitLua.charge(5, 10)}
 return {1, avail - v, unpack(out)}
 `;
 
-// Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, instance-holds,
-// debits; KEYS[6..]: token limits to correct to the call's actual tokens, with ARGV[9..] (rate-limit.ts), in the same
-// step and so only once. The price is capped at the hold: a worst case that was too low is a bug that must never
-// overdraw a wallet (the cap is reported as {price, 1}, and kept in the record as `capped`). A record no longer held
-// is this settlement run again (a resend after a lost reply, or a retry): it answers as the first run did and changes
-// nothing; a record released at 0, or none, answers {-1, 0}.
-const SETTLE = `
-local rec = redis.call('HMGET', KEYS[2], 'status', 'held', 'price', 'capped')
-if rec[1] ~= 'held' then
-  if rec[1] and tonumber(rec[3]) > 0 then return {tonumber(rec[3]), rec[4] and 1 or 0} end
-  return {-1, 0}
+// Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, owner-holds,
+// debits; KEYS[6..]: token limits to correct to the call's actual tokens, with ARGV[10..] (rate-limit.ts), in the same
+// step and so only once. ARGV: request id, price, usage JSON, call id, account, chain, status when free, retention
+// ms, release reason ('' for a debit). Replies {amount debited, capped, late}.
+// - The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet (capped
+//   = 1, kept in the record).
+// - A record no longer held is this debit run again (a resend after a lost reply, or a retry): it answers as the
+//   first run did and changes nothing.
+// - A record the sweeper released (its owner taken for dead, or its expiry passed while Redis or the owner was away)
+//   whose call still delivered: the price is debited all the same (late = 1), so delivered output is never free. The
+//   wallet may then be committed beyond its balance; the escrow refuses what it cannot pay.
+// - A record released at 0, or none, answers {-1, 0, 0}.
+const DEBIT = `
+${amountLua('price', 'ARGV[2]')}
+local rec = redis.call('HMGET', KEYS[2], 'status', 'held', 'price', 'capped', 'released', 'late')
+local status = rec[1]
+local late = 0
+if status ~= 'held' then
+  if status == 'pending' or status == 'settled' or status == 'failed' then
+    return {tonumber(rec[3]), rec[4] and 1 or 0, rec[6] and 1 or 0}
+  end
+  if not (status == 'free' and rec[5] and ARGV[9] == '' and price > 0) then return {-1, 0, 0} end
+  late = 1
 end
-local held = rec[2]
-local price = ARGV[2]
+local held = tonumber(rec[2])
 local capped = 0
-if tonumber(price) > tonumber(held) then price = held; capped = 1 end
-redis.call('HINCRBY', KEYS[1], 'held', '-' .. held)
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('SREM', KEYS[4], ARGV[1])
-if tonumber(price) > 0 then
+if price > held then price = held; capped = 1 end
+if late == 0 then
+  if held > 0 then redis.call('HINCRBY', KEYS[1], 'held', -held) end
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('SREM', KEYS[4], ARGV[1])
+end
+if price > 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', price)
   redis.call('XADD', KEYS[5], '*', 'request_id', ARGV[1], 'call_id', ARGV[4], 'account', ARGV[5], 'amount', price)
   redis.call('HSET', KEYS[2], 'status', 'pending', 'price', price, 'usage', ARGV[3])
   if capped == 1 then redis.call('HSET', KEYS[2], 'capped', '1') end
+  if late == 1 then redis.call('HSET', KEYS[2], 'late', '1') end
 else
   redis.call('HSET', KEYS[2], 'status', ARGV[7], 'price', '0', 'usage', ARGV[3])
+  if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'released', ARGV[9]) end
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
 if #KEYS > 5 then
   local n = #KEYS - 5
-  ${rateLimitLua.adjust(5, 8)}
+  ${rateLimitLua.adjust(5, 9)}
 end
-return {tonumber(price), capped}
+return {price, capped, late}
+`;
+
+// Push back the expiry of holds their owner still runs. KEYS: holds, then the call records; ARGV: ttl ms, retention
+// ms, now ms ('' = Redis TIME), then the request ids (one per record). A hold no longer in `holds` (debited, released)
+// is left alone. Returns how many were renewed.
+const RENEW = `
+${nowLua('ARGV[3]')}
+local ttl = tonumber(ARGV[1])
+local renewed = 0
+for i = 4, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+    redis.call('HSET', KEYS[i - 2], 'expires', now + ttl)
+    redis.call('PEXPIRE', KEYS[i - 2], ttl + tonumber(ARGV[2]))
+    renewed = renewed + 1
+  end
+end
+return renewed
 `;
 
 const holdScript = new LuaScript(HOLD);
-const settleScript = new LuaScript(SETTLE);
-
-/** Key names (plugins/store/keys.ts). */
-export const walletKeys = { ...keys, instanceHolds: keys.ownerHolds };
+const debitScript = new LuaScript(DEBIT);
+const renewScript = new LuaScript(RENEW);
 
 /** Whole milliseconds for PEXPIRE, which refuses a fraction (retention_days 0.7 is 60479999.99999999 ms). */
 function wholeMs(ms: number): number {
@@ -115,12 +159,15 @@ export interface HoldInput {
   account: string;
   chain: ChainName;
   amount: bigint;
-  instance: string;
-  expiresAt: number;
+  /** Who keeps the hold alive: a gateway instance (renewing it while its call runs) or a job (`job:<id>`). */
+  owner: string;
+  /** The hold expires this long after it is placed unless its owner renews it. */
+  ttlMs: number;
   model: string;
   keyId: string;
-  now: number;
   retentionMs: number;
+  /** Milliseconds since the epoch to place the hold at, instead of Redis TIME (tests). */
+  now?: number;
 }
 
 /**
@@ -133,57 +180,86 @@ export type HoldResult =
 
 /** Decide the call's rate limits (`limits`, from RateLimiter.prepare) and place its hold if they pass and the wallet's available balance covers it (atomic). */
 export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonly string[]; args: readonly (string | number)[] }): Promise<HoldResult> {
-  const keys = [
-    walletKeys.wallet(h.account, h.chain), walletKeys.call(h.callId), walletKeys.holds,
-    walletKeys.instanceHolds(h.instance), walletKeys.usageIndex(h.account),
+  const scriptKeys = [
+    keys.wallet(h.account, h.chain), keys.call(h.callId), keys.holds, keys.ownerHolds(h.owner), keys.usageIndex(h.account),
   ];
-  if (limits) keys.push(...limits.keys);
+  if (limits) scriptKeys.push(...limits.keys);
   const args: (string | number)[] = [
-    h.requestId, h.amount.toString(), h.expiresAt, h.instance, h.account, h.chain, h.now, h.model, h.keyId, wholeMs(h.retentionMs),
+    h.requestId, h.amount.toString(), wholeMs(h.ttlMs), h.owner, h.account, h.chain, h.model, h.keyId, wholeMs(h.retentionMs), h.now ?? '',
   ];
   if (limits) args.push(...limits.args);
   else args.push('', 0);
-  const reply = await holdScript.run<number[]>(r, keys, args);
+  const reply = await holdScript.run<number[]>(r, scriptKeys, args);
   const [ok, available] = reply;
   const decision = reply.slice(2);
   if (ok === 1) return { placed: true, available: BigInt(available), limits: decision };
   return { placed: false, available: BigInt(available), duplicate: ok === -1, rateLimited: ok === -2, limits: decision };
 }
 
-/** A settle request: the hold of `requestId` becomes a debit of `price` (0 releases it). */
-export interface SettleInput {
+/** A debit request: the hold of `requestId` becomes a debit of `price` (0 releases it). */
+export interface DebitInput {
   requestId: string;
   /** callIdOf(requestId). */
   callId: string;
   account: string;
   chain: ChainName;
-  instance: string;
+  owner: string;
   price: bigint;
   usageJson: string;
   /** Usage record status when nothing is charged: 'free'. */
   freeStatus?: string;
   retentionMs: number;
-  /** The call's token-limit correction (RateLimiter.prepareAdjust), made with the settlement. */
+  /** Set by the sweeper: why it releases the hold (price 0); a debit that comes later still charges. */
+  releaseReason?: string;
+  /** The call's token-limit correction (RateLimiter.prepareAdjust), made with the debit. */
   limits?: PreparedAdjust | null;
 }
 
+/** What a debit did. */
+export interface DebitResult {
+  debited: bigint;
+  /** The price was above the hold and cut to it. */
+  capped: boolean;
+  /** The hold had been released before the debit: charged all the same. */
+  late: boolean;
+}
+
 /**
- * Settle a hold: returns the amount debited (run again, the amount the first run debited), or null when there was
- * no hold to settle (released, or never placed).
+ * Debit a hold: returns the amount debited (run again, the amount the first run debited), or null when there was
+ * nothing to debit (released at 0, or never placed).
  */
-export async function settleHold(r: Redis, s: SettleInput): Promise<{ debited: bigint; capped: boolean } | null> {
-  const keys = [
-    walletKeys.wallet(s.account, s.chain), walletKeys.call(s.callId), walletKeys.holds,
-    walletKeys.instanceHolds(s.instance), walletKeys.debits(s.chain),
+export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | null> {
+  const scriptKeys = [
+    keys.wallet(d.account, d.chain), keys.call(d.callId), keys.holds, keys.ownerHolds(d.owner), keys.debits(d.chain),
   ];
-  const args: (string | number)[] = [s.requestId, s.price.toString(), s.usageJson, s.callId, s.account, s.chain, s.freeStatus ?? 'free', wholeMs(s.retentionMs)];
-  if (s.limits) {
-    keys.push(...s.limits.keys);
-    args.push(...s.limits.args);
+  const args: (string | number)[] = [
+    d.requestId, d.price.toString(), d.usageJson, d.callId, d.account, d.chain, d.freeStatus ?? 'free', wholeMs(d.retentionMs), d.releaseReason ?? '',
+  ];
+  if (d.limits) {
+    scriptKeys.push(...d.limits.keys);
+    args.push(...d.limits.args);
   }
-  const [price, capped] = await settleScript.run<[number, number]>(r, keys, args);
+  const [price, capped, late] = await debitScript.run<[number, number, number]>(r, scriptKeys, args);
   if (price === -1) return null;
-  return { debited: BigInt(price), capped: capped === 1 };
+  return { debited: BigInt(price), capped: capped === 1, late: late === 1 };
+}
+
+/** Push the expiry of live holds to `ttlMs` from now (Redis TIME); returns how many were still held. */
+export async function renewHolds(r: Redis, holds: readonly { requestId: string; callId: string }[], ttlMs: number, retentionMs: number, now?: number): Promise<number> {
+  if (holds.length === 0) return 0;
+  const scriptKeys: string[] = [keys.holds];
+  const args: (string | number)[] = [wholeMs(ttlMs), wholeMs(retentionMs), now ?? ''];
+  for (const h of holds) {
+    scriptKeys.push(keys.call(h.callId));
+    args.push(h.requestId);
+  }
+  return renewScript.run<number>(r, scriptKeys, args);
+}
+
+/** Redis's clock in ms: every instance compares expiries and heartbeats on it, never on its own. */
+export async function redisNow(r: Redis): Promise<number> {
+  const [s, us] = await r.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 }
 
 /** One wallet's numbers. */
@@ -197,7 +273,7 @@ export interface WalletState {
 
 /** Read one wallet. */
 export async function readWallet(r: Redis, account: string, chain: ChainName): Promise<WalletState> {
-  const [s, l, p, h] = await r.hmget(walletKeys.wallet(account.toLowerCase(), chain), 'synced', 'locked', 'pending', 'held');
+  const [s, l, p, h] = await r.hmget(keys.wallet(account.toLowerCase(), chain), 'synced', 'locked', 'pending', 'held');
   const synced = BigInt(s ?? 0);
   const locked = BigInt(l ?? 0);
   const pending = BigInt(p ?? 0);

@@ -26,6 +26,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     rejections: new Counter({ name: 'farebox_rejections_total', help: 'Calls answered with an error before the upstream was called, by error code (insufficient_funds, unsupported_client, rate_limited, service_unavailable, ...).', labelNames: ['code'] as const, registers: r }),
     holdsPlaced: new Counter({ name: 'farebox_holds_placed_total', help: 'Holds placed, by chain.', labelNames: ['chain'] as const, registers: r }),
     holdsReleased: new Counter({ name: 'farebox_holds_released_total', help: 'Holds released without a call settling them (crashed instance, expiry).', labelNames: ['reason'] as const, registers: r }),
+    lateDebits: new Counter({ name: 'farebox_debits_after_release_total', help: 'Calls debited after their hold was released (expired or its instance taken for dead while the call still delivered), by chain.', labelNames: ['chain'] as const, registers: r }),
     priceAboveHold: new Counter({ name: 'farebox_price_above_hold_total', help: 'Calls whose actual price exceeded the hold (capped; a worst-case bug).', labelNames: ['model'] as const, registers: r }),
     holdsOpen: new Gauge({ name: 'farebox_holds_open', help: 'Holds open in Redis (all instances).', registers: r }),
     debitQueueDepth: new Gauge({ name: 'farebox_debit_queue_depth', help: 'Debits not yet charged onchain, by chain.', labelNames: ['chain'] as const, registers: r }),
@@ -49,7 +50,7 @@ export type Metrics = ReturnType<typeof createMetrics>;
 /** Create the labelled series alerts watch at 0, so increase() sees their first event. */
 export function initSeries(m: Metrics, chains: readonly string[], models: readonly string[]): void {
   for (const chain of chains) {
-    for (const c of [m.holdsPlaced, m.settlementFailures, m.drift, m.driftCorrections, m.chainErrors]) c.inc({ chain }, 0);
+    for (const c of [m.holdsPlaced, m.lateDebits, m.settlementFailures, m.drift, m.driftCorrections, m.chainErrors]) c.inc({ chain }, 0);
     for (const outcome of ['charged', 'refused', 'already_charged', 'already_refused']) m.settlementCharges.inc({ chain, outcome }, 0);
   }
   for (const reason of ['instance_died', 'expired']) m.holdsReleased.inc({ reason }, 0);

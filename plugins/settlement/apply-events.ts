@@ -99,11 +99,6 @@ export async function applyEvents(r: Redis, chain: ChainName, events: readonly E
   return applied;
 }
 
-/** Apply one escrow event (applyEvents of one). */
-export async function applyEvent(r: Redis, chain: ChainName, e: EscrowEvent): Promise<boolean> {
-  return (await applyEvents(r, chain, [e])).length === 1;
-}
-
 /** Where the watcher stands on a chain: the last applied event, or null before the first. */
 export async function readCursor(r: Redis, chain: ChainName): Promise<{ raw: string; block: bigint; logIndex: number } | null> {
   const raw = await r.get(keys.cursor(chain));

@@ -10,7 +10,7 @@ import type { ChainName } from '../chains/config.js';
 import type { Charge, Hex, SettlementChain } from '../chains/port.js';
 import { countBy, type Metrics } from '../metrics/metrics.js';
 import { LuaScript } from '../store/redis-script.js';
-import { walletKeys } from '../billing/wallets.js';
+import { keys } from '../store/keys.js';
 
 const GROUP = 'settlers';
 
@@ -35,7 +35,7 @@ const pruneScript = new LuaScript(PRUNE);
 
 /** Delete the idle consumers of a chain's debit stream that hold nothing (`only`: that one); returns how many. */
 export function pruneConsumers(r: Redis, chain: ChainName, idleMs: number, only?: string): Promise<number> {
-  return pruneScript.run<number>(r, [walletKeys.debits(chain)], only === undefined ? [GROUP, idleMs] : [GROUP, idleMs, only]);
+  return pruneScript.run<number>(r, [keys.debits(chain)], only === undefined ? [GROUP, idleMs] : [GROUP, idleMs, only]);
 }
 
 /** Settler settings. */
@@ -108,14 +108,14 @@ export class Settler {
     const prefix = (this.redis.options.keyPrefix as string | undefined) ?? '';
     try {
       // From the stream's start ('0'), not '$': debits written before the first settler started count too.
-      await this.redis.call('XGROUP', 'CREATE', prefix + walletKeys.debits(chain), GROUP, '0', 'MKSTREAM');
+      await this.redis.call('XGROUP', 'CREATE', prefix + keys.debits(chain), GROUP, '0', 'MKSTREAM');
     } catch (err) {
       if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
     }
   }
 
   private async loop(name: ChainName, chain: SettlementChain, conn: Redis): Promise<void> {
-    const key = walletKeys.debits(name);
+    const key = keys.debits(name);
     let backoff = 0;
     let lastClaim = 0;
     let grouped = false;
@@ -192,7 +192,7 @@ export class Settler {
   /** Queue depth and age of the oldest debit not yet charged, per chain. */
   async measure(): Promise<void> {
     for (const name of Object.keys(this.chains) as ChainName[]) {
-      const key = walletKeys.debits(name);
+      const key = keys.debits(name);
       // Both read before either is set: a scrape never sees one gauge of a chain without the other.
       const [depth, first] = await Promise.all([this.redis.xlen(key), this.redis.xrange(key, '-', '+', 'COUNT', 1) as Promise<Entry[]>]);
       this.metrics.debitQueueDepth.set({ chain: name }, depth);

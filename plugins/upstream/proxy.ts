@@ -9,34 +9,31 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
-import { Pool, type Dispatcher } from 'undici';
-import { GatewayError } from '../../policies/errors.js';
-import { JsonMeter, SseMeter, type Meter } from './metering.js';
-import type { CallContext } from '../call.js';
+import type { Dispatcher } from 'undici';
+import type { Call, Exchange } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
+import { GatewayError } from '../../policies/errors.js';
+import type { Meter } from './metering.js';
+import type { Upstreams } from './pools.js';
 
-const VERSION = '0.1.0';
 const ERROR_BODY_LIMIT = 64 * 1024;
 
-/** Request headers sent upstream: the provider's auth, the protocol's version headers, nothing of the caller's key. */
-function upstreamHeaders(call: CallContext, incoming: IncomingHttpHeaders): Record<string, string> {
-  const provider = call.route!.provider;
-  const h: Record<string, string> = {
-    'content-type': 'application/json',
-    'user-agent': `farebox/${VERSION}`,
-    accept: call.rewrite?.stream ? 'text/event-stream' : 'application/json',
-  };
-  if (provider.protocol === 'anthropic') {
-    h['x-api-key'] = provider.key;
-    // SPEC names the date-valued version header `alpha-version`; real clients send `anthropic-version`.
-    const version = incoming['anthropic-version'] ?? incoming['alpha-version'];
-    h['anthropic-version'] = typeof version === 'string' ? version : '2023-06-01';
-    const beta = incoming['anthropic-beta'];
-    if (beta !== undefined) h['anthropic-beta'] = Array.isArray(beta) ? beta.join(',') : beta;
-  } else {
-    h.authorization = `Bearer ${provider.key}`;
-  }
-  return h;
+/** One upstream request of a call, as an endpoint builds it. */
+export interface UpstreamRequest {
+  readonly url: string;
+  readonly method: 'GET' | 'POST';
+  readonly headers: Record<string, string>;
+  readonly body: string | Buffer | null;
+  /** The provider's name (metrics label). */
+  readonly provider: string;
+  /** Longest wait for the answer to start, and longest silence inside it (provider timeout_ms). */
+  readonly timeoutMs: number;
+  /** Longest the whole exchange may run (provider max_duration_ms): then it is cut. */
+  readonly maxDurationMs: number;
+  /** The meter of a 2xx answer, given its content type. */
+  meter(contentType: string | undefined): Meter;
+  /** Whether the upstream's content-length is passed on (an answer forwarded byte for byte). */
+  keepLength(contentType: string | undefined): boolean;
 }
 
 /** Response headers copied from upstream onto ours: content type and retry hints only (our x-request-id stays). */
@@ -78,55 +75,25 @@ export function upstreamError(status: number, text: string, retryAfter: string |
   return new GatewayError('upstream_error', { cause });
 }
 
-/** undici pools, one per upstream origin (keep-alive connections shared by all calls to it). */
-export class Upstreams {
-  private readonly pools = new Map<string, Pool>();
-  private readonly targets = new Map<string, { pool: Pool; path: string }>();
-  /** The server is closing: answers carry `connection: close`. */
-  closing = false;
-
-  constructor(private readonly options: Pool.Options = { connections: 256, pipelining: 1, keepAliveTimeout: 30_000 }) {}
-
-  /** The pool and request path of an upstream URL (parsed once per URL). */
-  target(url: string): { pool: Pool; path: string } {
-    let t = this.targets.get(url);
-    if (!t) {
-      const u = new URL(url);
-      let pool = this.pools.get(u.origin);
-      if (!pool) {
-        pool = new Pool(u.origin, this.options);
-        this.pools.set(u.origin, pool);
-      }
-      t = { pool, path: u.pathname + u.search };
-      this.targets.set(url, t);
-    }
-    return t;
-  }
-
-  async close(): Promise<void> {
-    await Promise.allSettled([...this.pools.values()].map((p) => p.close()));
-    this.pools.clear();
-    this.targets.clear();
-  }
-}
-
 /** Forward the call upstream and stream the metered answer back; returns the reply, sent later. */
-export function proxyCall(upstreams: Upstreams, reply: FastifyReply, call: CallContext, metrics?: Metrics): FastifyReply {
-  const route = call.route!;
-  const { pool, path } = upstreams.target(route.url);
-  const handler = new ProxyHandler(upstreams, reply, call, metrics);
+export function proxyCall(upstreams: Upstreams, reply: FastifyReply, call: Call, req: UpstreamRequest, metrics?: Metrics): FastifyReply {
+  const { pool, path } = upstreams.target(req.url);
+  const exchange: Exchange = {};
+  call.exchange = exchange;
+  const handler = new ProxyHandler(upstreams, reply, call, exchange, req, metrics);
   pool.dispatch({
     path,
-    method: 'POST',
-    headers: upstreamHeaders(call, reply.request.headers),
-    body: call.upstreamBody ?? JSON.stringify(call.rewrite!.body),
-    headersTimeout: route.provider.timeout_ms,
-    bodyTimeout: route.provider.timeout_ms,
+    method: req.method,
+    headers: req.headers,
+    body: req.body,
+    headersTimeout: req.timeoutMs,
+    bodyTimeout: req.timeoutMs,
   }, handler);
   return reply;
 }
 
 const ABORTED = new Error('caller went away');
+const TOO_LONG = new Error('call ran past its maximum duration');
 
 /** One upstream exchange: status and headers, then chunks metered and written to the caller, then the end. */
 class ProxyHandler implements Dispatcher.DispatchHandler {
@@ -143,10 +110,14 @@ class ProxyHandler implements Dispatcher.DispatchHandler {
     this.controller?.resume();
   };
 
+  private deadline: NodeJS.Timeout | undefined;
+
   constructor(
     private readonly upstreams: Upstreams,
     private readonly reply: FastifyReply,
-    private readonly call: CallContext,
+    private readonly call: Call,
+    private readonly exchange: Exchange,
+    private readonly req: UpstreamRequest,
     private readonly metrics: Metrics | undefined,
   ) {}
 
@@ -157,13 +128,15 @@ class ProxyHandler implements Dispatcher.DispatchHandler {
       controller.abort(ABORTED);
       return;
     }
-    this.call.abortUpstream = () => controller.abort(ABORTED);
+    this.exchange.abort = () => controller.abort(ABORTED);
+    // A hard bound on the whole call: the idle timeouts do not bound a slow stream or a caller that stops reading.
+    this.deadline = setTimeout(() => controller.abort(TOO_LONG), this.req.maxDurationMs);
+    this.deadline.unref();
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
-    const call = this.call;
-    const provider = call.route!.provider.name;
-    call.upstreamStatus = statusCode;
+    const provider = this.req.provider;
+    this.exchange.status = statusCode;
     this.metrics?.upstreamDuration.observe({ provider }, Number(process.hrtime.bigint() - this.sent) / 1e9);
     if (statusCode >= 300) {
       this.metrics?.upstreamErrors.inc({ provider, status: String(statusCode) });
@@ -172,16 +145,14 @@ class ProxyHandler implements Dispatcher.DispatchHandler {
       this.errorBody = [];
       return;
     }
-    const stream = call.rewrite!.stream;
     const ct = headers['content-type'];
-    const sse = typeof ct === 'string' && ct.startsWith('text/event-stream');
-    const protocol = call.route!.provider.protocol;
-    const meter: Meter = sse ? new SseMeter(protocol, protocol === 'openai' && !call.rewrite!.callerWantsUsage) : new JsonMeter();
+    const contentType = typeof ct === 'string' ? ct : undefined;
+    const meter = this.req.meter(contentType);
     this.meter = meter;
-    call.meter = meter;
+    this.exchange.meter = meter;
     const reply = this.reply;
     const out = reply.getHeaders() as Record<string, unknown>;
-    copyResponseHeaders(out, headers, !stream && !sse);
+    copyResponseHeaders(out, headers, this.req.keepLength(contentType));
     if (this.upstreams.closing) out.connection = 'close';
     reply.hijack();
     reply.raw.writeHead(statusCode, out as Record<string, string>);
@@ -205,10 +176,10 @@ class ProxyHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
-    this.call.abortUpstream = undefined;
+    this.done();
     if (this.errorBody) {
       const text = Buffer.concat(this.errorBody).toString('utf8').slice(0, ERROR_BODY_LIMIT);
-      sendUpstreamError(this.reply, upstreamError(this.call.upstreamStatus!, text, this.retryAfter));
+      sendUpstreamError(this.reply, upstreamError(this.exchange.status!, text, this.retryAfter));
       return;
     }
     const tail = this.meter!.end();
@@ -218,7 +189,7 @@ class ProxyHandler implements Dispatcher.DispatchHandler {
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
-    this.call.abortUpstream = undefined;
+    this.done();
     if (err === ABORTED) return;
     const reply = this.reply;
     if (reply.raw.headersSent) {
@@ -227,14 +198,20 @@ class ProxyHandler implements Dispatcher.DispatchHandler {
       return;
     }
     const code = (err as { code?: string }).code;
-    const timeout = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
-    this.call.upstreamStatus ??= timeout ? 504 : 502;
-    if (!this.errorBody) this.metrics?.upstreamErrors.inc({ provider: this.call.route!.provider.name, status: '0' });
+    const timeout = err === TOO_LONG || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
+    this.exchange.status ??= timeout ? 504 : 502;
+    if (!this.errorBody) this.metrics?.upstreamErrors.inc({ provider: this.req.provider, status: '0' });
     sendUpstreamError(reply, timeout ? new GatewayError('upstream_timeout', { cause: err }) : new GatewayError('upstream_error', { cause: err }));
+  }
+
+  private done(): void {
+    this.exchange.abort = undefined;
+    clearTimeout(this.deadline);
   }
 }
 
-function sendUpstreamError(reply: FastifyReply, err: GatewayError): void {
+/** Answer an upstream failure, unless the caller has gone or an answer has started. */
+export function sendUpstreamError(reply: FastifyReply, err: GatewayError): void {
   if (reply.sent || reply.raw.destroyed) return;
   reply.send(err);
 }

@@ -7,7 +7,8 @@ import { connectRedis } from '../../plugins/store/redis.js';
 import { renderError } from '../../policies/errors.js';
 import { newRequestId } from '../../plugins/call.js';
 import { callIdOf } from '../../plugins/chains/port.js';
-import { placeHold, settleHold, walletKeys } from '../../plugins/billing/wallets.js';
+import { debitHold, placeHold } from '../../plugins/billing/wallets.js';
+import { setSyncedBalance } from '../helpers/money.js';
 
 const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = `farebox-test-rl-${randomBytes(4).toString('hex')}:`;
@@ -199,25 +200,25 @@ t.test('adjust: a call that used fewer tokens than estimated is refunded, one th
   t.match(await l.check(input(b, { tokens: 0, now: T + 18_000 })), { allowed: true });
 });
 
-t.test('the settle script corrects the token limits with the settlement, once however often it runs', async (t) => {
+t.test('the debit script corrects the token limits with the debit, once however often it runs', async (t) => {
   const l = limiter({ default: { key: { rpm: null, tpm: 1000 }, account: { rpm: null, tpm: 2000 } } });
   const a = account();
-  await r1.hset(walletKeys.wallet(a, 'chain_a'), 'synced', '1000000');
+  await setSyncedBalance(r1, a, 'chain_a', 1_000_000n);
   const call = input(a, { tokens: 800 });
   const requestId = newRequestId();
   const h = {
-    requestId, callId: callIdOf(requestId), account: a, chain: 'chain_a' as const, amount: 5000n, instance: 'rl-test',
-    expiresAt: T + 60_000, model: 'gamma-k3', keyId: 'key1', now: T, retentionMs: 60_000,
+    requestId, callId: callIdOf(requestId), account: a, chain: 'chain_a' as const, amount: 5000n, owner: 'rl-test',
+    ttlMs: 60_000, model: 'gamma-k3', keyId: 'key1', now: T, retentionMs: 60_000,
   };
   t.ok((await placeHold(r1, h, l.prepare(call)!)).placed, 'held, and 800 tokens charged to both limits');
   t.equal(await level(`rl:{${a}}:gamma:k:key1:t`), 800);
 
   t.equal(l.prepareAdjust(call, 800), null, 'nothing to correct when the estimate was right');
-  const settle = () => settleHold(r1, { ...h, price: 1000n, usageJson: '{}', limits: l.prepareAdjust(call, 300) });
-  t.same(await settle(), { debited: 1000n, capped: false });
+  const debit = () => debitHold(r1, { ...h, price: 1000n, usageJson: '{}', limits: l.prepareAdjust(call, 300) });
+  t.same(await debit(), { debited: 1000n, capped: false, late: false });
   t.equal(await level(`rl:{${a}}:gamma:k:key1:t`), 300, 'the key limit holds the 300 used');
   t.equal(await level(`rl:{${a}}:gamma:a:t`), 300, 'and so does the account limit');
-  t.same(await settle(), { debited: 1000n, capped: false }, 'run again (a resend): the same answer');
+  t.same(await debit(), { debited: 1000n, capped: false, late: false }, 'run again (a resend): the same answer');
   t.equal(await level(`rl:{${a}}:gamma:k:key1:t`), 300, 'and no second refund');
 });
 

@@ -5,11 +5,10 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
 import type { ConfigInput } from '../../plugins/config.js';
-import { listUsage } from '../../plugins/billing/call-records.js';
-import { readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
+import { readWallet } from '../../plugins/billing/wallets.js';
 import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
 import { validator } from '../helpers/conformance.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { until } from '../helpers/wait.js';
 
 // Key 5 rpm and account 8 rpm by default; beta keys 2 rpm; gamma unlimited.
@@ -186,10 +185,10 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
   const first = ok.headers.get('x-request-id')!;
   // The admitted call's hold must be settled first: a hold in flight moves `available` when it settles.
   const deadline = Date.now() + 20_000;
-  while ((await g.redis.hget(walletKeys.call(callIdOf(first)), 'status')) === 'held' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  const rec = await g.redis.hgetall(walletKeys.call(callIdOf(first)));
+  while ((await getCallRecord(g.redis, first))?.status === 'held' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const rec = (await getCallRecord(g.redis, first))!;
   t.not(rec.status, 'held');
-  t.ok(BigInt(rec.price) > 0n, 'the admitted call was charged');
+  t.ok(rec.priceAtomic > 0n, 'the admitted call was charged');
   const before = await readWallet(g.redis, g.account, 'chain_a');
   const usageBefore = await listUsage(g.redis, g.account);
 
@@ -200,7 +199,7 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
     const id = res.headers.get('x-request-id');
     await assertLimited(t, res, endpoint, 1, /for this API key \(limit 1\)/);
     t.equal(res.headers.get('x-gw-billing-chain'), null, 'refused before the funds gate');
-    t.equal(await g.redis.exists(walletKeys.call(callIdOf(id!))), 0, 'no call record');
+    t.equal(await getCallRecord(g.redis, id!), null, 'no call record');
   }
   t.equal(g.sim.received.length, n, 'never upstream');
   const after = await readWallet(g.redis, g.account, 'chain_a');
@@ -227,8 +226,8 @@ t.test('billed: once settled, the token limits hold the tokens billed, not the e
     .withResponse();
   const estimated = tpm - Number(response.headers.get('x-ratelimit-remaining-tokens'));
   t.ok(estimated >= 4000, `the gate charged the estimate, max_tokens and more (${estimated})`);
-  const callId = callIdOf(response.headers.get('x-request-id')!);
-  await until('the call is settled', async () => (await g.redis.hget(walletKeys.call(callId), 'status')) !== 'held');
+  const requestId = response.headers.get('x-request-id')!;
+  await until('the call is debited', async () => (await getCallRecord(g.redis, requestId))?.status !== 'held');
   const billed = data.usage!.prompt_tokens + data.usage!.completion_tokens;
   t.ok(billed >= 500, `billed ${billed} tokens`);
   for (const key of [`rl:{${g.account}}:alpha:k:${g.keyId}:t`, `rl:{${g.account}}:alpha:a:t`]) {

@@ -9,7 +9,10 @@ import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { callIdOf } from '../../plugins/chains/port.js';
 import { limitsConfigSchema } from '../../policies/limits.js';
-import { placeHold, readWallet, settleHold, walletKeys, type HoldInput } from '../../plugins/billing/wallets.js';
+import { debitHold, placeHold, readWallet, type HoldInput } from '../../plugins/billing/wallets.js';
+import { countQueuedDebits, getCallRecord } from '../../plugins/billing/call-records.js';
+import { keys } from '../../plugins/store/keys.js';
+import { setSyncedBalance } from '../helpers/money.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { closeDevChains, startHarness, testRedis } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
@@ -87,15 +90,14 @@ const occurrences = (sent: Buffer[], text: string) => Buffer.concat(sent).toStri
 const account = `0x${randomBytes(20).toString('hex')}`;
 let seq = 0;
 function hold(amount: bigint): HoldInput {
-  const now = Date.now();
   const requestId = `req_${randomBytes(16).toString('hex')}_${seq++}`;
   return {
-    requestId, callId: callIdOf(requestId), account, chain: 'chain_a', amount, instance: 'resend-test',
-    expiresAt: now + 60_000, model: 'gamma-k3', keyId: 'key_resend', now, retentionMs: 3_600_000,
+    requestId, callId: callIdOf(requestId), account, chain: 'chain_a', amount, owner: 'resend-test',
+    ttlMs: 60_000, model: 'gamma-k3', keyId: 'key_resend', now: Date.now(), retentionMs: 3_600_000,
   };
 }
 
-await redis.hset(walletKeys.wallet(account, 'chain_a'), 'synced', '1000000');
+await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
 
 t.test('a hold run twice answers placed both times and holds once; the rate limits are charged once', async (t) => {
   const limiter = new RateLimiter(redis, limitsConfigSchema.parse({ default: { key: { rpm: 10 }, account: { rpm: null } } }));
@@ -112,10 +114,10 @@ t.test('a hold run twice answers placed both times and holds once; the rate limi
 
   const other = await placeHold(redis, { ...h, amount: 200_000n });
   t.same(other, { placed: false, available: 699_999n, duplicate: true, rateLimited: false, limits: other.limits }, 'another hold under the id is a duplicate');
-  const otherInstance = await placeHold(redis, { ...h, instance: 'another' });
-  t.equal(otherInstance.placed, false, 'so is one from another instance');
+  const otherOwner = await placeHold(redis, { ...h, owner: 'another' });
+  t.equal(otherOwner.placed, false, 'so is one from another owner');
 
-  await settleHold(redis, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', instance: h.instance, price: 0n, usageJson: '{}', retentionMs: 3_600_000 });
+  await debitHold(redis, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', owner: h.owner, price: 0n, usageJson: '{}', retentionMs: 3_600_000 });
   t.equal((await readWallet(redis, account, 'chain_a')).held, 1n, 'released; the 1-unit hold remains');
 });
 
@@ -129,32 +131,32 @@ t.test('a hold whose reply a dropped connection lost is resent and answers place
   relay.dropNextReply = true;
   const result = await placeHold(r, h);
   t.equal(relay.connections, 2, 'the connection was dropped and made again');
-  t.equal(occurrences(relay.sent, walletKeys.call(h.callId)), 2, 'the hold went out twice');
+  t.equal(occurrences(relay.sent, keys.call(h.callId)), 2, 'the hold went out twice');
   t.match(result, { placed: true, available: before.available - 50_000n }, 'placed, with the balance after it');
   const after = await readWallet(redis, account, 'chain_a');
   t.equal(after.held - before.held, 50_000n, 'held once');
-  t.equal(await redis.zscore(walletKeys.holds, h.requestId), String(h.expiresAt));
+  t.equal((await getCallRecord(redis, h.requestId))?.status, 'held', 'one hold, held');
 });
 
-t.test('a settlement whose reply was lost is resent and answers with the amount debited, once', async (t) => {
+t.test('a debit whose reply was lost is resent and answers with the amount debited, once', async (t) => {
   const relay = await lossyRelay(t);
   const r = connectRedis({ url: relay.url, prefix, failFast: true });
   t.teardown(() => closeRedis(r));
   const h = hold(40_000n);
   t.ok((await placeHold(r, h)).placed);
   const before = await readWallet(redis, account, 'chain_a');
-  const debitsBefore = await redis.xlen(walletKeys.debits('chain_a'));
+  const debitsBefore = await countQueuedDebits(redis, 'chain_a');
   relay.dropNextReply = true;
-  const done = await settleHold(r, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', instance: h.instance, price: 12_345n, usageJson: '{"output_tokens":3}', retentionMs: 3_600_000 });
+  const done = await debitHold(r, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', owner: h.owner, price: 12_345n, usageJson: '{"output_tokens":3}', retentionMs: 3_600_000 });
   t.equal(relay.connections, 2, 'the connection was dropped and made again');
-  t.same(done, { debited: 12_345n, capped: false });
+  t.same(done, { debited: 12_345n, capped: false, late: false });
   const after = await readWallet(redis, account, 'chain_a');
   t.equal(before.held - after.held, 40_000n, 'the hold released once');
   t.equal(after.pending - before.pending, 12_345n, 'debited once');
-  t.equal(await redis.xlen(walletKeys.debits('chain_a')) - debitsBefore, 1, 'one debit queued');
+  t.equal(await countQueuedDebits(redis, 'chain_a') - debitsBefore, 1, 'one debit queued');
 
-  // A settlement with no hold and no debit of its own (a released hold) still answers null.
-  t.equal(await settleHold(redis, { ...h, callId: callIdOf(`${h.requestId}x`), requestId: `${h.requestId}x`, price: 5n, usageJson: '{}', retentionMs: 1000 }), null);
+  // A debit with no hold and no debit of its own (a released hold) still answers null.
+  t.equal(await debitHold(redis, { ...h, callId: callIdOf(`${h.requestId}x`), requestId: `${h.requestId}x`, price: 5n, usageJson: '{}', retentionMs: 1000 }), null);
 });
 
 t.test('through the gateway: a call whose hold reply was lost answers 200 and is charged once', async (t) => {
@@ -178,17 +180,17 @@ t.test('through the gateway: a call whose hold reply was lost answers 200 and is
   t.ok(data.choices[0]!.message.content, 'the answer');
   const id = response.headers.get('x-request-id')!;
   const rec = await until(`settled ${id}`, async () => {
-    const r = await h.redis.hgetall(walletKeys.call(callIdOf(id)));
-    return r.status === 'settled' ? r : null;
+    const r = await getCallRecord(h.redis, id);
+    return r?.status === 'settled' ? r : null;
   });
-  // Two holds and one settlement name the wallet, then the call's record (the test's own reads name the record alone).
-  const scriptRuns = Buffer.concat(relay.sent).toString('latin1').split(`${walletKeys.wallet(h.account, 'chain_a')}\r\n`)
+  // Two holds and one debit name the wallet, then the call's record (the test's own reads name the record alone).
+  const scriptRuns = Buffer.concat(relay.sent).toString('latin1').split(`${keys.wallet(h.account, 'chain_a')}\r\n`)
     .filter((after) => /^\$\d+\r\n[^\r]*call:(0x[0-9a-f]+)\r\n/.exec(after)?.[1] === callIdOf(id)).length;
   t.equal(scriptRuns, 3, 'the hold went out twice');
   const w = await until('nothing held or pending', async () => {
     const x = await readWallet(h.redis, h.account, 'chain_a');
     return x.held === 0n && x.pending === 0n ? x : null;
   });
-  t.equal(before.synced - w.synced, BigInt(rec.price), 'charged the call\'s price once');
+  t.equal(before.synced - w.synced, rec.priceAtomic, 'charged the call\'s price once');
   t.equal(w.synced, await createEvmChain('chain_a', h.config.chains!.chain_a).balanceOf(h.account as `0x${string}`), 'as onchain');
 });

@@ -1,9 +1,7 @@
 import t from 'tap';
-import { listUsage } from '../../plugins/billing/call-records.js';
+import { getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { makeUsage, parseUsd, priceCall } from '../../pricing/index.js';
-import { walletKeys } from '../../plugins/billing/wallets.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 
 // Property: for many random requests through the simulator, no call's actual price exceeds its hold.
 const h = await startHarness({ chains: true });
@@ -72,7 +70,7 @@ t.test('no actual price exceeds its hold, over 160 random requests', async (t) =
   t.ok(records.length >= N * 0.95, `${records.length} calls billed`);
   let charged = 0;
   for (const r of records) {
-    const held = BigInt((await h.redis.hget(walletKeys.call(callIdOf(r.call_id)), 'held')) ?? '0');
+    const held = (await getCallRecord(h.redis, r.call_id))?.held ?? 0n;
     const price = parseUsd(r.price);
     if (price > held) t.fail(`${r.call_id}: price ${price} above hold ${held}`);
     t.equal(priceCall(h.config.prices, r.model, makeUsage(r.usage)), price, 'price = the usage priced');

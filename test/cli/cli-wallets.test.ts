@@ -7,11 +7,11 @@ import { CHAIN_NAMES, type Address } from '../../plugins/chains/config.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { embeddedDefault } from '../../plugins/config.js';
 import { DEV_CHAINS_KEY } from '../../plugins/serve.js';
-import { readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { readWallet } from '../../plugins/billing/wallets.js';
+import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { formatUsd, publishPrices, USAGE_FIELDS } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 
 const h = await startHarness({ chains: true });
 const tmp = mkdtempSync(join(tmpdir(), 'farebox-cli-'));
@@ -94,14 +94,14 @@ t.test('default-chain --chain chain_b: a call without x-gw-billing-chain bills c
   const res = await call('hi again');
   t.equal(res.status, 200);
   t.equal(res.headers.get('x-gw-billing-chain'), 'chain_b');
-  const rec = await h.redis.hgetall(walletKeys.call(callIdOf(res.headers.get('x-request-id')!)));
-  t.equal(rec.chain, 'chain_b', 'held and billed on chain_b');
+  const rec = await getCallRecord(h.redis, res.headers.get('x-request-id')!);
+  t.equal(rec?.chain, 'chain_b', 'held and billed on chain_b');
 });
 
 t.test('prices --json: the live table in the documented shape, every model of the catalog', async (t) => {
   const doc = json(await farebox(['prices', '--json'])) as Record<'text' | 'image' | 'video', Record<string, Record<string, string>>>;
   t.same(Object.keys(doc), ['text', 'image', 'video']);
-  for (const m of embeddedDefault('http://127.0.0.1:1').models) {
+  for (const m of embeddedDefault('http://127.0.0.1:1').models as { id: string }[]) {
     t.same(Object.keys(doc.text[m.id] ?? {}), ['input', 'output', 'cache_read'], m.id);
   }
   t.same(doc.text['alpha-sonnet-4-6'], { input: '3.00', output: '15.00', cache_read: '0.30' });
@@ -124,7 +124,7 @@ t.test('usage --json after a few calls: documented fields, statuses settle with 
   }
   const [ok1, ok2, failed] = ids;
   await until('settled onchain', async () => {
-    const s = await Promise.all(ids.map((id) => h.redis.hget(walletKeys.call(callIdOf(id)), 'status')));
+    const s = await Promise.all(ids.map(async (id) => (await getCallRecord(h.redis, id))?.status));
     return s[0] === 'settled' && s[1] === 'settled' && s[2] === 'free';
   });
   const records = json(await farebox(['usage', '--account', account, '--json'])) as Record<string, unknown>[];

@@ -6,7 +6,6 @@ import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
-import type { CallObserver } from '../../plugins/call.js';
 import { buildConfig, embeddedDefault, type ConfigInput, type FareboxConfig } from '../../plugins/config.js';
 import farebox from '../../plugins/gateway.js';
 import { closeRedis, connectRedis, deleteKeys } from '../../plugins/store/redis.js';
@@ -84,7 +83,6 @@ export async function testRedis(t: { teardown(fn: () => Promise<void>): void }):
 /** Start a simulator and a gateway routed to it. */
 export async function startHarness(opts: {
   edit?: (cfg: ConfigInput) => void;
-  observer?: CallObserver;
   configure?: (app: FastifyInstance) => void | Promise<void>;
   /** Bill on dev chains (real holds, debit queue, settlement). */
   chains?: boolean;
@@ -111,7 +109,7 @@ export async function startHarness(opts: {
   const app = Fastify({ logger: false });
   await opts.configure?.(app);
   const metrics = createMetrics();
-  await app.register(farebox, { config, redis, observer: opts.observer, env, metrics });
+  await app.register(farebox, { config, redis, env, metrics });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.server.address();
   const url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;

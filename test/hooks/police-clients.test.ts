@@ -5,13 +5,12 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import type { FastifyRequest } from 'fastify';
 import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
-import { listUsage } from '../../plugins/billing/call-records.js';
-import { readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
+import { readWallet } from '../../plugins/billing/wallets.js';
 import type { ClientClass } from '../../policies/clients.js';
 import type { ClientRuleId } from '../../policies/client-rules.js';
 import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
 import { validator } from '../helpers/conformance.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 
 interface Sample {
   readonly client: string;
@@ -145,7 +144,7 @@ async function assertRefused(t: Test, g: Harness, res: Response, endpoint: Endpo
   t.equal(body.error.code, 'unsupported_client');
   t.match(body.error.message, `(rule ${rule})`, 'the message names the rule');
   t.equal(g.sim.received.length, upstreamBefore, 'the upstream never saw it');
-  t.equal(await g.redis.exists(walletKeys.call(callIdOf(id!))), 0, 'no call record');
+  t.equal(await getCallRecord(g.redis, id!), null, 'no call record');
   t.equal(res.headers.get('x-gw-billing-chain'), null, 'never reached the funds gate');
 }
 

@@ -9,7 +9,7 @@ import { buildConfig, embeddedDefault } from '../../plugins/config.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { listUsage } from '../../plugins/billing/call-records.js';
-import { walletKeys } from '../../plugins/billing/wallets.js';
+import { countQueuedDebits } from '../../plugins/billing/call-records.js';
 import { closeDevChains, dropPrefix, startHarness, testPrefix, type Harness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
@@ -175,7 +175,7 @@ t.test('billed calls: tokens and charged USD match the usage record; holds, sett
   t.equal(select(s, 'farebox_chain_watcher_lag_blocks', { chain: 'chain_a' }).length, 1, 'watcher lag reported');
 
   // Acknowledged and deleted in one step: the charged debit leaves the queue.
-  await until('the charged debit left the queue', async () => (await h.redis.xlen(walletKeys.debits('chain_a'))) === 0);
+  await until('the charged debit left the queue', async () => (await countQueuedDebits(h.redis, 'chain_a')) === 0);
   // Queue gauges are measured every 5 s by the settler.
   const q = await scrapeUntil(url, (s) => select(s, 'farebox_debit_queue_depth', { chain: 'chain_a' })[0]?.value === 0);
   t.match(select(q, 'farebox_debit_queue_depth', { chain: 'chain_a' }), [{ value: 0 }], 'debit queue depth by chain: empty');

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { buildConfig, embeddedDefault } from '../../plugins/config.js';
 import { GatewayError } from '../../policies/errors.js';
-import { ModelCatalog } from '../../policies/catalog.js';
+import { ModelCatalog, type ModelRoute, type TextModel } from '../../policies/catalog.js';
 import { mapReasoningEffort, rewriteChat, rewriteMessages } from '../../policies/rewrite.js';
 import { chatBody, messagesBody, parseBody } from '../../policies/schemas.js';
 
@@ -11,11 +11,11 @@ const user = [{ role: 'user', content: 'hi' }];
 
 const chat = (body: object) => {
   const parsed = parseBody(chatBody, body);
-  return rewriteChat(parsed, catalog.route('chat_completions', parsed.model));
+  return rewriteChat(parsed, catalog.route('chat_completions', parsed.model) as ModelRoute<TextModel>);
 };
 const messages = (body: object) => {
   const parsed = parseBody(messagesBody, body);
-  return rewriteMessages(parsed, catalog.route('messages', parsed.model));
+  return rewriteMessages(parsed, catalog.route('messages', parsed.model) as ModelRoute<TextModel>);
 };
 const code = (fn: () => unknown) => {
   try {

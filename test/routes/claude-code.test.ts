@@ -8,8 +8,7 @@ import { join } from 'node:path';
 import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
 import { listUsage } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
-import { walletKeys } from '../../plugins/billing/wallets.js';
-import { callIdOf } from '../../plugins/chains/port.js';
+import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
 
 const CLAUDE = new URL('../../node_modules/.bin/claude', import.meta.url).pathname;
 const TIMEOUT_MS = 60_000;
@@ -96,11 +95,11 @@ function claude(args: string[], key = h.key): Promise<Run> {
 }
 
 /** The usage record of a call once settlement has moved it off `held`. */
-async function settledRecord(requestId: string): Promise<Record<string, string>> {
+async function settledRecord(requestId: string): Promise<CallRecord | null> {
   const deadline = Date.now() + 20_000;
   for (;;) {
-    const rec = await h.redis.hgetall(walletKeys.call(callIdOf(requestId)));
-    if ((rec.status && rec.status !== 'held') || Date.now() > deadline) return rec;
+    const rec = await getCallRecord(h.redis, requestId);
+    if ((rec && rec.status !== 'held') || Date.now() > deadline) return rec;
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -148,9 +147,9 @@ t.test('its calls are billed: x-gw-billing-chain, a usage record with a price > 
   const ids = new Set((await listUsage(h.redis, h.account)).map((r) => r.call_id));
   for (const m of billed) {
     t.equal(m.billingChain, 'chain_a');
-    const rec = await settledRecord(m.requestId!);
-    t.not(rec.status, 'held', 'settled');
-    t.ok(BigInt(rec.price ?? '0') > 0n, `charged ${rec.price} atomic units`);
+    const rec = (await settledRecord(m.requestId!))!;
+    t.not(rec.status, 'held', 'debited');
+    t.ok(rec.priceAtomic > 0n, `charged ${rec.priceAtomic} atomic units`);
     t.equal(rec.key_id, h.keyId);
     t.equal(rec.model, (m.body as { model: string }).model);
     t.ok(ids.has(m.requestId!), 'listed in the account usage');

@@ -4,7 +4,8 @@ import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import type { Address } from '../../plugins/chains/config.js';
 import type { EscrowEvent, Hex } from '../../plugins/chains/port.js';
-import { readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { readWallet } from '../../plugins/billing/wallets.js';
+import { keys } from '../../plugins/store/keys.js';
 import { APPLY_CHUNK, applyEvents, readCursor } from '../../plugins/settlement/apply-events.js';
 import { testRedis } from '../helpers/harness.js';
 
@@ -56,7 +57,7 @@ t.test('events over several chunks: one script per APPLY_CHUNK events, each appl
     const w = await readWallet(redis, a, 'chain_b');
     t.same({ synced: w.synced, locked: w.locked }, { synced: sum, locked: 7n }, `account ${j}: every deposit once`);
   }
-  t.same((await redis.smembers(walletKeys.wallets('chain_b'))).sort(), accounts.map((a) => a.toLowerCase()).sort(), 'each account listed for the reconciler');
+  t.same((await redis.smembers(keys.wallets('chain_b'))).sort(), accounts.map((a) => a.toLowerCase()).sort(), 'each account listed for the reconciler');
   const lastEvent = events[events.length - 1]!;
   const cursor = await readCursor(redis, 'chain_b');
   t.same(cursor && { block: cursor.block, logIndex: cursor.logIndex }, { block: lastEvent.blockNumber, logIndex: lastEvent.logIndex });

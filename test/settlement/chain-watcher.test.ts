@@ -12,7 +12,9 @@ import { callIdOf, type SettlementChain } from '../../plugins/chains/port.js';
 import { createMetrics, type Metrics } from '../../plugins/metrics/metrics.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { pruneConsumers, Settler } from '../../plugins/settlement/settler.js';
-import { placeHold, readWallet, settleHold, walletKeys } from '../../plugins/billing/wallets.js';
+import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
+import { getCallRecord } from '../../plugins/billing/call-records.js';
+import { keys } from '../../plugins/store/keys.js';
 import { dropPrefix, testPrefix } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
@@ -302,9 +304,9 @@ t.test('reconciler: a difference seen twice alike is corrected to balanceOf and 
     return (await readWallet(s.redis, x, 'chain_a')).synced === 2_000_000n;
   });
   const wr = s.redis;
-  await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '5000000');
+  await wr.hset(keys.wallet(x, 'chain_a'), 'synced', '5000000');
   t.equal(await w.reconcile('chain_a', chainA), 0, 'first sighting: could be the watcher lagging');
-  await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '6000000');
+  await wr.hset(keys.wallet(x, 'chain_a'), 'synced', '6000000');
   t.equal(await w.reconcile('chain_a', chainA), 0, 'a different difference: still not corrected');
   t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 6_000_000n);
   t.equal(await counter(metrics.drift, { chain: 'chain_a' }), 0);
@@ -318,7 +320,7 @@ t.test('reconciler: a difference seen twice alike is corrected to balanceOf and 
   t.equal(await counter(metrics.drift, { chain: 'chain_a' }), 4);
 
   // Too low is corrected the same way.
-  await wr.hset(walletKeys.wallet(x, 'chain_a'), 'synced', '1500000');
+  await wr.hset(keys.wallet(x, 'chain_a'), 'synced', '1500000');
   await w.reconcile('chain_a', chainA);
   t.equal(await w.reconcile('chain_a', chainA), 1);
   t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 2_000_000n);
@@ -357,17 +359,16 @@ async function debit(s: ReturnType<typeof session>, address: string, hold: bigin
   const r = s.redis;
   const requestId = `req_${randomBytes(16).toString('hex')}`;
   const callId = callIdOf(requestId);
-  const now = Date.now();
   const placed = await placeHold(r, {
-    requestId, callId, account, chain: 'chain_a', amount: hold, instance: 'test', expiresAt: now + 60_000,
-    model: 'gamma-k3', keyId: 'key_test', now, retentionMs: 3_600_000,
+    requestId, callId, account, chain: 'chain_a', amount: hold, owner: 'test', ttlMs: 60_000,
+    model: 'gamma-k3', keyId: 'key_test', retentionMs: 3_600_000,
   });
   if (!placed.placed) throw new Error(`hold refused: ${placed.available} available`);
-  const settled = await settleHold(r, {
-    requestId, callId, account, chain: 'chain_a', instance: 'test', price,
+  const settled = await debitHold(r, {
+    requestId, callId, account, chain: 'chain_a', owner: 'test', price,
     usageJson: JSON.stringify({ input_tokens: 10, output_tokens: 5 }), retentionMs: 3_600_000,
   });
-  if (settled?.debited !== price) throw new Error('settle did not debit');
+  if (settled?.debited !== price) throw new Error('the debit did not debit');
   return { requestId, callId };
 }
 
@@ -387,19 +388,19 @@ t.test('a Charged event moves the debit out of pending exactly once and lowers s
   const { requestId, callId } = await debit(s, x, 400_000n, 250_000n);
   const pending = await readWallet(s.redis, x, 'chain_a');
   t.same({ pending: pending.pending, held: pending.held, available: pending.available }, { pending: 250_000n, held: 0n, available: 750_000n });
-  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'pending');
+  t.equal((await getCallRecord(s.redis, requestId))?.status, 'pending');
 
   await settler(t, s, metrics).start();
   const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
   t.equal(done.synced, 750_000n, 'synced lowered by the charge');
   t.equal(done.available, 750_000n, 'available unchanged by settlement');
   t.equal(await chainA.callStatus(callId), 'charged');
-  const d = await s.redis.hgetall(walletKeys.call(callId));
-  t.same({ call_id: d.call_id, status: d.status, price: d.price }, { call_id: requestId, status: 'settled', price: '250000' }, 'the call record settled');
+  const d = (await getCallRecord(s.redis, requestId))!;
+  t.same({ call_id: d.call_id, status: d.status, price: d.priceAtomic }, { call_id: requestId, status: 'settled', price: 250_000n }, 'the call record settled');
   t.match(d.tx, /^0x[0-9a-f]{64}$/, 'with the tx');
 
   // The same debit queued again (a settler that died before its ack): the escrow skips it, nothing moves.
-  await s.redis.xadd(walletKeys.debits('chain_a'), '*', 'request_id', requestId, 'call_id', callId, 'account', x, 'amount', '250000');
+  await s.redis.xadd(keys.debits('chain_a'), '*', 'request_id', requestId, 'call_id', callId, 'account', x, 'amount', '250000');
   await until('retry skipped onchain', async () => (await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'already_charged' })) === 1);
   await w.stop();
   await w.poll('chain_a', chainA); // whatever the retry emitted is applied
@@ -418,7 +419,7 @@ t.test("a mined batch wakes its process's watcher: the charge leaves pending lon
   await mintAndDeposit(c, x, 1_000_000n);
   w.start(); // its first poll reads the deposit; the next would come a minute later
   await s.synced(x, 'chain_a', (v) => v.synced === 1_000_000n);
-  const { callId } = await debit(s, x, 400_000n, 250_000n);
+  const { requestId } = await debit(s, x, 400_000n, 250_000n);
   const woken: string[] = [];
   const st = new Settler(s.redis, { chain_a: chainA }, 'settler-wake', {
     batchSize: 50, batchWaitMs: 0, claimIdleMs: 60_000, onMined: (chain) => (woken.push(chain), w.wake(chain)),
@@ -430,7 +431,7 @@ t.test("a mined batch wakes its process's watcher: the charge leaves pending lon
   t.ok(Date.now() - started < 20_000, 'applied without waiting for the poll');
   t.same(woken, ['chain_a']);
   t.same({ synced: done.synced, pending: done.pending }, { synced: 750_000n, pending: 0n });
-  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'settled');
+  t.equal((await getCallRecord(s.redis, requestId))?.status, 'settled');
   const stopping = Date.now();
   await w.stop();
   t.ok(Date.now() - stopping < 5_000, 'stop does not wait out the poll interval');
@@ -445,7 +446,7 @@ t.test('a ChargeRefused event (balance gone before settlement) moves the debit o
   await approve(y, 600_000n);
   await deposit(y, 600_000n);
   const start = await s.synced(y.address, 'chain_a');
-  const { callId } = await debit(s, y.address, 500_000n, 500_000n);
+  const { requestId, callId } = await debit(s, y.address, 500_000n, 500_000n);
   await requestWithdrawal(y, start.synced);
   await s.synced(y.address, 'chain_a', (v) => v.locked === start.synced);
   await passTimelock();
@@ -457,7 +458,7 @@ t.test('a ChargeRefused event (balance gone before settlement) moves the debit o
   const after = await s.synced(y.address, 'chain_a', (v) => v.pending === 0n);
   t.equal(after.synced, 0n, 'nothing charged');
   t.equal(await chainA.callStatus(callId), 'refused');
-  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'failed', 'the call record says failed');
+  t.equal((await getCallRecord(s.redis, requestId))?.status, 'failed', 'the call record says failed');
   t.equal(await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'refused' }), 1);
   await w.stop();
   await s.redis.del('scanned:chain_a');
@@ -467,7 +468,7 @@ t.test('a ChargeRefused event (balance gone before settlement) moves the debit o
 
 t.test('settler consumers: one that stops leaves its group; idle ones holding nothing are pruned, the rest kept', async (t) => {
   const s = session(t);
-  const key = walletKeys.debits('chain_a');
+  const key = keys.debits('chain_a');
   const consumers = async () =>
     ((await s.redis.call('XINFO', 'CONSUMERS', (s.redis.options.keyPrefix as string) + key, 'settlers')) as string[][]).map((c) => c[1]!).sort();
   const st = settler(t, s, createMetrics({ defaults: false }));

@@ -12,7 +12,8 @@ import { embeddedDefault } from '../../plugins/config.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { devChainsConfig, fundOnDevChain } from '../../plugins/serve.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
-import { readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { readWallet } from '../../plugins/billing/wallets.js';
+import { countOpenHolds, countQueuedDebits, listCallRecords } from '../../plugins/billing/call-records.js';
 import { closeDevChains, devChains, dropPrefix, testPrefix } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
@@ -66,16 +67,15 @@ async function startGateway(): Promise<ChildProcess> {
 
 /** The account's call records still held. */
 async function heldRecords(account: string): Promise<number> {
-  const ids = await redis.zrange(walletKeys.usageIndex(account), 0, -1);
-  const statuses = await Promise.all(ids.map((id) => redis.hget(walletKeys.call(callIdOf(id)), 'status')));
-  return statuses.filter((s) => s === 'held').length;
+  const records = await listCallRecords(redis, account, 100_000);
+  return records.filter((r) => r.status === 'held').length;
 }
 
 /** What the restarted gateway still has to do, for a failure message. */
 async function state(account: string): Promise<string> {
   const w = await readWallet(redis, account, 'chain_a');
-  const holds = await redis.zcard(walletKeys.holds);
-  const queued = await redis.xlen(walletKeys.debits('chain_a'));
+  const holds = await countOpenHolds(redis);
+  const queued = await countQueuedDebits(redis, 'chain_a');
   return `holds ${holds}, held ${w.held}, pending ${w.pending}, synced ${w.synced}, debits queued ${queued}`;
 }
 
@@ -111,22 +111,21 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
   await new Promise((r) => setTimeout(r, 400));
   child.kill('SIGKILL');
   await Promise.all(inflight);
-  const heldAtCrash = await redis.zcard(walletKeys.holds);
+  const heldAtCrash = await countOpenHolds(redis);
   t.ok(heldAtCrash > 0, `${heldAtCrash} holds of calls that died with the process`);
 
   child = await startGateway();
   // The new instance releases the dead one's holds and takes over its unacknowledged debits.
   // Each phase takes seconds (the dead watcher's 10 s lease included); a stuck one fails with what is left.
-  await until('no hold left', async () => (await redis.zcard(walletKeys.holds)) === 0 && (await heldRecords(account)) === 0, 40_000)
+  await until('no hold left', async () => (await countOpenHolds(redis)) === 0 && (await heldRecords(account)) === 0, 40_000)
     .catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
   const w = await until('every debit onchain', async () => {
     const x = await readWallet(redis, account, 'chain_a');
-    return x.pending === 0n && x.held === 0n && (await redis.xlen(walletKeys.debits('chain_a'))) === 0 ? x : null;
+    return x.pending === 0n && x.held === 0n && (await countQueuedDebits(redis, 'chain_a')) === 0 ? x : null;
   }, 40_000).catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
 
-  const ids = await redis.zrange(walletKeys.usageIndex(account), 0, -1);
-  const records = await Promise.all(ids.map((id) => redis.hgetall(walletKeys.call(callIdOf(id)))));
-  const debited = records.filter((r) => BigInt(r.price ?? '0') > 0n);
+  const records = await listCallRecords(redis, account, 100_000);
+  const debited = records.filter((r) => r.priceAtomic > 0n);
   t.ok(debited.length > 10, `${debited.length} debits recorded`);
   t.ok(records.some((r) => r.status === 'free'), 'calls that died unsettled went free');
 
@@ -145,7 +144,7 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
     t.equal(r.status, 'settled');
   }
   t.equal(charged.size, debited.length, 'nothing charged that was not recorded');
-  t.equal(sum, debited.reduce((a, r) => a + BigInt(r.price), 0n), 'charged amounts = recorded prices');
+  t.equal(sum, debited.reduce((a, r) => a + r.priceAtomic, 0n), 'charged amounts = recorded prices');
   t.equal(await chain.balanceOf(account as `0x${string}`), deposited - sum);
   t.equal(w.synced, deposited - sum, 'synced balance = onchain');
 });

@@ -10,7 +10,8 @@ import { embeddedDefault } from '../../plugins/config.js';
 import { DEV_SETTLER_KEY_ENV, DEV_KEYS } from '../../plugins/chains/dev-chains.js';
 import { callIdOf } from '../../plugins/chains/port.js';
 import { DEV_CHAINS_KEY } from '../../plugins/serve.js';
-import { readWallet, walletKeys } from '../../plugins/billing/wallets.js';
+import { readWallet } from '../../plugins/billing/wallets.js';
+import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness, testPrefix } from '../helpers/harness.js';
 import { runCli, until } from '../helpers/wait.js';
 
@@ -55,10 +56,10 @@ t.test('its watcher syncs a deposit, its settler charges the call onchain; the g
   const { response } = await openai.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
   const id = response.headers.get('x-request-id')!;
   const rec = await until(`settled ${id}`, async () => {
-    const x = await h.redis.hgetall(walletKeys.call(callIdOf(id)));
-    return x.status === 'settled' ? x : null;
+    const x = await getCallRecord(h.redis, id);
+    return x?.status === 'settled' ? x : null;
   });
-  t.match(rec.tx, /^0x[0-9a-f]{64}$/);
+  t.match(rec.tx ?? '', /^0x[0-9a-f]{64}$/);
   const chainA = createEvmChain('chain_a', h.config.chains!.chain_a);
   t.equal(await chainA.callStatus(callIdOf(id)), 'charged');
   const w = await until('no pending', async () => {

@@ -1,0 +1,44 @@
+/**
+ * Finish, the last phase, once the response has closed (or the caller left during the gate): the endpoint bills what
+ * the call delivered and admission debits its hold at that price (0 for a failed call), or a job keeps the hold.
+ */
+import type { Admission } from '../billing/admission.js';
+import { FREE, type Bill } from '../billing/billing.js';
+import type { Call } from '../call.js';
+import type { PriceTable } from '../../pricing/index.js';
+
+type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
+
+/** Finishes calls; `drained()` waits for the debits still running (at shutdown, before Redis closes). */
+export class Finisher {
+  private readonly running = new Set<Promise<void>>();
+
+  constructor(
+    private readonly admission: Admission,
+    private readonly prices: PriceTable,
+    private readonly log: Log,
+  ) {}
+
+  /** Finish `call` once, if it was admitted. */
+  readonly finish = (call: Call): void => {
+    if (call.finished || !call.admitted) return;
+    call.finished = true;
+    let bill: Bill | null;
+    try {
+      bill = call.endpoint!.bill(call, call.policed!, this.prices);
+    } catch (err) {
+      // An upstream that reports nonsense usage is charged nothing rather than guessed at.
+      this.log.error({ err, requestId: call.id }, 'usage not billable; call charged 0');
+      bill = FREE;
+    }
+    if (bill === null) return;
+    const done = this.admission.finish(call.admitted, bill).catch((err) => this.log.warn({ err, requestId: call.id }, 'finishing the call failed'));
+    this.running.add(done);
+    void done.finally(() => this.running.delete(done));
+  };
+
+  /** Wait for the debits in flight. */
+  async drained(): Promise<void> {
+    await Promise.allSettled([...this.running]);
+  }
+}

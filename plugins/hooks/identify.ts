@@ -1,0 +1,61 @@
+/**
+ * Identify, the first phase of a call: a request id on every answer under /v1 (errors included), and the API key
+ * (x-api-key or Authorization: Bearer) resolved to its account: 401 when missing or invalid, 403 when the account is
+ * not active (SPEC Authentication).
+ */
+import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
+import type { KeyResolver } from '../accounts/key-resolver.js';
+import { presentedKey } from '../accounts/key-resolver.js';
+import { newRequestId, type Call } from '../call.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { Endpoint } from '../routes/endpoint.js';
+import { GatewayError, type Protocol } from '../../policies/errors.js';
+
+/** The protocol of a path under /v1: the messages endpoints speak Anthropic's, the rest OpenAI's. */
+export function protocolOf(url: string): Protocol {
+  return url.includes('/v1/messages') ? 'anthropic' : 'openai';
+}
+
+/**
+ * The call of every request under /v1: its id (x-request-id), and, once the response closes, its metrics and then
+ * `onEnd` (the finish phase).
+ */
+export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): onRequestAsyncHookHandler {
+  return async function identify(request: FastifyRequest, reply: FastifyReply) {
+    const endpoint = (request.routeOptions.config as { endpoint?: Endpoint }).endpoint;
+    const call: Call = {
+      id: newRequestId(),
+      protocol: endpoint?.protocol ?? protocolOf(request.url),
+      endpoint,
+      startedAt: process.hrtime.bigint(),
+      bodyBytes: 0,
+      ended: false,
+      clientAborted: false,
+      finished: false,
+    };
+    request.farebox = call;
+    reply.header('x-request-id', call.id);
+    // The Anthropic SDK reads its own request-id header (error.requestID, message._request_id).
+    if (call.protocol === 'anthropic') reply.header('request-id', call.id);
+    // One listener per call: metrics for every answer (refusals included), then the end of the call.
+    reply.raw.once('close', () => {
+      call.ended = true;
+      call.clientAborted = !reply.raw.writableFinished;
+      if (call.clientAborted) call.exchange?.abort?.();
+      const route = endpoint?.name ?? 'other';
+      metrics.requests.inc({ route, model: call.policed?.route.model.id ?? 'none', status: String(reply.statusCode) });
+      metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
+      onEnd(call);
+    });
+  };
+}
+
+/** The key of a request resolved to its account (SPEC Authentication 3 and 4). */
+export function authenticate(keys: KeyResolver): onRequestAsyncHookHandler {
+  return async function authenticateKey(request: FastifyRequest) {
+    const identity = await keys.resolve(presentedKey(request.headers));
+    request.farebox.identity = identity;
+    // A revoked key stays 401 (resolve); an account that is not active is 403.
+    if (identity.status !== 'active') throw new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` });
+  };
+}

@@ -1,0 +1,62 @@
+/**
+ * What an endpoint module declares, so that every kind of call runs the same phases (plugins/hooks/): its path and
+ * protocol, how it polices a request (schema, model route, rewrite), what the call may cost at worst (quote), how it
+ * forwards the call and meters the answer, and what the finished call is billed. Adding an endpoint adds a module
+ * here, not a copy of the call path.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Metrics } from '../metrics/metrics.js';
+import type { Bill, Quote } from '../billing/billing.js';
+import type { Call } from '../call.js';
+import type { Upstreams } from '../upstream/pools.js';
+import type { ModelCatalog, ModelRoute } from '../../policies/catalog.js';
+import type { ClientRuleEndpoint } from '../../policies/client-rules.js';
+import type { Protocol } from '../../policies/errors.js';
+import type { PriceTable } from '../../pricing/index.js';
+
+/** The endpoints of the call path (the `route` label of the metrics). */
+export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions';
+
+/** What police made of a request: every endpoint's own result extends this. */
+export interface Policed {
+  readonly route: ModelRoute;
+  /** Response headers police decided (x-gw-clamped-max-tokens). */
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+/** What a call may cost: the hold (absent: the call is never billed) and the tokens its token limits count. */
+export interface Quoted {
+  readonly quote?: Quote;
+  readonly tokens: number;
+}
+
+/** What police reads besides the request. */
+export interface PoliceContext {
+  readonly catalog: ModelCatalog;
+}
+
+/** What forward uses besides the call. */
+export interface ForwardContext {
+  readonly upstreams: Upstreams;
+  readonly metrics: Metrics;
+}
+
+/** One endpoint of the call path. */
+export interface Endpoint<P extends Policed = Policed> {
+  readonly name: EndpointName;
+  readonly method: 'GET' | 'POST';
+  /** Path under /v1. */
+  readonly path: string;
+  /** The caller's protocol: errors take its shape. */
+  readonly protocol: Protocol;
+  /** The endpoint as the client rules name it (SPEC "Client and model-family rules"). */
+  readonly clientRule: ClientRuleEndpoint;
+  /** Validate the request against the endpoint's schema, route its model, rewrite it for the upstream (400s). */
+  police(request: FastifyRequest, ctx: PoliceContext): P | Promise<P>;
+  /** Its worst-case price and token estimate, from the policed request only. */
+  quote(policed: P, prices: PriceTable): Quoted;
+  /** Call the upstream and answer the caller, metering what reaches them (call.exchange). */
+  forward(call: Call, policed: P, reply: FastifyReply, ctx: ForwardContext): FastifyReply | Promise<unknown>;
+  /** What the finished call is debited; null when a job took its hold over and debits it later. */
+  bill(call: Call, policed: P, prices: PriceTable): Bill | null;
+}

@@ -1,0 +1,11 @@
+/** The endpoints of the call path, in the order they are registered. */
+import type { Endpoint } from './endpoint.js';
+import { chatCompletions } from './chat-completions.js';
+import { countTokens } from './count-tokens.js';
+import { messages } from './messages.js';
+
+export { healthRoute } from './health.js';
+export type { Endpoint, EndpointName, ForwardContext, PoliceContext, Policed, Quoted } from './endpoint.js';
+
+/** Every endpoint module. */
+export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions] as readonly Endpoint[];

@@ -1,0 +1,140 @@
+/**
+ * What the text endpoints share: the policed text request, its quote (pricing/worst-case.ts), its forward through
+ * the streaming proxy with a meter of its protocol, and its bill from the upstream's usage or, for an answer cut
+ * short, from what reached the caller.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { FastifyReply } from 'fastify';
+import type { Bill } from '../billing/billing.js';
+import { FREE } from '../billing/billing.js';
+import type { Call, Exchange } from '../call.js';
+import { JsonMeter, SseMeter } from '../upstream/metering.js';
+import { proxyCall } from '../upstream/proxy.js';
+import type { ModelRoute, ProviderConfig, TextModel } from '../../policies/catalog.js';
+import type { RewriteResult } from '../../policies/rewrite.js';
+import { cacheWriteTier, inputTokensBound } from '../../policies/text-bounds.js';
+import {
+  fromAnthropicUsage, fromOpenAIUsage, makeUsage, priceCall, worstCaseText,
+  type CacheWriteTier, type PriceTable, type Usage,
+} from '../../pricing/index.js';
+import type { ForwardContext, Policed, Quoted } from './endpoint.js';
+
+const VERSION = '0.1.0';
+
+/** A policed text request. */
+export interface TextPoliced extends Policed {
+  readonly route: ModelRoute<TextModel>;
+  readonly rewrite: RewriteResult;
+  /** The rewritten body as sent upstream (serialized once). */
+  readonly upstreamBody: string;
+  readonly upstreamHeaders: Record<string, string>;
+  /** Upper bound on the input-side tokens (policies/text-bounds.ts). */
+  readonly inputBound: number;
+  readonly cacheWrite: CacheWriteTier;
+  /** Choices the upstream generates: chat completions' n, else 1. */
+  readonly n: number;
+  /** Size of the caller's request body. */
+  readonly bodyBytes: number;
+}
+
+/** Request headers sent upstream: the provider's auth, the protocol's version headers, nothing of the caller's key. */
+export function textUpstreamHeaders(provider: ProviderConfig, incoming: IncomingHttpHeaders, stream: boolean): Record<string, string> {
+  const h: Record<string, string> = {
+    'content-type': 'application/json',
+    'user-agent': `farebox/${VERSION}`,
+    accept: stream ? 'text/event-stream' : 'application/json',
+  };
+  if (provider.protocol === 'anthropic') {
+    h['x-api-key'] = provider.key;
+    // SPEC names the date-valued version header `alpha-version`; real clients send `anthropic-version`.
+    const version = incoming['anthropic-version'] ?? incoming['alpha-version'];
+    h['anthropic-version'] = typeof version === 'string' ? version : '2023-06-01';
+    const beta = incoming['anthropic-beta'];
+    if (beta !== undefined) h['anthropic-beta'] = Array.isArray(beta) ? beta.join(',') : beta;
+  } else {
+    h.authorization = `Bearer ${provider.key}`;
+  }
+  return h;
+}
+
+/** The policed form of a rewritten text request. */
+export function textPoliced(
+  route: ModelRoute<TextModel>, rewrite: RewriteResult, incoming: IncomingHttpHeaders, bodyBytes: number, n = 1,
+): TextPoliced {
+  const upstreamBody = JSON.stringify(rewrite.body);
+  return {
+    route,
+    rewrite,
+    upstreamBody,
+    upstreamHeaders: textUpstreamHeaders(route.provider, incoming, rewrite.stream),
+    inputBound: inputTokensBound(upstreamBody, route.model.context_window),
+    cacheWrite: cacheWriteTier(route.provider.protocol === 'anthropic' ? 'anthropic' : 'openai', upstreamBody),
+    n,
+    bodyBytes,
+    headers: rewrite.clampedTo === undefined ? undefined : { 'x-gw-clamped-max-tokens': String(rewrite.clampedTo) },
+  };
+}
+
+/** The worst case of a text call and the tokens its limits count (input bound + max output). */
+export function quoteText(p: TextPoliced, prices: PriceTable): Quoted {
+  const maxOutputTokens = p.rewrite.maxOutputTokens * p.n;
+  const amount = worstCaseText(prices, p.route.model.id, { inputTokensBound: p.inputBound, maxOutputTokens, cacheWrite: p.cacheWrite });
+  return { quote: { model: p.route.model.id, amount }, tokens: p.inputBound + maxOutputTokens };
+}
+
+/** Forward a text call: the rewritten body to its upstream, the answer streamed back through a meter. */
+export function forwardText(call: Call, p: TextPoliced, reply: FastifyReply, ctx: ForwardContext): FastifyReply {
+  const provider = p.route.provider;
+  const protocol = provider.protocol === 'anthropic' ? 'anthropic' : 'openai';
+  const dropUsageChunk = protocol === 'openai' && !p.rewrite.callerWantsUsage;
+  return proxyCall(ctx.upstreams, reply, call, {
+    url: p.route.url,
+    method: 'POST',
+    headers: p.upstreamHeaders,
+    body: p.upstreamBody,
+    provider: provider.name,
+    timeoutMs: provider.timeout_ms,
+    maxDurationMs: provider.max_duration_ms,
+    meter: (ct) => (isSse(ct) ? new SseMeter(protocol, dropUsageChunk) : new JsonMeter()),
+    keepLength: (ct) => !p.rewrite.stream && !isSse(ct),
+  }, ctx.metrics);
+}
+
+function isSse(contentType: string | undefined): boolean {
+  return contentType !== undefined && contentType.startsWith('text/event-stream');
+}
+
+/**
+ * The usage billed for a finished text call. The upstream's usage when the answer was delivered whole. A stream cut
+ * short (the caller hung up, the upstream failed mid-way) is charged only for what reached the caller: output =
+ * content deltas forwarded (every delta carries at least one token), input from message_start where the protocol
+ * reports it early, else estimated at one token per 4 bytes of the request. An upstream error, or no answer, costs 0.
+ */
+export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clientAborted: boolean): Usage {
+  const status = exchange?.status ?? 0;
+  const meter = exchange?.meter;
+  if (!meter || status < 200 || status >= 300) return makeUsage({});
+  const r = meter.reading;
+  const anthropic = p.route.provider.protocol === 'anthropic';
+  const reported = r.usage ? (anthropic ? fromAnthropicUsage(r.usage, p.cacheWrite) : fromOpenAIUsage(r.usage)) : null;
+  const whole = r.complete && !clientAborted && r.streamError === null;
+  if (whole && reported) return reported;
+  const maxOut = p.rewrite.maxOutputTokens * p.n;
+  const delivered = Math.min(r.deltas, maxOut);
+  const output = whole ? delivered : reported && reported.output_tokens > 1 ? Math.min(reported.output_tokens, delivered) : delivered;
+  // Anthropic reports input (and cache) usage in message_start, before any output; OpenAI only at the end.
+  if (reported && anthropic) return makeUsage({ ...reported, output_tokens: output });
+  const estimate = Math.min(p.inputBound, Math.ceil(p.bodyBytes / 4));
+  return makeUsage({ input_tokens: estimate, output_tokens: output });
+}
+
+/** The bill of a finished text call; an upstream that reports nonsense usage is charged nothing rather than guessed at. */
+export function billText(call: Call, p: TextPoliced, prices: PriceTable): Bill {
+  const usage = billedUsage(p, call.exchange, call.clientAborted);
+  return { usage, price: priceCall(prices, p.route.model.id, usage) };
+}
+
+/** The bill of a call that is never billed (count_tokens). */
+export function billNothing(): Bill {
+  return FREE;
+}
