@@ -19,8 +19,8 @@ export const DEV_CHAINS_KEY = keys.devChains;
 
 /**
  * Dev chains as a config section. The watcher polls them every 500 ms: a deposit shows within that, and the settler's
- * own batches are read back as soon as they are mined (Settler onMined). Every 100 ms, the polls of the four chains
- * cost the settle process and the chains ~50 ms of CPU a second each, idle.
+ * own batches are read back as soon as they are mined (Settler onMined), so faster polls would only cost the settle
+ * process and the chains CPU while idle.
  */
 export function devChainsConfig(dev: DevChains): ChainsConfig {
   const out = {} as Record<ChainName, ChainsConfig[ChainName]>;

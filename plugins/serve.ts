@@ -36,16 +36,15 @@ export interface Server {
 export const HEAP_GROWING_PERCENT = 50;
 
 /**
- * V8 flags `farebox serve` and `farebox settle` run with (tuneHeap):
+ * V8 flags `farebox serve` and `farebox settle` run with (tuneHeap; README "In your own Fastify app" and "Benchmark"
+ * have what they changed):
  * - `--heap-growing-percent=50`: a 1.5x old-generation growth factor instead of V8's adaptive one (up to 4x). A
- *   gateway's live heap is small (~30 MiB) and its garbage is per call, so that headroom was most of its RSS: in the
- *   bench, peak RSS went from ~260 MiB to ~165 and the growth between 1,000 and 10,000 calls from ~38 MiB to ~15, at
- *   the same CPU per call (full GCs are cheap on a small live heap).
+ *   gateway's live heap is small and its garbage is per call, so that headroom would be most of its RSS; full GCs
+ *   are cheap on a small live heap.
  * - `--no-allocation-site-pretenuring`: under load, hundreds of calls in flight survive a scavenge, and V8 then
  *   allocates their objects (request contexts, hold arguments, parser state) straight in old space from those
- *   allocation sites on. Once the load eases they still go there, die young, and fill old space: ~1.4 MiB per
- *   scavenge one call at a time, and scavenges of 4-17 ms (old-to-new references to walk) instead of 1-2 ms, each a
- *   stall of the calls in flight. Under load the CPU per call was the same either way.
+ *   allocation sites on. Once the load eases they still go there, die young, and fill old space, which makes every
+ *   scavenge walk old-to-new references: a stall of the calls in flight.
  */
 export const V8_FLAGS = [`--heap-growing-percent=${HEAP_GROWING_PERCENT}`, '--no-allocation-site-pretenuring'] as const;
 

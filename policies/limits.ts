@@ -8,7 +8,7 @@
  *
  * Headers (sent on every limited call, and on its 429):
  * - every endpoint: OpenAI's `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, reset as a duration
- *   ("1s", "6m0s", "12ms"), per OpenAI's rate-limits guide. The issue asks for these names on every 429.
+ *   ("1s", "6m0s", "12ms"), per OpenAI's rate-limits guide; sent on every 429 too.
  * - /v1/messages and count_tokens additionally: Anthropic's `anthropic-ratelimit-{requests,tokens}-{limit,
  *   remaining,reset}`, reset as an RFC 3339 time (Anthropic's rate-limits page); its SDK and Claude Code read
  *   them. The -input-tokens/-output-tokens variants are not sent: we count input and output together.

@@ -1,7 +1,7 @@
 /**
  * viem transport for JSON-RPC over HTTP on an undici keep-alive pool. viem's own http transport goes through
- * fetch (web streams, an AbortSignal and timing entries per request), which cost the gateway more CPU than the
- * watcher's polls and the settler's batches otherwise need: ~30 us per billed call under load. Errors take the
+ * fetch (web streams, an AbortSignal and timing entries per request), which cost more CPU than the watcher's polls
+ * and the settler's batches otherwise need. Errors take the
  * http transport's shapes (RpcRequestError for a JSON-RPC error, HttpRequestError for the transport,
  * TimeoutError), so viem maps them to the same error classes, and its retries apply as before.
  */

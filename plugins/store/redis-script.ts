@@ -2,8 +2,8 @@
  * The project's Lua scripts, each run as one RESP command encoded straight into one Buffer.
  *
  * ioredis's defineCommand builds every command as a chain of string concatenations (about 100 short-lived string
- * pieces for a hold of 25 arguments) plus a closure per run; on the call path that was the largest source of
- * garbage (62 KB allocated per billed call, 44 KB without it). Here the keys (under the connection's prefix) and
+ * pieces for a hold of 25 arguments) plus a closure per run, the largest source of garbage on the call path. Here
+ * the keys (under the connection's prefix) and
  * arguments become one string of RESP bulk strings, written once into a Buffer.
  *
  * As ioredis does: EVALSHA, except the first time a script goes out on a socket (EVAL with the source, which loads
@@ -106,8 +106,8 @@ export class LuaScript {
     }
     const textBytes = Buffer.byteLength(text, 'utf8');
     if (textBytes !== text.length) return this.encodeUtf8(head, count, prefix, keys, args);
-    // A slice of Node's shared pool: allocUnsafeSlow cost 0.6 us more per run. The command is written to the socket
-    // in the same tick, so a slice keeps its 8 KB pool alive no longer than the queues hold the command.
+    // A slice of Node's shared pool, cheaper than a buffer of its own: the command is written to the socket in the
+    // same tick, so a slice keeps its pool alive no longer than the queues hold the command.
     const buf = Buffer.allocUnsafe(1 + digits(count) + 2 + head.length + textBytes);
     let off = writeHeader(buf, 0, 0x2a, count);
     off += head.copy(buf, off);
