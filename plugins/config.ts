@@ -33,7 +33,7 @@ const billingSchema = z.strictObject({
    * PEXPIRE in exponent form, which it refuses, failing every hold.
    */
   retention_days: z.number().positive().max(36_500).default(30),
-  /** A hold outlives its call's upstream timeout by this much before it expires. */
+  /** A hold lives this long past its owner's last renewal (at least three heartbeats). */
   hold_grace_ms: z.number().int().positive().default(60_000),
   /** An instance silent this long is dead; any other instance releases its holds. */
   instance_timeout_ms: z.number().int().positive().default(30_000),

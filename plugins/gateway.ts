@@ -154,11 +154,14 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   });
   if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
 
+  // Heartbeats (and hold renewals) well inside the timeout, so a live instance is never taken for dead; a hold lives
+  // at least three heartbeats past its last renewal, so one missed beat never lets it expire.
+  const heartbeatMs = Math.min(5_000, Math.max(250, Math.floor(config.billing.instance_timeout_ms / 3)));
   // Billing on the configured chains; none configured (only a test of the proxy alone runs so): calls are not billed.
   const billing = config.chains
     ? new Billing(redis, {
       retentionMs: config.billing.retention_days * 86_400_000,
-      holdTtlMs: config.billing.hold_grace_ms,
+      holdTtlMs: Math.max(config.billing.hold_grace_ms, 3 * heartbeatMs),
       instanceTimeoutMs: config.billing.instance_timeout_ms,
     }, metrics, log)
     : undefined;
@@ -170,8 +173,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     ? new Settlement(redis, config.chains, config.billing, billing.instance, metrics, log, env)
     : undefined;
   app.addHook('onReady', async () => {
-    // Heartbeats (and hold renewals) well inside the timeout, so a live instance is never taken for dead.
-    billing?.start(Math.min(5_000, Math.max(250, Math.floor(config.billing.instance_timeout_ms / 3))));
+    billing?.start(heartbeatMs);
     await settlement?.start();
   });
   // Debits still running at shutdown finish before Redis closes (else their holds would only expire).

@@ -14,7 +14,7 @@ import type { ModelRoute, ProviderConfig, TextModel } from '../../policies/catal
 import type { RewriteResult } from '../../policies/rewrite.js';
 import { cacheWriteTier, inputTokensBound } from '../../policies/text-bounds.js';
 import {
-  fromAnthropicUsage, fromOpenAIUsage, makeUsage, priceCall, worstCaseText,
+  fromAnthropicUsage, fromOpenAIUsage, makeUsage, priceCall, worstCaseText, ZERO_USAGE,
   type CacheWriteTier, type PriceTable, type Usage,
 } from '../../pricing/index.js';
 import type { ForwardContext, Policed, Quoted } from './endpoint.js';
@@ -105,23 +105,28 @@ function isSse(contentType: string | undefined): boolean {
 }
 
 /**
- * The usage billed for a finished text call. The upstream's usage when the answer was delivered whole. A stream cut
- * short (the caller hung up, the upstream failed mid-way) is charged only for what reached the caller: output =
- * content deltas forwarded (every delta carries at least one token), input from message_start where the protocol
- * reports it early, else estimated at one token per 4 bytes of the request. An upstream error, or no answer, costs 0.
+ * The usage billed for a finished text call. The upstream's usage when the answer was delivered whole. An answer cut
+ * short (the caller hung up, the upstream failed mid-way) is charged only for what reached the caller, rounded up:
+ * output = the larger of the content deltas forwarded (each carries at least one token) and their generated
+ * characters / 4 (a cut JSON answer: its bytes written / 4), at most max_tokens; input from message_start where the
+ * protocol reports it early, else estimated at one token per 4 bytes of the request. An answer cut before any
+ * generated content reached the caller, an upstream error, or no answer, costs 0.
  */
 export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clientAborted: boolean): Usage {
   const status = exchange?.status ?? 0;
   const meter = exchange?.meter;
-  if (!meter || status < 200 || status >= 300) return makeUsage({});
+  if (!meter || status < 200 || status >= 300) return ZERO_USAGE;
   const r = meter.reading;
   const anthropic = p.route.provider.protocol === 'anthropic';
   const reported = r.usage ? (anthropic ? fromAnthropicUsage(r.usage, p.cacheWrite) : fromOpenAIUsage(r.usage)) : null;
   const whole = r.complete && !clientAborted && r.streamError === null;
   if (whole && reported) return reported;
+  const streamed = r.deltas > 0 || p.rewrite.stream;
+  const delivered = streamed ? Math.max(r.deltas, Math.ceil(r.deltaChars / 4)) : Math.ceil(r.bytesOut / 4);
+  if (!whole && delivered === 0) return ZERO_USAGE;
   const maxOut = p.rewrite.maxOutputTokens * p.n;
-  const delivered = Math.min(r.deltas, maxOut);
-  const output = whole ? delivered : reported && reported.output_tokens > 1 ? Math.min(reported.output_tokens, delivered) : delivered;
+  const cut = Math.min(delivered, maxOut);
+  const output = whole || !reported || reported.output_tokens <= 1 ? cut : Math.min(reported.output_tokens, cut);
   // Anthropic reports input (and cache) usage in message_start, before any output; OpenAI only at the end.
   if (reported && anthropic) return makeUsage({ ...reported, output_tokens: output });
   const estimate = Math.min(p.inputBound, Math.ceil(p.bodyBytes / 4));

@@ -24,6 +24,8 @@ export interface MeterReading {
   deltas: number;
   /** Bytes of those delta events. */
   deltaBytes: number;
+  /** Characters of generated text (and tool-call JSON, and visible reasoning) those deltas carried. */
+  deltaChars: number;
   /** The answer ended normally (message_stop / [DONE] / a whole JSON body). */
   complete: boolean;
   /** An error event inside the stream (Anthropic `event: error`). */
@@ -42,10 +44,12 @@ export interface Meter {
 }
 
 function newReading(): MeterReading {
-  return { usage: null, deltas: 0, deltaBytes: 0, complete: false, streamError: null, bytesOut: 0 };
+  return { usage: null, deltas: 0, deltaBytes: 0, deltaChars: 0, complete: false, streamError: null, bytesOut: 0 };
 }
 
 const USAGE_OBJECT = /"usage"\s*:\s*\{/;
+/** The generated value of an Anthropic delta: text, thinking, or a tool call's JSON. */
+const ANTHROPIC_DELTA = /"(?:text|thinking|partial_json)"\s*:\s*"/g;
 /** An OpenAI chunk delta with generated content: text, tool-call arguments, reasoning or a refusal. */
 const TOKEN_DELTA = /"(?:content|arguments|reasoning_content|reasoning|refusal)"\s*:\s*"[^"]/g;
 
@@ -102,6 +106,9 @@ export class SseMeter implements Meter {
         if (!event.includes('"signature_delta"')) {
           this.reading.deltas++;
           this.reading.deltaBytes += event.length;
+          ANTHROPIC_DELTA.lastIndex = 0;
+          const m = ANTHROPIC_DELTA.exec(event);
+          if (m) this.reading.deltaChars += stringChars(event, m.index + m[0].length);
         }
       } else if (name === 'message_start') {
         const data = parseData(event) as { message?: { usage?: RawUsage } } | null;
@@ -158,6 +165,8 @@ export class SseMeter implements Meter {
         if (m && m.index < e) {
           this.reading.deltas++;
           this.reading.deltaBytes += e - s;
+          // The match ends one character into the string value.
+          this.reading.deltaChars += stringChars(block, m.index + m[0].length - 1);
         }
       }
       s = e;
@@ -193,6 +202,18 @@ export class JsonMeter implements Meter {
     this.chunks.length = 0;
     return null;
   }
+}
+
+/** Characters of the JSON string value starting at `from` (just past its opening quote); an escape counts as one. */
+function stringChars(s: string, from: number): number {
+  let n = 0;
+  for (let i = from; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 34) return n; // closing quote
+    if (c === 92) i += s.charCodeAt(i + 1) === 117 ? 5 : 1; // \uXXXX or \x
+    n++;
+  }
+  return n;
 }
 
 function stripNulls(u: RawUsage): RawUsage {

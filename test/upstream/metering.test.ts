@@ -130,3 +130,24 @@ t.test('JSON meter: a body that is not JSON has no usage', async (t) => {
   t.equal(m.reading.usage, null);
   t.equal(m.reading.complete, false);
 });
+
+t.test('deltaChars counts the generated characters of each delta: text, thinking, tool JSON, escapes as one', async (t) => {
+  const a = new SseMeter('anthropic');
+  const ev = (delta: object) => `event: content_block_delta\ndata: ${JSON.stringify({ type: 'content_block_delta', index: 0, delta })}\n\n`;
+  await run(a, [
+    ev({ type: 'thinking_delta', thinking: 'abcd' }),
+    ev({ type: 'signature_delta', signature: 'zzzzzzzzzzzz' }),
+    ev({ type: 'text_delta', text: 'line\n"quoted"' }),
+    ev({ type: 'input_json_delta', partial_json: '{"a":1}' }),
+  ].join(''), [5]);
+  t.equal(a.reading.deltas, 3, 'the signature carries no tokens');
+  t.equal(a.reading.deltaChars, 4 + 13 + 7);
+  const o = new SseMeter('openai');
+  await run(o, [
+    chunk({ ...base, choices: [{ index: 0, delta: { content: 'héllo\tworld' }, finish_reason: null }] }),
+    chunk({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: '{"x":"y"}' } }] }, finish_reason: null }] }),
+    chunk({ ...base, choices: [{ index: 0, delta: { reasoning_content: '\u00e9\u00e9' }, finish_reason: null }] }),
+  ].join(''), [9]);
+  t.equal(o.reading.deltas, 3);
+  t.equal(o.reading.deltaChars, 11 + 9 + 2);
+});

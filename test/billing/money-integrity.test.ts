@@ -1,0 +1,146 @@
+// Ways a call could go free or pay wrong, tried through the gateway: a model priced 0, a call that outlives its
+// hold's first expiry, a call past its hard maximum, `n` on /v1/messages, a skewed local clock, and an answer killed
+// before any content.
+import t from 'tap';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
+import { Billing } from '../../plugins/billing/billing.js';
+import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
+import { redisNow } from '../../plugins/billing/wallets.js';
+import { createMetrics } from '../../plugins/metrics/metrics.js';
+import { worstCaseText } from '../../pricing/index.js';
+import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
+import { until } from '../helpers/wait.js';
+
+const h = await startHarness({
+  chains: true,
+  edit: (c) => {
+    // Holds live 1 s past their last renewal; heartbeats every 500 ms renew them.
+    c.billing = { ...c.billing, hold_grace_ms: 1_000, instance_timeout_ms: 1_500 };
+    // A provider whose idle timeout is short and whose calls may run 2.5 s at most.
+    c.providers['sim-open-weights'] = { ...c.providers['sim-open-weights']!, timeout_ms: 500, max_duration_ms: 2_500 };
+    c.prices = { text: { 'gamma-q3': { input: '0', output: '0', cache_read: '0' } } };
+  },
+});
+t.teardown(async () => {
+  await h.close();
+  await closeDevChains();
+});
+await h.fund('chain_a', 5_000_000n);
+const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
+const anthropic = new Anthropic({ baseURL: h.url, apiKey: h.key, maxRetries: 0 });
+
+async function finished(g: Harness, requestId: string): Promise<CallRecord> {
+  return until(`the record of ${requestId}`, async () => {
+    const r = await getCallRecord(g.redis, requestId);
+    return r && r.status !== 'held' ? r : null;
+  });
+}
+
+/** Read a stream to its end (or its cut), returning the text received. */
+async function drain(res: Response): Promise<string> {
+  let body = '';
+  const reader = res.body!.getReader();
+  for (;;) {
+    const r = await reader.read().catch(() => ({ done: true as const, value: undefined }));
+    if (r.done) return body;
+    body += new TextDecoder().decode(r.value);
+  }
+}
+
+const post = (path: string, body: object, headers: Record<string, string> = {}) => fetch(`${h.url}/v1${path}`, {
+  method: 'POST', headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body),
+});
+
+t.test('a model priced 0: the call runs, holds 0, is free, and the sweeper walks past its record', async (t) => {
+  const { response } = await openai.chat.completions.create({ model: 'gamma-q3', messages: [{ role: 'user', content: 'hi #sim:tokens=3' }] }).withResponse();
+  const rec = await finished(h, response.headers.get('x-request-id')!);
+  t.match(rec, { held: 0n, priceAtomic: 0n, status: 'free' });
+  // A hold of 0 left to expire, and a priced hold behind it: one sweep releases both.
+  const billing = new Billing(h.redis, { retentionMs: 60_000, holdTtlMs: 10, instanceTimeoutMs: 60_000 }, createMetrics(), { error() {}, warn() {} });
+  const zero = await billing.hold({ requestId: `req_zero_${Date.now()}`, account: h.account, keyId: h.keyId, chain: 'chain_a', quote: { model: 'gamma-q3', amount: 0n } });
+  const priced = await billing.hold({ requestId: `req_priced_${Date.now()}`, account: h.account, keyId: h.keyId, chain: 'chain_a', quote: { model: 'gamma-k3', amount: 1_000n } });
+  t.ok(zero.result.placed && priced.result.placed);
+  const released = await billing.sweep((await redisNow(h.redis)) + 1_000);
+  t.ok(released >= 2, `${released} released, the zero hold among them`);
+  t.match(await getCallRecord(h.redis, zero.hold.requestId), { status: 'free', released: 'expired' });
+  t.match(await getCallRecord(h.redis, priced.hold.requestId), { status: 'free', released: 'expired' });
+});
+
+t.test('a stream that outlives its hold\'s first expiry is renewed and billed in full, never released', async (t) => {
+  // 30 tokens 100 ms apart: 3 s, past the 0.5 s timeout + 1 s grace a hold once had, in 100 ms idle gaps.
+  const res = await post('/chat/completions', { model: 'gamma-k3', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: '#sim:tokens=22 #sim:chunk_delay_ms=100' }] });
+  const id = res.headers.get('x-request-id')!;
+  const body = await drain(res);
+  t.match(body, /\[DONE\]/, 'the whole answer arrived');
+  const rec = await finished(h, id);
+  t.match(rec, { status: 'pending', released: null, late: false }, 'debited from its own hold');
+  t.equal(rec.usage.output_tokens, 22, 'billed in full');
+});
+
+t.test('a call past its provider\'s max_duration_ms is cut and billed for what was delivered', async (t) => {
+  const res = await post('/chat/completions', { model: 'gamma-k3', stream: true, messages: [{ role: 'user', content: '#sim:tokens=100 #sim:chunk_delay_ms=100' }] });
+  const id = res.headers.get('x-request-id')!;
+  const started = Date.now();
+  const body = await drain(res);
+  const took = Date.now() - started;
+  t.notMatch(body, /\[DONE\]/, 'cut before its end');
+  t.ok(took < 6_000, `cut after ${took} ms, near the 2.5 s maximum, not the 10 s the answer takes`);
+  const rec = await finished(h, id);
+  t.ok(rec.usage.output_tokens > 5 && rec.usage.output_tokens < 100, `${rec.usage.output_tokens} output tokens billed`);
+  t.ok(rec.priceAtomic > 0n && rec.priceAtomic < rec.held);
+});
+
+t.test('n on /v1/messages is not the endpoint\'s: every value holds the whole of max_tokens', async (t) => {
+  const ask = (extra: object) => post('/messages', { model: 'alpha-haiku-4-5', max_tokens: 2_000, messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'anthropic-version': '2023-06-01' });
+  const plain = await ask({});
+  await plain.arrayBuffer();
+  const reference = await finished(h, plain.headers.get('x-request-id')!);
+  for (const n of [0, '0', [], false, 0.25, -3, 1e9]) {
+    const res = await ask({ n });
+    await res.arrayBuffer();
+    const rec = await getCallRecord(h.redis, res.headers.get('x-request-id')!);
+    if (!rec) {
+      t.equal(res.status, 400, `n: ${JSON.stringify(n)} refused`);
+      continue;
+    }
+    // The body differs by the few bytes of `n`: the hold is the same within those bytes' input tokens.
+    const bytes = JSON.stringify({ n }).length;
+    const perToken = worstCaseText(h.config.prices, 'alpha-haiku-4-5', { inputTokensBound: bytes, maxOutputTokens: 0, cacheWrite: 'none' });
+    t.ok(rec.held >= reference.held - perToken, `n: ${JSON.stringify(n)} holds ${rec.held}, as without it (${reference.held})`);
+  }
+});
+
+t.test('a local clock hours off changes no expiry: holds and heartbeats are on Redis\'s clock', async (t) => {
+  const realNow = Date.now;
+  const skew = 3 * 3_600_000;
+  Date.now = () => realNow() + skew;
+  t.teardown(() => {
+    Date.now = realNow;
+  });
+  const stream = anthropic.messages.stream({ model: 'alpha-haiku-4-5', max_tokens: 100, messages: [{ role: 'user', content: '#sim:tokens=20 #sim:chunk_delay_ms=50' }] });
+  const { response } = await stream.withResponse();
+  const id = response.headers.get('x-request-id')!;
+  const held = await until('the hold', async () => getCallRecord(h.redis, id));
+  const redisTime = await redisNow(h.redis);
+  if (held.status === 'held') {
+    t.ok(held.expires! < redisTime + 60_000, `expires ${held.expires! - redisTime} ms after Redis's now, not hours`);
+  }
+  // Another instance whose clock runs hours ahead sweeps meanwhile: nothing of this live call is released.
+  const ahead = new Billing(h.redis, { retentionMs: 60_000, holdTtlMs: 1_000, instanceTimeoutMs: 1_500 }, createMetrics(), { error() {}, warn() {} });
+  await ahead.sweep();
+  await ahead.stop();
+  await stream.finalMessage();
+  const rec = await finished(h, id);
+  t.match(rec, { status: 'pending', released: null, late: false }, 'debited from its own hold');
+  t.equal(rec.usage.output_tokens, 20);
+});
+
+t.test('an answer the upstream kills before any content costs nothing', async (t) => {
+  const res = await post('/messages', { model: 'alpha-haiku-4-5', max_tokens: 100, stream: true, messages: [{ role: 'user', content: '#sim:tokens=20 #sim:hangup_after=0' }] }, { 'anthropic-version': '2023-06-01' });
+  const body = await drain(res);
+  t.match(body, /message_start/, 'message_start, with its input usage, reached the caller');
+  t.notMatch(body, /content_block_delta/, 'no content did');
+  const rec = await finished(h, res.headers.get('x-request-id')!);
+  t.match(rec, { status: 'free', priceAtomic: 0n, released: null }, 'released by the call at 0, nothing debited');
+});
