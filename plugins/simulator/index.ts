@@ -6,6 +6,7 @@
  * the tests and the benchmark.
  */
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { anthropicRoutes } from './anthropic.js';
 import { SimError, anthropicErrorBody, defaultMessage, geminiErrorBody, openaiErrorBody } from './errors.js';
 import { geminiRoutes } from './gemini.js';
@@ -45,6 +46,11 @@ export interface SimulatorOptions {
   maxRecordedImages?: number;
   /** How long a video job renders before it completes, ms (default 2000; real renders take 1 to 5 minutes). */
   videoRenderMs?: number;
+  /**
+   * Serves the request log at GET/DELETE /__sim/requests to callers with `Authorization: Bearer <token>`.
+   * Absent (the default): no such route, since the log holds every header, provider keys included.
+   */
+  inspectToken?: string;
 }
 
 /** A running simulator (startSimulator). */
@@ -81,6 +87,14 @@ function sendError(err: FastifyError | SimError | Error, req: FastifyRequest, re
   }
 }
 
+/** Whether a request carries `Authorization: Bearer <token>` (compared in constant time). */
+function bearerIs(req: FastifyRequest, token: string): boolean {
+  const auth = req.headers.authorization;
+  if (typeof auth !== 'string' || !auth.startsWith('Bearer ')) return false;
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(digest(auth.slice('Bearer '.length)), digest(token));
+}
+
 /** Fastify plugin registering the simulated provider routes at root paths (not fastify-plugin wrapped). */
 export default async function simulator(app: FastifyInstance, opts: SimulatorOptions): Promise<void> {
   const received = opts.received ?? [];
@@ -104,15 +118,25 @@ export default async function simulator(app: FastifyInstance, opts: SimulatorOpt
   openaiImageRoutes(app, ctx);
   openaiVideoRoutes(app, ctx);
   geminiRoutes(app, ctx);
-  app.get('/__sim/requests', async () => received);
-  app.delete('/__sim/requests', async (_req, reply) => {
-    received.length = 0;
-    return reply.code(204).send();
-  });
+  const token = opts.inspectToken;
+  if (token !== undefined && token !== '') {
+    const inspect = (req: FastifyRequest) => {
+      if (!bearerIs(req, token)) throw new SimError(401, 'The request log needs the simulator\'s inspect token.');
+    };
+    app.get('/__sim/requests', async (req) => {
+      inspect(req);
+      return received;
+    });
+    app.delete('/__sim/requests', async (req, reply) => {
+      inspect(req);
+      received.length = 0;
+      return reply.code(204).send();
+    });
+  }
 }
 
 /** Options of startSimulator: where to listen, and the plugin's options. */
-export interface StartOptions extends Pick<SimulatorOptions, 'maxRecorded' | 'maxRecordedImages' | 'videoRenderMs'> {
+export interface StartOptions extends Pick<SimulatorOptions, 'maxRecorded' | 'maxRecordedImages' | 'videoRenderMs' | 'inspectToken'> {
   /** Default 127.0.0.1. */
   host?: string;
   /** Default 0 (ephemeral). */
