@@ -98,7 +98,8 @@ function accountArg(flags: Flags): string {
 
 const HELP = `usage: farebox <command> [options]
   serve                                   run the gateway (PORT, HOST, REDIS_URL, FAREBOX_CONFIG)
-  sim [--port N]                          run the simulated upstream providers alone
+  sim [--port N]                          run the simulated upstream providers alone (HOST; FAREBOX_SIM_INSPECT_TOKEN
+                                          serves its request log at /__sim/requests to that bearer)
   settle [--metrics-port N] [--json]      settle debits onchain and watch the chains, with no gateway in the process
   account create [--address 0x..] [--status active|pending|suspended] [--json]
   account status --account 0x.. --set active|pending|suspended
@@ -145,7 +146,7 @@ export async function main(
         const port = flags.port === undefined ? 8090 : Number(str(flags, 'port'));
         if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError('--port must be a port number');
         const { startSimulator } = await import('../plugins/simulator/index.js');
-        const sim = await startSimulator({ host: env.HOST ?? '127.0.0.1', port });
+        const sim = await startSimulator({ host: env.HOST ?? '127.0.0.1', port, inspectToken: env.FAREBOX_SIM_INSPECT_TOKEN });
         out(json ? JSON.stringify({ url: sim.url }) : `farebox sim: simulated upstreams at ${sim.url}`);
         const stop = () => void sim.close().then(() => process.exit(0));
         process.once('SIGINT', stop);

@@ -4,16 +4,15 @@
  * "Streaming Messages", "Count tokens", "Prompt caching", "Errors").
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { lastUserText, parseDirectives, type SimDirectives } from './directives.js';
-import { SimError, defaultMessage } from './errors.js';
+import { lastUserText, parseDirectives } from './directives.js';
+import { SimError } from './errors.js';
 import { newId } from './ids.js';
 import { planText, planTool, type TextPlan, type ToolPlan } from './output.js';
 import type { AnthropicCacheUsage } from './prompt-cache.js';
 import { anthropicPrompt } from './prompt.js';
 import { sendJson, sendStream, type StreamPlan } from './respond.js';
 import { hashSeed } from './tokens.js';
-import { type RouteContext, POST_ROUTE, bodyObject } from './route-context.js';
+import { type RouteContext, POST_ROUTE, applyFaults, bodyObject } from './route-context.js';
 
 /**
  * The provider's checks: an API key (x-api-key, or `Authorization: Bearer`, which the official
@@ -26,12 +25,6 @@ function checkHeaders(req: FastifyRequest): void {
   if (!bearer && (typeof key !== 'string' || key === '')) throw new SimError(401, 'x-api-key header is required');
   const version = req.headers['anthropic-version'];
   if (typeof version !== 'string' || version === '') throw new SimError(400, 'anthropic-version: header is required');
-}
-
-/** Applies delay_ms, then status (the provider's error instead of an answer). */
-async function applyFaults(d: SimDirectives): Promise<void> {
-  if (d.delayMs) await sleep(d.delayMs);
-  if (d.status !== undefined) throw new SimError(d.status, defaultMessage(d.status));
 }
 
 interface Tool {

@@ -9,7 +9,10 @@ export interface SimDirectives {
   tokens?: number;
   /** `#sim:status=N` (400..599): answer that status with the provider's error body. */
   status?: number;
-  /** `#sim:hangup_after=N`: destroy the socket after N content chunks (non-stream: before the body). */
+  /**
+   * `#sim:hangup_after=N`: destroy the socket after N content chunks (text streams; text JSON: before the
+   * body), or after N bytes of the body (images, video downloads).
+   */
   hangupAfter?: number;
   /** `#sim:delay_ms=N`: wait before the first byte. */
   delayMs?: number;
@@ -17,6 +20,11 @@ export interface SimDirectives {
   chunkDelayMs?: number;
   /** `#sim:video=fail`: the video render fails. */
   videoFail?: boolean;
+  /**
+   * `#sim:image=refuse`: the provider's safety system blocks the prompt; `#sim:image=refuse_output`: it
+   * blocks the generated image (a distinct answer on Gemini, the same error on OpenAI).
+   */
+  image?: 'refuse' | 'refuse_output';
 }
 
 const DIRECTIVE = /#sim:([a-z_]+)=(\S+)/g;
@@ -50,6 +58,9 @@ export function parseDirectives(text: string): SimDirectives {
         break;
       case 'video':
         if (value === 'fail') out.videoFail = true;
+        break;
+      case 'image':
+        if (value === 'refuse' || value === 'refuse_output') out.image = value;
         break;
     }
   }

@@ -1,7 +1,8 @@
 /**
- * Error bodies of the two protocols, as the providers document them:
+ * Error bodies of the protocols, as the providers document them:
  * Anthropic `{type:'error', error:{type,message}, request_id}` (docs "Errors"),
- * OpenAI `{error:{message,type,param,code}}` (openapi ErrorResponse).
+ * OpenAI `{error:{message,type,param,code}}` (openapi ErrorResponse),
+ * Gemini API `{error:{code,message,status}}` (ai.google.dev "API troubleshooting": google.rpc.Status over HTTP).
  */
 
 /** A request the simulated provider refuses; rendered in the protocol of the route. */
@@ -12,6 +13,8 @@ export class SimError extends Error {
     readonly param: string | null = null,
     /** OpenAI `code`; undefined: the one the status implies. */
     readonly code?: string | null,
+    /** OpenAI `type`; undefined: the one the status implies. */
+    readonly type?: string,
   ) {
     super(message);
   }
@@ -69,8 +72,33 @@ function openaiKind(status: number): [type: string, code: string | null] {
   return ['invalid_request_error', null];
 }
 
-/** OpenAI error body; `code` undefined: the one the status implies. */
-export function openaiErrorBody(status: number, message: string, param: string | null, code?: string | null): string {
-  const [type, defaultCode] = openaiKind(status);
-  return JSON.stringify({ error: { message, type, param, code: code === undefined ? defaultCode : code } });
+/** OpenAI error body; `code` and `type` undefined: the ones the status implies. */
+export function openaiErrorBody(status: number, message: string, param: string | null, code?: string | null, type?: string): string {
+  const [defaultType, defaultCode] = openaiKind(status);
+  return JSON.stringify({ error: { message, type: type ?? defaultType, param, code: code === undefined ? defaultCode : code } });
+}
+
+/** The canonical google.rpc.Code name the Gemini API pairs with an HTTP status (ai.google.dev "API troubleshooting"). */
+const GOOGLE_STATUS: Record<number, string> = {
+  400: 'INVALID_ARGUMENT',
+  401: 'UNAUTHENTICATED',
+  403: 'PERMISSION_DENIED',
+  404: 'NOT_FOUND',
+  409: 'ABORTED',
+  429: 'RESOURCE_EXHAUSTED',
+  499: 'CANCELLED',
+  500: 'INTERNAL',
+  501: 'UNIMPLEMENTED',
+  503: 'UNAVAILABLE',
+  504: 'DEADLINE_EXCEEDED',
+};
+
+/** The google.rpc.Code name of an HTTP status (other 4xx: INVALID_ARGUMENT, other 5xx: INTERNAL). */
+export function googleStatus(status: number): string {
+  return GOOGLE_STATUS[status] ?? (status < 500 ? 'INVALID_ARGUMENT' : 'INTERNAL');
+}
+
+/** Gemini API error body. */
+export function geminiErrorBody(status: number, message: string): string {
+  return JSON.stringify({ error: { code: status, message, status: googleStatus(status) } });
 }

@@ -16,7 +16,8 @@ import { hashSeed } from './tokens.js';
 
 const MAX_STOPS = 4;
 
-function checkAuth(req: FastifyRequest): void {
+/** OpenAI's check: an `Authorization: Bearer` key (any value), else 401 as the API answers it. */
+export function checkAuth(req: FastifyRequest): void {
   const auth = req.headers.authorization;
   if (typeof auth !== 'string' || !/^Bearer\s+\S/i.test(auth)) {
     throw new SimError(
@@ -143,6 +144,7 @@ export function openaiRoutes(app: FastifyInstance, ctx: RouteContext): void {
     const tool = forcedTool(body);
     const userText = lastUserText(body.messages);
     const d = parseDirectives(userText);
+    // Inline, not applyFaults(): no await on the benchmark's path when no fault is asked.
     if (d.delayMs) await sleep(d.delayMs);
     if (d.status !== undefined) throw new SimError(d.status, defaultMessage(d.status));
 

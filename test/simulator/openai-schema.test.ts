@@ -1,39 +1,17 @@
-import { Ajv2020 } from 'ajv/dist/2020.js';
-import { readFileSync } from 'node:fs';
 import t, { type Test } from 'tap';
 import { startSimulator } from '../../plugins/simulator/index.js';
+import { validator } from '../helpers/conformance.js';
+import { referencePng, sleep } from './media.js';
 
-// OpenAI's published component schemas (see /work/shared/conformance/README.md).
-const doc = JSON.parse(readFileSync('/work/shared/conformance/openai-response-schemas.json', 'utf8')) as Record<string, unknown>;
-
-/** Turns OpenAPI 3.0 `nullable: true` into JSON Schema type unions (enums and $refs included). */
-function denull(node: unknown): unknown {
-  if (Array.isArray(node)) return node.map(denull);
-  if (node === null || typeof node !== 'object') return node;
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(node)) if (k !== 'nullable') out[k] = denull(v);
-  if ((node as { nullable?: unknown }).nullable !== true) return out;
-  if (typeof out.$ref === 'string') {
-    const { $ref, ...rest } = out;
-    return { ...rest, anyOf: [{ $ref }, { type: 'null' }] };
-  }
-  if (typeof out.type === 'string') out.type = [out.type, 'null'];
-  if (Array.isArray(out.enum) && !out.enum.includes(null)) out.enum = [...out.enum, null];
-  return out;
-}
-
-const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: true });
-ajv.addSchema(denull(doc) as object, 'openai');
-const validator = (name: string) => {
-  const v = ajv.getSchema(`openai#/components/schemas/${name}`);
-  if (v === undefined) throw new Error(`no schema ${name}`);
-  return v;
-};
+// OpenAI's published component schemas (test/fixtures/openai-response-schemas.json, through the shared helper).
 const completion = validator('CreateChatCompletionResponse');
 const chunk = validator('CreateChatCompletionStreamResponse');
 const errorResponse = validator('ErrorResponse');
+const imagesResponse = validator('ImagesResponse');
+const videoResource = validator('VideoResource');
 
-const sim = await startSimulator();
+// Renders last a second, so the first job is polled while in progress even on a loaded machine.
+const sim = await startSimulator({ videoRenderMs: 1000 });
 t.teardown(() => sim.close());
 
 async function post(body: Record<string, unknown>, auth = true): Promise<Response> {
@@ -45,8 +23,8 @@ async function post(body: Record<string, unknown>, auth = true): Promise<Respons
 }
 
 function check(t: Test, validate: ReturnType<typeof validator>, value: unknown, what: string): void {
-  const ok = validate(value);
-  t.ok(ok, what, ok ? {} : { diagnostic: true, errors: validate.errors, value });
+  const errors = validate(value);
+  t.same(errors, [], what, errors.length === 0 ? {} : { diagnostic: true, value });
 }
 
 const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
@@ -60,8 +38,8 @@ const cases: Array<[string, Record<string, unknown>]> = [
 ];
 
 t.test('chat.completion JSON conforms to CreateChatCompletionResponse', async (t) => {
-  t.notOk(completion({ id: 'x', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0 }] }), 'the schema rejects a malformed body');
-  t.notOk(chunk({ id: 'x', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 'one' } }), 'and a malformed chunk');
+  t.not(completion({ id: 'x', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0 }] }).length, 0, 'the schema rejects a malformed body');
+  t.not(chunk({ id: 'x', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 'one' } }).length, 0, 'and a malformed chunk');
   for (const [name, body] of cases) {
     const res = await post({ model: 'beta-5.5', ...body });
     t.equal(res.status, 200);
@@ -93,4 +71,80 @@ t.test('error bodies conform to ErrorResponse (auth, validation, directives)', a
     t.ok(res.status >= 400);
     check(t, errorResponse, await res.json(), `status ${res.status}`);
   }
+});
+
+const AUTH = { authorization: 'Bearer x' };
+const postJson = (path: string, body: unknown) =>
+  fetch(sim.url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...AUTH }, body: JSON.stringify(body) });
+
+t.test('image answers conform to ImagesResponse (generations, edits, url form) and their errors to ErrorResponse', async (t) => {
+  t.not(imagesResponse({ created: 1, data: [{ b64_json: 1 }] }).length, 0, 'the schema rejects a malformed body');
+  // The documented sizes: ImagesResponse.size enumerates 1024x1024, 1024x1536 and 1536x1024.
+  const generations: Array<Record<string, unknown>> = [
+    { model: 'gpt-image-1', prompt: 'a', size: '1024x1024', quality: 'low' },
+    { model: 'gpt-image-1', prompt: 'b', size: '1024x1536', output_format: 'webp', background: 'transparent', n: 2 },
+    { model: 'gpt-image-1.5', prompt: 'c', size: '1536x1024', output_format: 'jpeg', quality: 'high' },
+    { model: 'dall-e-3', prompt: 'd', size: '1024x1024' },
+    { model: 'dall-e-2', prompt: 'e', size: '256x256', response_format: 'b64_json' },
+  ];
+  for (const body of generations) {
+    const res = await postJson('/v1/images/generations', body);
+    t.equal(res.status, 200);
+    check(t, imagesResponse, await res.json(), `generations ${JSON.stringify(body)}`);
+  }
+  const form = new FormData();
+  form.append('model', 'gpt-image-1');
+  form.append('prompt', 'edit');
+  form.append('size', '1024x1024');
+  form.append('image[]', new Blob([await referencePng(64, 64)], { type: 'image/png' }), 'a.png');
+  form.append('image[]', new Blob([await referencePng(64, 64, true)], { type: 'image/png' }), 'b.png');
+  const edit = await fetch(sim.url + '/v1/images/edits', { method: 'POST', headers: AUTH, body: form });
+  t.equal(edit.status, 200);
+  check(t, imagesResponse, await edit.json(), 'edits');
+  const errors = [
+    await postJson('/v1/images/generations', { prompt: 'x #sim:image=refuse' }),
+    await postJson('/v1/images/generations', { prompt: 'x', size: 'huge' }),
+    await postJson('/v1/images/generations', { prompt: 'x #sim:status=500' }),
+  ];
+  for (const res of errors) check(t, errorResponse, await res.json(), `image error ${res.status}`);
+});
+
+t.test('video objects conform to VideoResource (queued, in progress, completed, failed, from JSON and multipart); errors to ErrorResponse', async (t) => {
+  t.not(videoResource({ id: 'video_1', object: 'video', status: 'done' }).length, 0, 'the schema rejects a malformed object');
+  // The documented sizes: VideoSize enumerates 720x1280, 1280x720, 1024x1792 and 1792x1024 (the spec's other sizes are outside it).
+  const created = [
+    await postJson('/v1/videos', { model: 'sora-2', prompt: 'a', size: '1280x720', seconds: '4' }),
+    await postJson('/v1/videos', { model: 'sora-2-pro', prompt: 'b #sim:video=fail', size: '720x1280', seconds: '8' }),
+  ];
+  const form = new FormData();
+  form.append('model', 'sora-2');
+  form.append('prompt', 'c');
+  form.append('size', '720x1280');
+  form.append('seconds', '4');
+  form.append('input_reference', new Blob([await referencePng(72, 128)], { type: 'image/png' }), 'c.png');
+  created.push(await fetch(sim.url + '/v1/videos', { method: 'POST', headers: AUTH, body: form }));
+  const ids: string[] = [];
+  for (const res of created) {
+    const v = (await res.json()) as { id: string; status: string };
+    check(t, videoResource, v, 'created');
+    t.equal(v.status, 'queued');
+    ids.push(v.id);
+  }
+  const statuses = new Set<string>();
+  for (const id of ids) {
+    for (;;) {
+      const v = (await (await fetch(`${sim.url}/v1/videos/${id}`, { headers: AUTH })).json()) as { status: string };
+      check(t, videoResource, v, `poll (${v.status})`);
+      statuses.add(v.status);
+      if (v.status === 'completed' || v.status === 'failed') break;
+      await sleep(40);
+    }
+  }
+  t.ok(['in_progress', 'completed', 'failed'].every((s) => statuses.has(s)), `polls saw in_progress, completed and failed (${[...statuses].join(', ')})`);
+  const errors = [
+    await postJson('/v1/videos', { prompt: 'x', size: '1x1' }),
+    await fetch(`${sim.url}/v1/videos/video_missing`, { headers: AUTH }),
+    await postJson('/v1/videos', { prompt: 'x #sim:status=429' }),
+  ];
+  for (const res of errors) check(t, errorResponse, await res.json(), `video error ${res.status}`);
 });

@@ -248,7 +248,7 @@ t.test('delay_ms holds the first byte; chunk_delay_ms spaces the chunks (lower b
   t.ok(chunks[3]! - t0 >= 140, 'three gaps of 50 ms');
 });
 
-t.test('recorded requests: method, url with query, headers, body; GET and DELETE /__sim/requests', async (t) => {
+t.test('recorded requests: method, url with query, headers, body, kept in process', async (t) => {
   sim.clear();
   await anthropic.messages.create(ask('record me'), { query: { beta: 'true' } });
   await openai.chat.completions.create({ model: 'beta-5.5', messages: [{ role: 'user', content: 'and me' }] });
@@ -257,12 +257,31 @@ t.test('recorded requests: method, url with query, headers, body; GET and DELETE
   t.match(a, { method: 'POST', url: '/v1/messages?beta=true', headers: { authorization: 'Bearer x', 'anthropic-version': String }, body: { model: MODEL, messages: [{ content: 'record me' }] } });
   t.match(o, { method: 'POST', url: '/v1/chat/completions', headers: { authorization: 'Bearer x' }, body: { model: 'beta-5.5' } });
   t.ok(a!.at <= o!.at);
-  const listed = (await (await fetch(sim.url + '/__sim/requests')).json()) as unknown[];
-  t.equal(listed.length, 2);
-  t.match(listed[1], { url: '/v1/chat/completions' });
-  const del = await fetch(sim.url + '/__sim/requests', { method: 'DELETE' });
+  const served = await fetch(sim.url + '/__sim/requests');
+  t.equal(served.status, 404, 'no HTTP route to the log (it holds provider keys) unless started with an inspect token');
+  await served.arrayBuffer();
+});
+
+t.test('inspectToken: GET and DELETE /__sim/requests for its bearer only', async (t) => {
+  const inspected = await startSimulator({ inspectToken: 'tok-123' });
+  t.teardown(() => inspected.close());
+  await fetch(inspected.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer provider-key' },
+    body: JSON.stringify({ model: 'beta-5.5', messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  for (const headers of [{}, { authorization: 'Bearer tok-12' }, { authorization: 'Bearer provider-key' }] as Record<string, string>[]) {
+    const res = await fetch(inspected.url + '/__sim/requests', { headers });
+    t.equal(res.status, 401, JSON.stringify(headers));
+    t.match(await res.json(), { error: { message: String } });
+  }
+  const listed = (await (await fetch(inspected.url + '/__sim/requests', { headers: { authorization: 'Bearer tok-123' } })).json()) as unknown[];
+  t.equal(listed.length, 1, 'the provider call alone: looks at the log are not logged');
+  t.match(listed[0], { url: '/v1/chat/completions', headers: { authorization: 'Bearer provider-key' } });
+  t.equal((await fetch(inspected.url + '/__sim/requests', { method: 'DELETE' })).status, 401);
+  const del = await fetch(inspected.url + '/__sim/requests', { method: 'DELETE', headers: { authorization: 'Bearer tok-123' } });
   t.equal(del.status, 204);
-  t.equal(sim.received.length, 0);
+  t.equal(inspected.received.length, 0);
 });
 
 t.test('the request log keeps at least maxRecorded of the latest requests, and never twice as many', async (t) => {
