@@ -8,7 +8,6 @@ import type { KeyResolver } from '../accounts/key-resolver.js';
 import { presentedKey } from '../accounts/key-resolver.js';
 import { newRequestId, type Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
-import type { Endpoint } from '../routes/endpoint.js';
 import { GatewayError, type Protocol } from '../../policies/errors.js';
 
 /** The protocol of a path under /v1: the messages endpoints speak Anthropic's, the rest OpenAI's. */
@@ -22,7 +21,7 @@ export function protocolOf(url: string): Protocol {
  */
 export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): onRequestAsyncHookHandler {
   return async function identify(request: FastifyRequest, reply: FastifyReply) {
-    const endpoint = (request.routeOptions.config as { endpoint?: Endpoint }).endpoint;
+    const endpoint = request.routeOptions.config.endpoint;
     const call: Call = {
       id: newRequestId(),
       protocol: endpoint?.protocol ?? protocolOf(request.url),

@@ -60,3 +60,10 @@ export interface Endpoint<P extends Policed = Policed> {
   /** What the finished call is debited; null when a job took its hold over and debits it later. */
   bill(call: Call, policed: P, prices: PriceTable): Bill | null;
 }
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The endpoint module of a route of the call path (read by identify). */
+    endpoint?: Endpoint;
+  }
+}

@@ -2,16 +2,9 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { SimError } from './errors.js';
 
-/**
- * @fastify/multipart is imported by a name TypeScript does not resolve: its type declarations add
- * `multipartOptions` to every route's FastifyContextConfig, project-wide, which makes route configs
- * elsewhere fail the excess-property check. The few members used here are typed below.
- */
-const MULTIPART_MODULE: string = '@fastify/multipart';
-
-/** The @fastify/multipart plugin. */
+/** The @fastify/multipart plugin, loaded with the first media route. */
 export async function multipartPlugin(): Promise<FastifyPluginAsync<{ limits: typeof MULTIPART_LIMITS }>> {
-  return ((await import(MULTIPART_MODULE)) as { default: FastifyPluginAsync<{ limits: typeof MULTIPART_LIMITS }> }).default;
+  return (await import('@fastify/multipart')).default as unknown as FastifyPluginAsync<{ limits: typeof MULTIPART_LIMITS }>;
 }
 
 /** One part as @fastify/multipart yields it. */

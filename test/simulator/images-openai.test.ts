@@ -1,7 +1,7 @@
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { startSimulator } from '../../plugins/simulator/index.js';
-import { inspectImage, readUntilDrop, referencePng } from './media.js';
+import { inspectImage, readUntilDrop, referencePng } from '../helpers/media.js';
 
 const sim = await startSimulator();
 t.teardown(() => sim.close());

@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { validator } from '../helpers/conformance.js';
-import { referencePng, sleep } from './media.js';
+import { referencePng, sleep } from '../helpers/media.js';
 
 // OpenAI's published component schemas (test/fixtures/openai-response-schemas.json, through the shared helper).
 const completion = validator('CreateChatCompletionResponse');

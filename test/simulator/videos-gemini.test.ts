@@ -1,6 +1,6 @@
 import t from 'tap';
 import { startSimulator } from '../../plugins/simulator/index.js';
-import { probe, readUntilDrop, referencePng, sleep } from './media.js';
+import { probe, readUntilDrop, referencePng, sleep } from '../helpers/media.js';
 
 const sim = await startSimulator({ videoRenderMs: 500 });
 t.teardown(() => sim.close());

@@ -1,7 +1,7 @@
 import OpenAI, { toFile } from 'openai';
 import t from 'tap';
 import { startSimulator } from '../../plugins/simulator/index.js';
-import { probe, readUntilDrop, referencePng, sleep } from './media.js';
+import { probe, readUntilDrop, referencePng, sleep } from '../helpers/media.js';
 
 const sim = await startSimulator({ videoRenderMs: 400 });
 t.teardown(() => sim.close());
