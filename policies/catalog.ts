@@ -54,6 +54,8 @@ const textModelSchema = z.strictObject({
   temperature: z.boolean().default(true),
   /** Reasoning levels the upstream supports; requested levels map to the nearest of these. */
   reasoning_levels: z.array(z.enum(REASONING_SCALE)).default([]),
+  /** The most input tokens one inline image costs on the model (default by family, policies/text-bounds.ts). */
+  max_image_tokens: z.number().int().positive().optional(),
 });
 
 const imageModelSchema = z.strictObject({

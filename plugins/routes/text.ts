@@ -12,7 +12,8 @@ import { JsonMeter, SseMeter } from '../upstream/metering.js';
 import { proxyCall } from '../upstream/proxy.js';
 import type { ModelRoute, ProviderConfig, TextModel } from '../../policies/catalog.js';
 import type { RewriteResult } from '../../policies/rewrite.js';
-import { cacheWriteTier, inputTokensBound } from '../../policies/text-bounds.js';
+import { refuseUnpriced, splitBetas } from '../../policies/forwarding.js';
+import { inputBounds } from '../../policies/text-bounds.js';
 import {
   fromAnthropicUsage, fromOpenAIUsage, makeUsage, priceCall, worstCaseText, ZERO_USAGE,
   type CacheWriteTier, type PriceTable, type Usage,
@@ -37,8 +38,11 @@ export interface TextPoliced extends Policed {
   readonly bodyBytes: number;
 }
 
-/** Request headers sent upstream: the provider's auth, the protocol's version headers, nothing of the caller's key. */
-export function textUpstreamHeaders(provider: ProviderConfig, incoming: IncomingHttpHeaders, stream: boolean): Record<string, string> {
+/**
+ * Request headers sent upstream: the provider's auth, the protocol's version header and the allowed beta flags
+ * (policies/forwarding.ts), nothing of the caller's key.
+ */
+export function textUpstreamHeaders(provider: ProviderConfig, incoming: IncomingHttpHeaders, stream: boolean, betas: readonly string[]): Record<string, string> {
   const h: Record<string, string> = {
     'content-type': 'application/json',
     'user-agent': `farebox/${VERSION}`,
@@ -49,8 +53,7 @@ export function textUpstreamHeaders(provider: ProviderConfig, incoming: Incoming
     // SPEC names the date-valued version header `alpha-version`; real clients send `anthropic-version`.
     const version = incoming['anthropic-version'] ?? incoming['alpha-version'];
     h['anthropic-version'] = typeof version === 'string' ? version : '2023-06-01';
-    const beta = incoming['anthropic-beta'];
-    if (beta !== undefined) h['anthropic-beta'] = Array.isArray(beta) ? beta.join(',') : beta;
+    if (betas.length > 0) h['anthropic-beta'] = betas.join(',');
   } else {
     h.authorization = `Bearer ${provider.key}`;
   }
@@ -59,19 +62,29 @@ export function textUpstreamHeaders(provider: ProviderConfig, incoming: Incoming
 
 /** The policed form of a rewritten text request. */
 export function textPoliced(
-  route: ModelRoute<TextModel>, rewrite: RewriteResult, incoming: IncomingHttpHeaders, bodyBytes: number, n = 1,
+  route: ModelRoute<TextModel>, rewrite: RewriteResult, incoming: IncomingHttpHeaders, bodyBytes: number, n = 1, mustFit = true,
 ): TextPoliced {
   const upstreamBody = JSON.stringify(rewrite.body);
+  const protocol = route.provider.protocol === 'anthropic' ? 'anthropic' : 'openai';
+  refuseUnpriced(protocol, rewrite.body, upstreamBody);
+  const { inputBound, cacheWrite } = inputBounds({
+    body: rewrite.body, serialized: upstreamBody, protocol, family: route.model.family,
+    contextWindow: route.model.context_window, maxImageTokens: route.model.max_image_tokens, mustFit,
+  });
+  const betas = protocol === 'anthropic' ? splitBetas(incoming['anthropic-beta']) : { forwarded: [], dropped: [] };
+  const headers: Record<string, string> = {};
+  if (rewrite.clampedTo !== undefined) headers['x-gw-clamped-max-tokens'] = String(rewrite.clampedTo);
+  if (betas.dropped.length > 0) headers['x-gw-dropped-beta'] = betas.dropped.join(',');
   return {
     route,
     rewrite,
     upstreamBody,
-    upstreamHeaders: textUpstreamHeaders(route.provider, incoming, rewrite.stream),
-    inputBound: inputTokensBound(upstreamBody, route.model.context_window),
-    cacheWrite: cacheWriteTier(route.provider.protocol === 'anthropic' ? 'anthropic' : 'openai', upstreamBody),
+    upstreamHeaders: textUpstreamHeaders(route.provider, incoming, rewrite.stream, betas.forwarded),
+    inputBound,
+    cacheWrite,
     n,
     bodyBytes,
-    headers: rewrite.clampedTo === undefined ? undefined : { 'x-gw-clamped-max-tokens': String(rewrite.clampedTo) },
+    headers: rewrite.clampedTo === undefined && betas.dropped.length === 0 ? undefined : headers,
   };
 }
 

@@ -8,6 +8,7 @@ import { Billing } from '../../plugins/billing/billing.js';
 import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
 import { redisNow } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
+import sharp from 'sharp';
 import { worstCaseText } from '../../pricing/index.js';
 import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
@@ -143,4 +144,35 @@ t.test('an answer the upstream kills before any content costs nothing', async (t
   t.notMatch(body, /content_block_delta/, 'no content did');
   const rec = await finished(h, res.headers.get('x-request-id')!);
   t.match(rec, { status: 'free', priceAtomic: 0n, released: null }, 'released by the call at 0, nothing debited');
+});
+
+t.test('inline images are held by their pixels: 20 flat 1092x1092 PNGs of a few KB hold 20 x 1,590 input tokens', async (t) => {
+  const png = (await sharp({ create: { width: 1092, height: 1092, channels: 3, background: '#fafafa' } }).png({ compressionLevel: 9 }).toBuffer()).toString('base64');
+  const image = { type: 'image' as const, source: { type: 'base64' as const, media_type: 'image/png' as const, data: png } };
+  const { response } = await anthropic.messages.create({
+    model: 'alpha-haiku-4-5', max_tokens: 10,
+    messages: [{ role: 'user', content: [...Array.from({ length: 20 }, () => image), { type: 'text', text: 'describe #sim:tokens=3' }] }],
+  }).withResponse();
+  const rec = await finished(h, response.headers.get('x-request-id')!);
+  const pixels = worstCaseText(h.config.prices, 'alpha-haiku-4-5', { inputTokensBound: 20 * Math.ceil((1092 * 1092) / 750), maxOutputTokens: 10, cacheWrite: 'none' });
+  t.ok(rec.held >= pixels, `held ${rec.held} >= ${pixels}, the images' pixels priced (bytes alone: ${20 * png.length} characters)`);
+});
+
+t.test('anthropic-beta flags outside the allow-list are dropped and named; priced-elsewhere parameters are refused', async (t) => {
+  const before = h.sim.received.length;
+  const res = await post('/messages', { model: 'alpha-haiku-4-5', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }, {
+    'anthropic-version': '2023-06-01', 'anthropic-beta': 'interleaved-thinking-2025-05-14,context-1m-2025-08-07',
+  });
+  t.equal(res.status, 200);
+  await res.arrayBuffer();
+  t.equal(res.headers.get('x-gw-dropped-beta'), 'context-1m-2025-08-07');
+  const sent = h.sim.received.slice(before).find((r) => r.url.startsWith('/v1/messages'));
+  t.equal(sent?.headers['anthropic-beta'], 'interleaved-thinking-2025-05-14', 'only the allowed flag went upstream');
+
+  const e = await openai.chat.completions.create({ model: 'beta-5.6-sol', messages: [{ role: 'user', content: 'hi' }], web_search_options: {} } as never).catch((err: unknown) => err);
+  t.ok(e instanceof OpenAI.BadRequestError, 'a typed 400');
+  t.match((e as InstanceType<typeof OpenAI.BadRequestError>).error, { code: 'unsupported_parameter', param: 'web_search_options' });
+  const tool = await anthropic.messages.create({ model: 'alpha-haiku-4-5', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'web_search_20250305', name: 'web_search' }] } as never).catch((err: unknown) => err);
+  t.ok(tool instanceof Anthropic.BadRequestError);
+  t.match((tool as InstanceType<typeof Anthropic.BadRequestError>).error, { error: { code: 'unsupported_tool' } });
 });

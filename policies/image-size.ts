@@ -1,0 +1,71 @@
+/**
+ * The pixel size of an image read from its first bytes (PNG, JPEG, GIF, WebP), without decoding it: what a
+ * provider bills an inline image by is in its header.
+ */
+
+/** Width and height in pixels. */
+export interface PixelSize {
+  readonly width: number;
+  readonly height: number;
+}
+
+function png(b: Buffer): PixelSize | null {
+  // Signature, then the IHDR chunk: length, "IHDR", width, height (big-endian).
+  if (b.length < 24 || b.readUInt32BE(0) !== 0x89504e47 || b.toString('latin1', 12, 16) !== 'IHDR') return null;
+  return { width: b.readUInt32BE(16), height: b.readUInt32BE(20) };
+}
+
+function gif(b: Buffer): PixelSize | null {
+  if (b.length < 10 || b.toString('latin1', 0, 4) !== 'GIF8') return null;
+  return { width: b.readUInt16LE(6), height: b.readUInt16LE(8) };
+}
+
+function webp(b: Buffer): PixelSize | null {
+  if (b.length < 30 || b.toString('latin1', 0, 4) !== 'RIFF' || b.toString('latin1', 8, 12) !== 'WEBP') return null;
+  const chunk = b.toString('latin1', 12, 16);
+  if (chunk === 'VP8 ') return { width: b.readUInt16LE(26) & 0x3fff, height: b.readUInt16LE(28) & 0x3fff };
+  if (chunk === 'VP8L') {
+    const bits = b.readUInt32LE(21);
+    return { width: (bits & 0x3fff) + 1, height: ((bits >>> 14) & 0x3fff) + 1 };
+  }
+  if (chunk === 'VP8X') return { width: b.readUIntLE(24, 3) + 1, height: b.readUIntLE(27, 3) + 1 };
+  return null;
+}
+
+function jpeg(b: Buffer): PixelSize | null {
+  if (b.length < 4 || b[0] !== 0xff || b[1] !== 0xd8) return null;
+  let i = 2;
+  while (i + 9 < b.length) {
+    if (b[i] !== 0xff) return null;
+    const marker = b[i + 1]!;
+    // Fill bytes, and the markers that carry no length.
+    if (marker === 0xff) {
+      i++;
+      continue;
+    }
+    if (marker === 0xd8 || marker === 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {
+      i += 2;
+      continue;
+    }
+    // Start of frame (any coding but DHT, JPG, DAC): precision, height, width.
+    if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
+      return { width: b.readUInt16BE(i + 7), height: b.readUInt16BE(i + 5) };
+    }
+    i += 2 + b.readUInt16BE(i + 2);
+  }
+  return null;
+}
+
+/** The pixel size in an image's leading bytes, or null when the bytes hold no header of a format read here. */
+export function imageSize(bytes: Buffer): PixelSize | null {
+  return png(bytes) ?? jpeg(bytes) ?? gif(bytes) ?? webp(bytes);
+}
+
+/** Base64 characters decoded to find a header: a JPEG's frame header may follow tens of KB of metadata. */
+const HEAD_CHARS = 256 * 1024;
+
+/** The pixel size of a base64-encoded image, from its header. */
+export function base64ImageSize(b64: string): PixelSize | null {
+  const head = b64.length <= HEAD_CHARS ? b64 : b64.slice(0, HEAD_CHARS);
+  return imageSize(Buffer.from(head, 'base64'));
+}
