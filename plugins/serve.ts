@@ -14,7 +14,8 @@ import { createAccount, createKey, getAccount } from './accounts/accounts.js';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from './chains/config.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from './chains/dev-chains.js';
 import { mintAndDeposit } from './chains/dev-fund.js';
-import { buildConfig, embeddedDefault, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import { buildConfig, DEFAULT_DASHBOARD_PATH, embeddedDefault, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import dashboard from './dashboard/index.js';
 import farebox from './gateway.js';
 import { CHAIN_STATE_PATTERNS, keys } from './store/keys.js';
 import { closeRedis, connectRedis, deleteKeys } from './store/redis.js';
@@ -156,6 +157,7 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       done(null, payload);
     });
     await app.register(farebox, { config, env: runEnv });
+    if (config.dashboard.enabled) await app.register(dashboard, { prefix: config.dashboard.path, config, env: runEnv });
     await app.listen({ port: config.server.port, host: config.server.host });
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.server.port;
@@ -201,15 +203,16 @@ export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: 
   }
 }
 
-/** On the embedded default: make the demo account on first start and return the lines to print. */
+/** On the embedded default: make the demo account on first start and return the lines to print (the dashboard's URL last). */
 export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig): Promise<string[]> {
   const marker = await redis.get(keys.demoAccount);
   const existing = marker ? await getAccount(redis, marker) : null;
   const address = existing ? existing.address : (await createAccount(redis, {})).address;
   const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n);
   const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
+  const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with a browser wallet; it offers to add the dev chains)`;
   if (existing) {
-    return [head, `  A new key for it: npx farebox key create --account ${address}`];
+    return [head, `  A new key for it: npx farebox key create --account ${address}`, board];
   }
   await redis.set(keys.demoAccount, address);
   const { key } = await createKey(redis, address);
@@ -220,5 +223,6 @@ export async function demoGreeting(redis: Redis, url: string, chains: ChainsConf
     `  curl ${url}/v1/chat/completions -H "authorization: Bearer $FAREBOX_KEY" -H 'content-type: application/json' \\`,
     `    -d '{"model":"gamma-k3","messages":[{"role":"user","content":"Say hello"}]}'`,
     '',
+    board,
   ];
 }
