@@ -1,12 +1,15 @@
 /**
- * The checks in front of the dashboard's routes: the session of a request, where a request comes from, and the
- * CSRF token every state change carries. A state change needs all three: a live session, no other site's Origin
- * (nor Sec-Fetch-Site: cross-site), and the session's token in the form (`_csrf`) or header (`x-csrf-token`).
+ * The checks in front of the dashboard's routes: the session of a request (and its account, for the page frame),
+ * where a request comes from, and the CSRF token every state change carries. A state change needs all three: a
+ * live session, no other site's Origin (nor Sec-Fetch-Site: cross-site), and the session's token in the form
+ * (`_csrf`) or header (`x-csrf-token`).
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
+import { getAccount } from '../accounts/accounts.js';
 import type { Dashboard } from './context.js';
 import { DashboardError } from './errors.js';
+import type { Viewer } from './layout.js';
 import { readSession, SESSION_COOKIE, type Session } from './sessions.js';
 
 const sessions = new WeakMap<FastifyRequest, Session | null>();
@@ -17,6 +20,12 @@ export async function sessionOf(d: Dashboard, request: FastifyRequest): Promise<
   const s = await readSession(d.redis, request.cookies[SESSION_COOKIE]);
   sessions.set(request, s);
   return s;
+}
+
+/** The signed-in account as the page frame shows it (an account gone since sign-in shows as suspended). */
+export async function viewerOf(d: Dashboard, session: Session): Promise<Viewer> {
+  const account = await getAccount(d.redis, session.account);
+  return { account: session.account, csrf: session.csrf, status: account?.status ?? 'suspended' };
 }
 
 /** The request's session; throws not_signed_in. */

@@ -14,7 +14,7 @@ import { closeRedis, connectRedis } from '../store/redis.js';
 import { loadAssets } from './assets.js';
 import { createDashboard, type Dashboard } from './context.js';
 import { DashboardError, toDashboardError } from './errors.js';
-import { sessionOf } from './guard.js';
+import { sessionOf, viewerOf } from './guard.js';
 import { resolveOptions, type DashboardOptions } from './options.js';
 import { errorBody } from './pages/sign-in.js';
 import { home, issueNonce, signInPage, signOut, signupClosedPage, verify } from './routes/auth.js';
@@ -52,9 +52,11 @@ async function sendError(d: Dashboard, request: FastifyRequest, reply: FastifyRe
   if (e.status >= 500) request.log.error({ err: e.cause ?? err }, `dashboard: ${e.message}`);
   if (wantsJson(request)) return reply.code(e.status).header('cache-control', 'no-store').send({ error: { code: e.code, message: e.message } });
   if (e.code === 'not_signed_in' && request.method === 'GET') return reply.redirect(`${d.base}/sign-in`, 303);
-  const signedIn = await sessionOf(d, request).then(Boolean, () => false);
+  // The frame shows who is signed in, unless Redis (the likely fault) cannot say.
+  const session = await sessionOf(d, request).catch(() => null);
+  const viewer = session ? await viewerOf(d, session).catch(() => null) : null;
   const title = e.status === 404 ? 'Not found' : e.status >= 500 ? 'Something failed' : 'Refused';
-  return d.render(reply, { title, body: errorBody({ base: d.base, message: e.message, signedIn }) }, e.status);
+  return d.render(reply, { title, viewer, body: errorBody({ base: d.base, message: e.message, signedIn: Boolean(viewer) }) }, e.status);
 }
 
 function routes(app: FastifyInstance, d: Dashboard): void {

@@ -74,8 +74,9 @@ const page: Page = context.pages()[0] ?? (await context.newPage());
 page.setDefaultTimeout(15_000);
 const errors: string[] = [];
 page.on('pageerror', (e) => errors.push(e.message));
+// Script errors and CSP refusals; the refusal pages this test opens on purpose (403) are not errors of the page.
 page.on('console', (m) => {
-  if (m.type() === 'error') errors.push(m.text());
+  if (m.type() === 'error' && !/^Failed to load resource: the server responded with a status of 403/.test(m.text())) errors.push(m.text());
 });
 
 /** A screenshot for the README, as a palette PNG: a quarter of the size, and text stays sharp. */
@@ -141,11 +142,28 @@ t.test('Keys: a named key is shown once with the base URLs, and works with the o
   t.equal(keys[0]!.name, 'laptop');
 });
 
-t.test('a CSRF-less post from the signed-in browser is refused with a clear page and changes nothing', async (t) => {
+t.test('a form without its CSRF token is refused with a clear page and changes nothing', async (t) => {
   const res = await page.request.post(`${board}/keys`, { form: { name: 'forged' }, failOnStatusCode: false });
   t.equal(res.status(), 403);
   t.match(await res.text(), /did not come from a page of this dashboard/);
+  // The same from the page: a form whose token is not the session's.
+  await page.locator('form[action="/dashboard/keys"] input[name="_csrf"]').evaluate((el) => el.setAttribute('value', 'stale'));
+  await page.fill('#key-name', 'stale form');
+  await page.click('button:has-text("Create key")');
+  t.match(await page.textContent('[role="alert"]'), /did not come from a page of this dashboard, or the page is older than your session/);
+  await shot('refused.png');
   t.equal((await listKeys(redis, account)).length, 1, 'no key made');
+});
+
+t.test('keyboard: the first Tab reaches "Skip to content", which moves focus to the page', async (t) => {
+  await page.goto(`${board}/keys`);
+  await page.keyboard.press('Tab');
+  t.equal(await page.locator(':focus').textContent(), 'Skip to content');
+  await page.keyboard.press('Enter');
+  t.equal(await page.locator(':focus').getAttribute('id'), 'main');
+  await page.keyboard.press('Tab');
+  t.equal(await page.locator(':focus').getAttribute('id'), 'key-name', 'then the first field, labelled');
+  t.equal(await page.locator('label[for="key-name"]').count(), 1);
 });
 
 t.test('Wallets: fund with test USD, deposit from the wallet by EIP-3009, default chain, withdrawal request', async (t) => {
@@ -231,6 +249,12 @@ t.test('sign out ends the session on the server: the old cookie opens nothing', 
   const replay = await fetch(`${board}/keys`, { headers: { cookie: `farebox_session=${sessionCookie}` }, redirect: 'manual' });
   t.equal(replay.status, 303);
   t.equal(replay.headers.get('location'), '/dashboard/sign-in');
+});
+
+t.test('the sign-ups-closed page explains the refusal', async (t) => {
+  await page.goto(`${board}/signup-closed`);
+  t.match(await page.textContent('[role="alert"]'), /no account on this gateway, and the operator is not opening new ones/);
+  await shot('signup-closed.png');
 });
 
 t.test('Prices: public (signed out), the numbers of `farebox prices --json`', async (t) => {

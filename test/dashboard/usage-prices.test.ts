@@ -107,6 +107,9 @@ t.test("one account never sees another's calls", async (t) => {
   t.notMatch(b, /<script>alert/);
   t.notOk(aliceCalls.some((id) => b.includes(id)));
   t.equal((await send({ ...bob.b, cookies: new Map() }, 'GET', '/usage.csv')).status, 303, 'signed out: no CSV');
+  const balances = (await send(bob.b, 'GET', '/wallets/balances.json')).json;
+  t.equal(balances.account, bob.account, "bob's balances are bob's");
+  t.notOk((await send(bob.b, 'GET', '/wallets')).text.includes(alice.account), "alice's address is nowhere on bob's page");
 });
 
 t.test('Prices: public, and every number is the one `farebox prices --json` prints', async (t) => {

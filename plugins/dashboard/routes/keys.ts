@@ -3,22 +3,15 @@
  * revoke with the same invalidation the CLI publishes, so every gateway instance drops the key at once.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { createKey, keyName, listKeys, revokeKey, getAccount } from '../../accounts/accounts.js';
+import { createKey, keyName, listKeys, revokeKey } from '../../accounts/accounts.js';
 import type { Dashboard } from '../context.js';
 import { DashboardError } from '../errors.js';
-import { pageOrigin, requireSession, requireStateChange } from '../guard.js';
+import { pageOrigin, requireSession, requireStateChange, viewerOf } from '../guard.js';
 import { html } from '../html.js';
-import type { Viewer } from '../layout.js';
 import { keysBody, type CreatedKey } from '../pages/keys.js';
 import type { Session } from '../sessions.js';
 
 const KEY_ID = /^key_[0-9a-f]{16}$/;
-
-/** The signed-in account as the page frame shows it. */
-export async function viewerOf(d: Dashboard, session: Session): Promise<Viewer> {
-  const account = await getAccount(d.redis, session.account);
-  return { account: session.account, csrf: session.csrf, status: account?.status ?? 'suspended' };
-}
 
 async function renderKeys(d: Dashboard, request: FastifyRequest, reply: FastifyReply, session: Session, created: CreatedKey | null, status = 200) {
   const done = (request.query as { done?: string }).done;

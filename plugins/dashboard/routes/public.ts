@@ -2,9 +2,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { publishPrices } from '../../../pricing/index.js';
 import type { Dashboard } from '../context.js';
-import { sessionOf } from '../guard.js';
+import { sessionOf, viewerOf } from '../guard.js';
 import { pricesBody } from '../pages/prices.js';
-import { viewerOf } from './keys.js';
 
 /** GET /prices: public; the frame shows the account when a session is there. */
 export async function pricesPage(d: Dashboard, request: FastifyRequest, reply: FastifyReply) {

@@ -8,11 +8,10 @@ import { listKeys } from '../../accounts/accounts.js';
 import { listUsage } from '../../billing/call-records.js';
 import { keys } from '../../store/keys.js';
 import type { Dashboard } from '../context.js';
-import { requireSession } from '../guard.js';
+import { requireSession, viewerOf } from '../guard.js';
 import { usageBody } from '../pages/usage.js';
 import { dailySpend, spendChart } from '../spend-chart.js';
 import { usageCsv } from '../usage-csv.js';
-import { viewerOf } from './keys.js';
 
 /** Calls per page. */
 export const USAGE_PAGE_SIZE = 25;

@@ -15,14 +15,13 @@ import { formatUsd, parseUsd } from '../../../pricing/index.js';
 import { chainReader } from '../chain-reads.js';
 import type { Dashboard } from '../context.js';
 import { DashboardError } from '../errors.js';
-import { requireSession, requireStateChange } from '../guard.js';
+import { requireSession, requireStateChange, viewerOf } from '../guard.js';
 import { html, type SafeHtml } from '../html.js';
 import { walletsBody, type WalletRow } from '../pages/wallets.js';
 import {
   approveTx, AUTHORIZATION_TTL_S, authorizationTypedData, cancelWithdrawalTx, depositTx, depositWithAuthorizationTx, readAuthorization,
   requestWithdrawalTx, signedBy, withdrawTx, type TokenDomain,
 } from '../wallet-txs.js';
-import { viewerOf } from './keys.js';
 
 /** What "fund with test USD" deposits: the demo account's amount. */
 export const DEV_FUND_ATOMIC = 10_000_000n;
