@@ -91,7 +91,8 @@ const metricsSchema = z.strictObject({
   token_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
 });
 
-const origin = z
+/** A web origin (scheme, host, port) as the dashboard's options and config take it, normalised by URL. */
+export const originSchema = z
   .url({ protocol: /^https?$/ })
   .refine((u) => { const x = new URL(u); return x.pathname === '/' && !x.search && !x.hash && !x.username; }, 'an origin: scheme, host and port, no path')
   .transform((u) => new URL(u).origin);
@@ -106,7 +107,7 @@ const dashboardSchema = z.strictObject({
   /** Path prefix it is served under. */
   path: z.string().regex(/^(\/[A-Za-z0-9._~-]+)+$/, 'a path such as /dashboard').default(DEFAULT_DASHBOARD_PATH),
   /** Public origins of the dashboard (sign-in messages name them); absent = the address the server listens on. */
-  origins: z.array(origin).min(1).optional(),
+  origins: z.array(originSchema).min(1).optional(),
   /**
    * A wallet signing in for the first time: open = an active account, review = a pending one (the operator activates
    * it), closed = refused. Absent = open on the embedded default, review otherwise.

@@ -5,7 +5,7 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from '../chains/config.js';
-import { buildConfig, loadConfig, type FareboxConfig } from '../config.js';
+import { buildConfig, loadConfig, originSchema, type FareboxConfig } from '../config.js';
 import { DEFAULT_PRICE_TABLE, type PriceTable } from '../../pricing/index.js';
 import { keys } from '../store/keys.js';
 import type { RedisOptions } from '../store/redis.js';
@@ -57,9 +57,6 @@ export interface DashboardSettings {
 const FASTIFY_OPTIONS = ['prefix', 'logLevel', 'logSerializers'];
 
 const httpUrl = z.url({ protocol: /^https?$/ });
-const originSchema = httpUrl
-  .refine((u) => { const x = new URL(u); return x.pathname === '/' && !x.search && !x.hash && !x.username; }, 'an origin: scheme, host and port, no path')
-  .transform((u) => new URL(u).origin);
 
 const optionsSchema = z.object({
   origins: z.array(originSchema).min(1).optional(),
