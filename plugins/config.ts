@@ -4,7 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { chainsConfigSchema, type ChainsConfig } from './chains/config.js';
+import { CHAIN_NAMES, chainsConfigSchema, type ChainsConfig } from './chains/config.js';
 import { modelSchema, PROTOCOLS_OF_KIND, providerSchema, type ModelConfig, type ProviderConfig } from '../policies/catalog.js';
 import { buildSignatures, clientSignatureSchema, type ClientSignature } from '../policies/clients.js';
 import type { ReasoningLevel } from '../policies/families.js';
@@ -60,6 +60,38 @@ const metricsSchema = z.strictObject({
   token_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
 });
 
+/** A web origin (scheme, host, port) as the dashboard's options and config take it, normalised by URL. */
+export const originSchema = z
+  .url({ protocol: /^https?$/ })
+  .refine((u) => { const x = new URL(u); return x.pathname === '/' && !x.search && !x.hash && !x.username; }, 'an origin: scheme, host and port, no path')
+  .transform((u) => new URL(u).origin);
+
+/** Where `farebox serve` mounts the dashboard unless the config says otherwise. */
+export const DEFAULT_DASHBOARD_PATH = '/dashboard';
+
+/** The caller's dashboard (plugins/dashboard/): where `farebox serve` mounts it and who may sign up. */
+const dashboardSchema = z.strictObject({
+  /** Whether `farebox serve` registers it. */
+  enabled: z.boolean().default(true),
+  /** Path prefix it is served under. */
+  path: z.string().regex(/^(\/[A-Za-z0-9._~-]+)+$/, 'a path such as /dashboard').default(DEFAULT_DASHBOARD_PATH),
+  /** Public origins of the dashboard (sign-in messages name them); absent = the address the server listens on. */
+  origins: z.array(originSchema).min(1).optional(),
+  /**
+   * A wallet signing in for the first time: open = an active account, review = a pending one (the operator activates
+   * it), closed = refused. Absent = open on the embedded default, review otherwise.
+   */
+  signup: z.enum(['open', 'review', 'closed']).optional(),
+  /** Secure session cookie; absent = on, except on the embedded default (plain http on loopback). */
+  secure_cookie: z.boolean().optional(),
+  /** A session ends this long after sign-in. */
+  session_ttl_hours: z.number().positive().max(720).default(24),
+  /** Gateway origin (and path, without /v1) shown in the keys' snippets; absent = the dashboard's origin. */
+  gateway_url: z.url({ protocol: /^https?$/ }).optional(),
+  /** Block explorer per chain: a settlement links to `<url>/tx/<hash>`. */
+  explorers: z.partialRecord(z.enum(CHAIN_NAMES), z.url({ protocol: /^https?$/ })).default({}),
+});
+
 /** The whole configuration as written in a FAREBOX_CONFIG file. */
 export const configSchema = z
   .strictObject({
@@ -76,6 +108,7 @@ export const configSchema = z
     chains: chainsConfigSchema.optional(),
     billing: billingSchema.prefault({}),
     metrics: metricsSchema.prefault({}),
+    dashboard: dashboardSchema.prefault({}),
   })
   .superRefine((cfg, ctx) => {
     const seen = new Set<string>();
@@ -113,6 +146,7 @@ export interface FareboxConfig {
   readonly chains: ChainsConfig | undefined;
   readonly billing: Parsed['billing'];
   readonly metrics: Parsed['metrics'];
+  readonly dashboard: Parsed['dashboard'];
   /** True when running on the embedded default (simulated upstreams). */
   readonly embedded: boolean;
 }
@@ -206,7 +240,7 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   return deepFreeze({
     server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
-    chains: data.chains, billing: data.billing, metrics: data.metrics, embedded,
+    chains: data.chains, billing: data.billing, metrics: data.metrics, dashboard: data.dashboard, embedded,
   });
 }
 

@@ -7,11 +7,12 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts/accounts.js';
+import dashboard from './dashboard/index.js';
 import { readWallet } from './billing/wallets.js';
 import type { ChainName, ChainsConfig } from './chains/config.js';
 import type { DevChains } from './chains/dev-chains.js';
 import { mintAndDeposit } from './chains/dev-fund.js';
-import { loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import { DEFAULT_DASHBOARD_PATH, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
 import type { Simulator } from './simulator/index.js';
@@ -93,6 +94,7 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       done(null, payload);
     });
     await app.register(farebox, { config, env: runEnv });
+    if (config.dashboard.enabled) await app.register(dashboard, { prefix: config.dashboard.path, config, env: runEnv });
     await app.listen({ port: config.server.port, host: config.server.host });
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.server.port;
@@ -136,15 +138,16 @@ export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: 
   }
 }
 
-/** On the embedded default: make the demo account on first start and return the lines to print. */
+/** On the embedded default: make the demo account on first start and return the lines to print (the dashboard's URL last). */
 export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig): Promise<string[]> {
   const marker = await redis.get(keys.demoAccount);
   const existing = marker ? await getAccount(redis, marker) : null;
   const address = existing ? existing.address : (await createAccount(redis, {})).address;
   const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n);
   const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
+  const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with a browser wallet; it offers to add the dev chains)`;
   if (existing) {
-    return [head, `  A new key for it: npx farebox key create --account ${address}`];
+    return [head, `  A new key for it: npx farebox key create --account ${address}`, board];
   }
   await redis.set(keys.demoAccount, address);
   const { key } = await createKey(redis, address);
@@ -155,5 +158,6 @@ export async function demoGreeting(redis: Redis, url: string, chains: ChainsConf
     `  curl ${url}/v1/chat/completions -H "authorization: Bearer $FAREBOX_KEY" -H 'content-type: application/json' \\`,
     `    -d '{"model":"gamma-k3","messages":[{"role":"user","content":"Say hello"}]}'`,
     '',
+    board,
   ];
 }

@@ -1,6 +1,6 @@
 /**
  * Accounts and API keys in Redis. An account is a 0x address (the wallet that funds it). A key is `sk_` plus
- * 32 random bytes (base64url), shown once at creation and stored only as its SHA-256.
+ * 32 random bytes (base64url), shown once at creation and stored only as its SHA-256, with an optional name.
  * Their Redis keys are in plugins/store/keys.ts.
  */
 import { hash as digest, randomBytes } from 'node:crypto';
@@ -98,26 +98,77 @@ export async function setDefaultChain(redis: Redis, address: string, chain: stri
   await publishInvalidate(redis, keys.account(addr));
 }
 
-/** Create a key for an account; the key itself is returned only here. */
-export async function createKey(redis: Redis, address: string): Promise<{ id: string; key: string; account: string }> {
+/** Longest key name, in characters. */
+export const KEY_NAME_MAX = 64;
+
+/** A key name as stored: trimmed; throws on control characters or more than KEY_NAME_MAX characters. */
+export function keyName(name: string): string {
+  const trimmed = name.trim();
+  // Control characters would forge lines in the CLI's output and the dashboard's CSV.
+  if (/[\p{Cc}\p{Cf}]/u.test(trimmed)) throw new Error('a key name cannot hold control characters');
+  if ([...trimmed].length > KEY_NAME_MAX) throw new Error(`a key name has at most ${KEY_NAME_MAX} characters`);
+  return trimmed;
+}
+
+/** Create a key for an account, optionally named; the key itself is returned only here. */
+export async function createKey(
+  redis: Redis,
+  address: string,
+  opts: { name?: string } = {},
+): Promise<{ id: string; key: string; account: string }> {
+  const name = keyName(opts.name ?? '');
   const account = await requireAccount(redis, address);
   const key = `sk_${randomBytes(32).toString('base64url')}`;
   const id = `key_${randomBytes(8).toString('hex')}`;
   const hash = hashKey(key);
   await redis
     .multi()
-    .hset(keys.apiKey(hash), { id, account, created_at: String(Date.now()) })
+    .hset(keys.apiKey(hash), { id, account, name, created_at: String(Date.now()) })
     .set(keys.apiKeyId(id), hash)
     .sadd(keys.accountKeys(account), id)
     .exec();
   return { id, key, account };
 }
 
-/** Revoke a key by id; revoked keys answer 401 from then on. */
-export async function revokeKey(redis: Redis, id: string): Promise<void> {
+/** A key as its owner sees it: never the key itself. Times are ms since the epoch. */
+export interface KeyInfo {
+  id: string;
+  name: string;
+  created_at: number;
+  last_used_at: number | null;
+  revoked_at: number | null;
+}
+
+/** The account's keys, newest first, revoked ones included. */
+export async function listKeys(redis: Redis, address: string): Promise<KeyInfo[]> {
+  const ids = await redis.smembers(keys.accountKeys(address.toLowerCase()));
+  const hashes = await Promise.all(ids.map((id) => redis.get(keys.apiKeyId(id))));
+  const rows = await Promise.all(hashes.map((h) => (h ? redis.hgetall(keys.apiKey(h)) : null)));
+  const out: KeyInfo[] = [];
+  for (const h of rows) {
+    if (!h?.id) continue;
+    out.push({
+      id: h.id,
+      name: h.name ?? '',
+      created_at: Number(h.created_at),
+      last_used_at: h.last_used_at ? Number(h.last_used_at) : null,
+      revoked_at: h.revoked_at ? Number(h.revoked_at) : null,
+    });
+  }
+  return out.sort((a, b) => b.created_at - a.created_at || a.id.localeCompare(b.id));
+}
+
+/**
+ * Revoke a key by id; revoked keys answer 401 from then on, on every instance. With `account`, only a key of that
+ * account: another's answers as unknown, so no account learns which ids exist. Revoking again keeps the first time.
+ */
+export async function revokeKey(redis: Redis, id: string, opts: { account?: string } = {}): Promise<void> {
   const hash = await redis.get(keys.apiKeyId(id));
   if (!hash) throw new Error(`no key ${id}`);
-  await redis.hset(keys.apiKey(hash), 'revoked_at', String(Date.now()));
+  if (opts.account !== undefined && !(await redis.sismember(keys.accountKeys(opts.account.toLowerCase()), id))) {
+    throw new Error(`no key ${id}`);
+  }
+  await redis.hsetnx(keys.apiKey(hash), 'revoked_at', String(Date.now()));
   await publishInvalidate(redis, keys.apiKey(hash));
 }
 

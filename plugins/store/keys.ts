@@ -10,6 +10,11 @@
  *   apikey-id:<id>           string  sha256 of the key with that id
  *   account-keys:<addr>      set     key ids of the account
  *   invalidate               channel key revocations and status changes (a channel, not a key: prefixed by hand)
+ * Dashboard (plugins/dashboard/)
+ *   dash-nonce:<nonce>       string  an issued sign-in message (JSON), single use, deleted when presented
+ *   dash-session:<sha256>    hash    account, csrf, created_at, expires_at of a signed-in browser (id stored hashed)
+ *   dash-sessions:<addr>     set     session hashes of the account (sign out everywhere)
+ *   dash-rate:<ip>           string  sign-in messages issued to one client IP in the current minute
  * Money (plugins/billing/wallets.ts has the scripts that move it)
  *   wallet:<addr>:<chain>    hash    synced, locked, pending, held
  *   wallets:<chain>          set     accounts with a wallet on the chain
@@ -39,6 +44,11 @@ export const keys = {
   accountKeys: (address: string) => `account-keys:${address}`,
   /** Not a key: the pub/sub channel of invalidations (ioredis prefixes keys, not channels). */
   invalidateChannel: (prefix: string) => `${prefix}invalidate`,
+
+  dashNonce: (nonce: string) => `dash-nonce:${nonce}`,
+  dashSession: (hash: string) => `dash-session:${hash}`,
+  dashSessions: (address: string) => `dash-sessions:${address}`,
+  dashRate: (ip: string) => `dash-rate:${ip}`,
 
   wallet: (account: string, chain: string) => `wallet:${account}:${chain}`,
   wallets: (chain: string) => `wallets:${chain}`,
