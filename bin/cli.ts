@@ -103,7 +103,7 @@ const HELP = `usage: farebox <command> [options]
   settle [--metrics-port N] [--json]      settle debits onchain and watch the chains, with no gateway in the process
   account create [--address 0x..] [--status active|pending|suspended] [--json]
   account status --account 0x.. --set active|pending|suspended
-  key create --account 0x.. [--json]
+  key create --account 0x.. [--name NAME] [--json]
   key revoke --id ID
   chains [--json]                         the chains: chain id, RPC URL, stablecoin, escrow
   fund --account 0x.. --chain chain_a --amount 2.5 [--json]   (dev chains only) mint and deposit test stablecoin
@@ -200,7 +200,7 @@ export async function main(
         return 0;
       }
       case 'key create': {
-        const k = await createKey(db(), str(flags, 'account', true));
+        const k = await createKey(db(), str(flags, 'account', true), { name: str(flags, 'name') });
         out(json ? JSON.stringify(k) : `key ${k.id} for ${k.account} (shown once): ${k.key}`);
         return 0;
       }

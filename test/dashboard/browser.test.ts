@@ -2,8 +2,8 @@
  * The dashboard in a real browser (Debian's chromium, driven by playwright-core) on `farebox serve`'s embedded
  * default: a person signs in with a browser wallet, makes a key and uses it with the openai SDK, funds and deposits
  * on the dev chains, picks the default chain, requests a withdrawal, sees the call in Usage with its price and
- * settlement, revokes the key (the SDK then gets 401) and signs out. Writes a screenshot of every page to
- * docs/screenshots/ for the README.
+ * settlement, revokes the key (the SDK then gets 401) and signs out. Writes a screenshot of every page: to a temporary
+ * folder, or with FAREBOX_SCREENSHOTS=1 to docs/screenshots/, the README's (a run changes times and keys in them).
  */
 import t from 'tap';
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
@@ -33,7 +33,9 @@ if (!existsSync(CHROMIUM)) {
 }
 
 const started = Date.now();
-const shots = fileURLToPath(new URL('../../docs/screenshots/', import.meta.url));
+const shots = process.env.FAREBOX_SCREENSHOTS === '1'
+  ? fileURLToPath(new URL('../../docs/screenshots/', import.meta.url))
+  : mkdtempSync(join(tmpdir(), 'farebox-screenshots-'));
 mkdirSync(shots, { recursive: true });
 const prefix = testPrefix();
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -53,6 +55,7 @@ const context: BrowserContext = await chromium.launchPersistentContext(profile, 
 t.teardown(async () => {
   await context.close().catch(() => {});
   rmSync(profile, { recursive: true, force: true });
+  if (process.env.FAREBOX_SCREENSHOTS !== '1') rmSync(shots, { recursive: true, force: true });
   await server.close();
   await dropPrefix(redis, prefix);
   await redis.quit();
