@@ -24,6 +24,7 @@
  * Chains (plugins/settlement/)
  *   cursor:<chain>           string  last applied escrow event, "block:logIndex"
  *   scanned:<chain>          string  last block scanned
+ *   chain-anomalies:<chain>  list    JSON per escrow event the watcher could not apply (apply-events.ts); kept
  *   watcher-lease:<chain>    string  the instance watching the chain
  * Embedded default (plugins/serve.ts)
  *   dev-chains               string  the dev chains' config, for the CLI
@@ -54,6 +55,7 @@ export const keys = {
 
   cursor: (chain: string) => `cursor:${chain}`,
   scanned: (chain: string) => `scanned:${chain}`,
+  chainAnomalies: (chain: string) => `chain-anomalies:${chain}`,
   watcherLease: (chain: string) => `watcher-lease:${chain}`,
 
   devChains: 'dev-chains',
@@ -69,5 +71,6 @@ export const luaKeys = {
 
 /** Patterns of the keys that describe one set of chains: cleared when the embedded default's dev chains restart. */
 export const CHAIN_STATE_PATTERNS = [
-  'wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'holds', 'owner-holds:*', 'instances', 'watcher-lease:*',
+  'wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'chain-anomalies:*', 'debits:*', 'holds', 'owner-holds:*', 'instances',
+  'watcher-lease:*',
 ] as const;
