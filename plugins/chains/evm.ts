@@ -16,7 +16,7 @@ import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { CALL_STATUS, escrowAbi } from './abi.js';
 import { encodeChargeBatch, signTransaction } from './charge-tx.js';
 import type { Address, ChainConfig, ChainName } from './config.js';
-import { decodeEscrowLog, type RpcLog } from './escrow-logs.js';
+import { decodeEscrowLog, isMoneyEvent, type RpcLog } from './escrow-logs.js';
 import { rpcTransport } from './rpc-transport.js';
 import { nonceQueueFor, type NonceQueue } from './nonce-queue.js';
 import {
@@ -171,6 +171,10 @@ class EvmChain implements SettlementChain {
     return s === CALL_STATUS.charged ? 'charged' : s === CALL_STATUS.refused ? 'refused' : 'none';
   }
 
+  maxCharge(): Promise<bigint> {
+    return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'maxCharge' });
+  }
+
   async latestBlock(): Promise<bigint> {
     const head = await this.client.getBlockNumber({ cacheTime: 0 });
     const confirmed = head - BigInt(this.config.confirmations - 1);
@@ -189,8 +193,8 @@ class EvmChain implements SettlementChain {
       });
       for (const log of logs) {
         if (log.removed) continue;
-        const event = decodeEscrowLog(log); // null: role and ownership events do not move money
-        if (event) events.push(event);
+        const event = decodeEscrowLog(log); // role, cap and ownership events move no money
+        if (event && isMoneyEvent(event)) events.push(event);
       }
     }
     return events.sort((a, b) =>
@@ -362,11 +366,11 @@ class EvmChain implements SettlementChain {
       throw new SettlementError('reverted', `chargeBatch ${receipt.transactionHash} reverted onchain`, this.name);
     }
     const escrow = this.escrow.toLowerCase();
-    const events: Extract<EscrowEvent, { kind: 'charged' | 'charge_refused' | 'charge_skipped' }>[] = [];
+    const events: Extract<EscrowEvent, { kind: 'charged' | 'charge_refused' | 'charge_over_cap' | 'charge_skipped' }>[] = [];
     for (const log of receipt.logs) {
       if (log.address.toLowerCase() !== escrow) continue; // the token's Transfer to the treasury
       const e = decodeEscrowLog(log);
-      if (e?.kind === 'charged' || e?.kind === 'charge_refused' || e?.kind === 'charge_skipped') events.push(e);
+      if (e?.kind === 'charged' || e?.kind === 'charge_refused' || e?.kind === 'charge_over_cap' || e?.kind === 'charge_skipped') events.push(e);
     }
     // The contract emits exactly one of these per entry, in entry order.
     if (events.length !== batch.length) {
@@ -384,6 +388,8 @@ class EvmChain implements SettlementChain {
           return { ...charge, outcome: 'charged' };
         case 'charge_refused':
           return { ...charge, outcome: 'refused', balance: e.balance };
+        case 'charge_over_cap':
+          return { ...charge, outcome: 'over_cap', maxCharge: e.maxCharge };
         case 'charge_skipped':
           return { ...charge, outcome: e.status === 'refused' ? 'already_refused' : 'already_charged' };
       }

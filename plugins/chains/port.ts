@@ -25,6 +25,8 @@ export type EscrowEvent =
   | (EventBase & { kind: 'deposited'; callId: null; from: Address })
   | (EventBase & { kind: 'charged'; callId: Hex })
   | (EventBase & { kind: 'charge_refused'; callId: Hex; balance: bigint })
+  /** Refused: `amount` is above the escrow's per-charge cap (the call id is closed as refused). */
+  | (EventBase & { kind: 'charge_over_cap'; callId: Hex; maxCharge: bigint })
   | (EventBase & { kind: 'charge_skipped'; callId: Hex; status: 'charged' | 'refused' })
   | (EventBase & { kind: 'withdrawal_requested'; callId: null; readyAt: bigint })
   | (EventBase & { kind: 'withdrawal_cancelled'; callId: null })
@@ -33,6 +35,35 @@ export type EscrowEvent =
 
 /** Kind of an escrow event. */
 export type EscrowEventKind = EscrowEvent['kind'];
+
+/** Position fields of every escrow log record. */
+interface LogPosition {
+  blockNumber: bigint;
+  logIndex: number;
+  txHash: Hex;
+}
+
+/**
+ * An escrow event that moves no money: roles, ownership, the charge cap. The watcher counts and logs them: a
+ * proposal is a change to who can take callers' money, announced roleDelay before it can apply.
+ */
+export type EscrowAdminEvent = LogPosition &
+  (
+    | { kind: 'settler_proposed'; settler: Address; readyAt: bigint }
+    | { kind: 'settler_proposal_cancelled'; settler: Address }
+    | { kind: 'settler_updated'; settler: Address; enabled: boolean }
+    | { kind: 'treasury_proposed'; treasury: Address; readyAt: bigint }
+    | { kind: 'treasury_proposal_cancelled'; treasury: Address }
+    | { kind: 'treasury_updated'; previous: Address; treasury: Address }
+    | { kind: 'max_charge_proposed'; maxCharge: bigint; readyAt: bigint }
+    | { kind: 'max_charge_proposal_cancelled'; maxCharge: bigint }
+    | { kind: 'max_charge_updated'; previous: bigint; maxCharge: bigint }
+    | { kind: 'ownership_transfer_started'; owner: Address; pendingOwner: Address }
+    | { kind: 'ownership_transferred'; previous: Address; owner: Address }
+  );
+
+/** Kind of an escrow admin event. */
+export type EscrowAdminEventKind = EscrowAdminEvent['kind'];
 
 /** One call to charge. */
 export interface Charge {
@@ -43,16 +74,19 @@ export interface Charge {
 }
 
 /**
- * What the escrow did with one charge: charged now; refused now (balance too low, the call id
- * is then closed for good); or settled by an earlier batch (already_*), nothing changed.
+ * What the escrow did with one charge: charged now; refused now (balance too low), or over_cap (above the escrow's
+ * per-charge cap), either closing the call id for good; or settled by an earlier batch (already_*), nothing changed
+ * (an earlier over_cap reads as already_refused).
  */
-export type ChargeOutcome = 'charged' | 'refused' | 'already_charged' | 'already_refused';
+export type ChargeOutcome = 'charged' | 'refused' | 'over_cap' | 'already_charged' | 'already_refused';
 
 /** Outcome of one charge of a mined batch. */
 export interface ChargeResult extends Charge {
   outcome: ChargeOutcome;
   /** The account's escrow balance when refused now; absent otherwise. */
   balance?: bigint;
+  /** The escrow's per-charge cap when over_cap; absent otherwise. */
+  maxCharge?: bigint;
 }
 
 /** A mined (and confirmed) charge batch, results in the order the charges were given. */
@@ -95,9 +129,11 @@ export interface SettlementChain {
   /** The account's withdrawal request, or null. */
   pendingWithdrawal(account: Address): Promise<PendingWithdrawal | null>;
   callStatus(callId: Hex): Promise<CallStatus>;
+  /** The escrow's per-charge cap now (a hold above it could never be charged in one charge). */
+  maxCharge(): Promise<bigint>;
   /** Latest block with the configured confirmations (head - confirmations + 1). */
   latestBlock(): Promise<bigint>;
-  /** Escrow events in [fromBlock, toBlock], ordered by block then log index. */
+  /** Escrow money events in [fromBlock, toBlock], ordered by block then log index. */
   readEvents(fromBlock: bigint, toBlock: bigint): Promise<EscrowEvent[]>;
   /** Sends one chargeBatch transaction (serialized per settler key: never a nonce clash). */
   submitCharges(charges: readonly Charge[]): Promise<PendingBatch>;

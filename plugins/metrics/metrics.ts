@@ -50,7 +50,7 @@ export type Metrics = ReturnType<typeof createMetrics>;
 export function initSeries(m: Metrics, chains: readonly string[], models: readonly string[]): void {
   for (const chain of chains) {
     for (const c of [m.holdsPlaced, m.settlementFailures, m.drift, m.driftCorrections, m.chainErrors]) c.inc({ chain }, 0);
-    for (const outcome of ['charged', 'refused', 'already_charged', 'already_refused']) m.settlementCharges.inc({ chain, outcome }, 0);
+    for (const outcome of ['charged', 'refused', 'over_cap', 'already_charged', 'already_refused']) m.settlementCharges.inc({ chain, outcome }, 0);
   }
   for (const reason of ['instance_died', 'expired']) m.holdsReleased.inc({ reason }, 0);
   for (const model of models) m.priceAboveHold.inc({ model }, 0);

@@ -4,7 +4,7 @@ import { createPublicClient, createTestClient, createWalletClient, http, type He
 import { privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi } from '../../plugins/chains/abi.js';
 import type { ChainConfig } from '../../plugins/chains/config.js';
-import { devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
+import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain, MAX_CHARGES_PER_BATCH, type EvmChainOptions } from '../../plugins/chains/evm.js';
 import { callIdOf, SettlementError, type Charge } from '../../plugins/chains/port.js';
@@ -61,6 +61,14 @@ async function replacedInMempool(hash: Hex): Promise<boolean> {
     await sleep(25);
   }
   return false;
+}
+
+/** The settler role back, through the escrow's role timelock (twice the 60 s withdrawal timelock here). */
+async function regrant(): Promise<void> {
+  await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'proposeSettler', args: [settler.address] }));
+  await testClient.increaseTime({ seconds: 121 });
+  await testClient.mine({ blocks: 1 });
+  await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'grantSettler', args: [settler.address] }));
 }
 
 await mintAndDeposit(c, alice.address, 1_000_000_000n);
@@ -281,21 +289,21 @@ t.test('a batch that reverts onchain (role revoked after it was sent) -> reverte
     await wallet(owner).writeContract({
       address: c.escrow,
       abi: escrowAbi,
-      functionName: 'setSettler',
-      args: [settler.address, false],
+      functionName: 'revokeSettler',
+      args: [settler.address],
       maxPriorityFeePerGas: 50_000_000_000n,
       maxFeePerGas: 100_000_000_000n,
     });
   });
   t.equal(await code(p!.wait()), 'reverted');
-  await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, true] }));
+  await regrant();
   t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
 });
 
 t.test('batches are simulated before sending at first and after a failure, not while they mine', async (t) => {
   const fresh = evm();
   const revoke = (on: boolean) =>
-    mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, on] }));
+    on ? regrant() : mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'revokeSettler', args: [settler.address] }));
   await revoke(false);
   let nonce = await settlerNonce();
   t.equal(await code(fresh.submitCharges(charges(1))), 'not_settler', 'the first batch is simulated: refused unsent');
@@ -312,4 +320,15 @@ t.test('batches are simulated before sending at first and after a failure, not w
   t.equal(await settlerNonce(), nonce + 1, 'nothing more sent');
   await revoke(true);
   t.same((await fresh.charge(charges(2))).results.map((r) => r.outcome), ['charged', 'charged']);
+});
+
+t.test('a charge above the escrow cap comes back over_cap; maxCharge reads the cap', async (t) => {
+  t.equal(await chain.maxCharge(), DEV_MAX_CHARGE);
+  const r = await chain.charge([
+    { callId: id(), account: alice.address, amount: DEV_MAX_CHARGE + 1n },
+    { callId: id(), account: alice.address, amount: 5n },
+  ]);
+  t.match(r.results, [{ outcome: 'over_cap', maxCharge: DEV_MAX_CHARGE }, { outcome: 'charged' }]);
+  t.equal(r.total, 5n);
+  t.equal(await chain.callStatus(r.results[0]!.callId), 'refused');
 });

@@ -5,7 +5,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { ChainWatcher, type WatcherSettings } from '../../plugins/settlement/chain-watcher.js';
 import { escrowAbi, testStablecoinAbi, RECEIVE_WITH_AUTHORIZATION_TYPES } from '../../plugins/chains/abi.js';
 import { CHAIN_NAMES, type Address, type ChainConfig, type ChainName } from '../../plugins/chains/config.js';
-import { DEV_KEYS, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
+import { DEV_KEYS, DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { callIdOf, type SettlementChain } from '../../plugins/chains/port.js';
@@ -256,6 +256,7 @@ function flaky(inner: SettlementChain) {
     canSettle: inner.canSettle,
     balanceOf: (...args) => inner.balanceOf(...args),
     pendingWithdrawal: (a) => inner.pendingWithdrawal(a),
+    maxCharge: () => inner.maxCharge(),
     callStatus: (id) => inner.callStatus(id),
     latestBlock: () => (state.head ? outage() : inner.latestBlock()),
     readEvents: (from, to) => (state.events ? outage() : inner.readEvents(from, to)),
@@ -492,4 +493,20 @@ t.test('settler consumers: one that stops leaves its group; idle ones holding no
   t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'busy'), 0, 'never one holding an entry');
   t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'live'), 1, 'only the one named');
   t.same(await consumers(), ['busy']);
+});
+
+t.test('a charge above the escrow cap: ChargeOverCap applied as a refusal, the debit leaves pending, nothing charged', async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher();
+  w.start();
+  const x = randomAccount();
+  await mintAndDeposit(c, x, DEV_MAX_CHARGE + 5_000_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === DEV_MAX_CHARGE + 5_000_000n);
+  const { callId } = await debit(s, x, DEV_MAX_CHARGE + 1n, DEV_MAX_CHARGE + 1n);
+  await settler(t, s, metrics).start();
+  const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
+  t.equal(done.synced, DEV_MAX_CHARGE + 5_000_000n, 'nothing charged');
+  t.equal(await s.redis.hget(walletKeys.call(callId), 'status'), 'failed');
+  t.equal(await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'over_cap' }), 1);
+  t.equal(await counter(metrics.chainEvents, { chain: 'chain_a', kind: 'charge_over_cap' }), 1);
 });
