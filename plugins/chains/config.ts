@@ -18,8 +18,8 @@ const address = z
   .regex(/^0x[0-9a-fA-F]{40}$/, 'expected a 0x-prefixed 20-byte hex address')
   .transform((s) => s as Address);
 
-/** Config of one chain. */
-export const chainConfigSchema = z.object({
+/** Config of one chain (strict: a misspelt field, such as a fee ceiling, must not be dropped silently). */
+export const chainConfigSchema = z.strictObject({
   chain_id: z.number().int().positive(),
   rpc_url: z.url({ protocol: /^https?$/ }),
   /** The stablecoin the escrow holds (USDC on real networks). */
@@ -29,6 +29,8 @@ export const chainConfigSchema = z.object({
   settler_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
   /** Blocks a log/receipt needs (1 = included) before it counts. */
   confirmations: z.number().int().min(1).default(1),
+  /** Most blocks asked of eth_getLogs at once: where the adaptive range starts and the most it grows back to. */
+  max_log_range: z.number().int().min(1).max(1_000_000).default(2_000),
   /** Block the escrow was deployed in: where event scans start. */
   deploy_block: z.number().int().min(0).default(0),
   /** A charge tx not mined after this long is re-sent with the same nonce and a higher fee. */

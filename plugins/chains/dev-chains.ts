@@ -247,7 +247,9 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
         stablecoin: d.stablecoin,
         escrow: d.escrow,
         settler_key_env: DEV_SETTLER_KEY_ENV,
+        // One block: a dev chain has no reorgs but the ones a test makes.
         confirmations: 1,
+        max_log_range: 2_000,
         deploy_block: Number(d.deployBlock),
         replace_after_ms: 10_000,
         poll_interval_ms: 25,

@@ -16,6 +16,8 @@ export interface RpcLog {
   data: string;
   /** Hex quantities; null only for pending logs. */
   blockNumber: string | null;
+  /** Read by the watcher's scan (the log's block must be the one it checked); not by the decoder. */
+  blockHash?: string | null;
   logIndex: string | null;
   transactionHash: string | null;
   removed?: boolean;

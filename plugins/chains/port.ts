@@ -65,6 +65,31 @@ export type EscrowAdminEvent = LogPosition &
 /** Kind of an escrow admin event. */
 export type EscrowAdminEventKind = EscrowAdminEvent['kind'];
 
+/** A block as the node that answered had it. */
+export interface BlockRef {
+  number: bigint;
+  hash: Hex;
+}
+
+/**
+ * What scanEvents read. `to` is where the scan stopped: the requested end, or short of it when the node's log range
+ * limit made it read less (the caller scans on from `to.number + 1`). Expected failures are results: the node that
+ * answered has not reached the range's end yet (`node_behind`: retry later), or the block the caller scanned last is
+ * no longer the node's block at that height (`reorged`: a reorganisation deeper than the confirmations).
+ */
+export type ScanResult =
+  | {
+      ok: true;
+      events: EscrowEvent[];
+      admin: EscrowAdminEvent[];
+      to: BlockRef;
+      /** eth_getLogs range in blocks after this scan, and how many times it was halved during it. */
+      span: number;
+      splits: number;
+    }
+  | { ok: false; reason: 'node_behind'; block: bigint; detail: string }
+  | { ok: false; reason: 'reorged'; block: bigint; expected: Hex; found: Hex };
+
 /** One call to charge. */
 export interface Charge {
   /** 32-byte call id (see callIdOf). */
@@ -126,8 +151,10 @@ export interface SettlementChain {
   readonly canSettle: boolean;
   /** Escrow balance of `account` at the latest block, or at block `atBlock`. */
   balanceOf(account: Address, atBlock?: bigint): Promise<bigint>;
-  /** The account's withdrawal request, or null. */
-  pendingWithdrawal(account: Address): Promise<PendingWithdrawal | null>;
+  /** The account's withdrawal request (at the latest block, or at `atBlock`), or null. */
+  pendingWithdrawal(account: Address, atBlock?: bigint): Promise<PendingWithdrawal | null>;
+  /** The hash of the node's block at height `number`, or null when it has none there. */
+  blockHash(number: bigint): Promise<Hex | null>;
   callStatus(callId: Hex): Promise<CallStatus>;
   /** The escrow's per-charge cap now (a hold above it could never be charged in one charge). */
   maxCharge(): Promise<bigint>;
@@ -135,6 +162,12 @@ export interface SettlementChain {
   latestBlock(): Promise<bigint>;
   /** Escrow money events in [fromBlock, toBlock], ordered by block then log index. */
   readEvents(fromBlock: bigint, toBlock: bigint): Promise<EscrowEvent[]>;
+  /**
+   * Escrow events from `fromBlock` on, at most up to `toBlock`, checked for the watcher: the node that answered had
+   * the range's last block, and `parent` (the last block scanned before, when known) is still the node's block at
+   * its height. Reads as many blocks as the node's eth_getLogs limits allow in one request.
+   */
+  scanEvents(fromBlock: bigint, toBlock: bigint, parent: BlockRef | null): Promise<ScanResult>;
   /** Sends one chargeBatch transaction (serialized per settler key: never a nonce clash). */
   submitCharges(charges: readonly Charge[]): Promise<PendingBatch>;
   /** submitCharges, then wait. */

@@ -22,7 +22,7 @@ t.test('defaults are applied to optional fields', async (t) => {
     stablecoin: '0x' + '11'.repeat(20),
     escrow: '0x' + '22'.repeat(20),
   });
-  t.match(c, { confirmations: 1, deploy_block: 0, replace_after_ms: 120_000, poll_interval_ms: 1_000 });
+  t.match(c, { confirmations: 1, max_log_range: 2_000, deploy_block: 0, replace_after_ms: 120_000, poll_interval_ms: 1_000 });
   t.equal(c.settler_key_env, undefined, 'no key env -> read-only chain');
 });
 
@@ -33,6 +33,8 @@ t.test('bad chain configs are refused', async (t) => {
     ['chain id 0', { chain_id: 0 }],
     ['ftp rpc url', { rpc_url: 'ftp://example.org' }],
     ['0 confirmations', { confirmations: 0 }],
+    ['log range of 0', { max_log_range: 0 }],
+    ['a misspelt field', { max_fee_per_gas_gwei: '30' }],
     ['lower-case env name', { settler_key_env: 'my_key' }],
   ] as const) {
     t.notOk(chainConfigSchema.safeParse({ ...good, ...patch }).success, what);

@@ -195,9 +195,17 @@ t.test('receipt logs decode the same; the batch receipt matches the events', asy
   t.same(skipped.results.map((r) => r.outcome), ['already_charged']);
 });
 
-t.test('readEvents returns the decoded money events in chain order', async (t) => {
-  const events = await chain.readEvents(start + 1n, await chain.latestBlock());
-  t.strictSame(events, logs.map(decodeEscrowLog).filter((e) => e !== null).filter(isMoneyEvent));
+t.test('readEvents returns the decoded money events in chain order; scanEvents the admin ones beside them', async (t) => {
+  const head = await chain.latestBlock();
+  const decoded = logs.map(decodeEscrowLog).filter((e) => e !== null);
+  const events = await chain.readEvents(start + 1n, head);
+  t.strictSame(events, decoded.filter(isMoneyEvent));
+  const scan = await chain.scanEvents(start + 1n, head, null);
+  t.ok(scan.ok);
+  if (!scan.ok) return;
+  t.strictSame(scan.events, events);
+  t.strictSame(scan.admin, decoded.filter((e) => !isMoneyEvent(e)));
+  t.equal(scan.to.number, head);
 });
 
 t.test('addresses stay checksummed past the cache bound', async (t) => {

@@ -7,7 +7,8 @@ import type { ChainConfig } from '../../plugins/chains/config.js';
 import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain, MAX_CHARGES_PER_BATCH, type EvmChainOptions } from '../../plugins/chains/evm.js';
-import { callIdOf, SettlementError, type Charge } from '../../plugins/chains/port.js';
+import { callIdOf, SettlementError, type Charge, type ScanResult } from '../../plugins/chains/port.js';
+import { startRpcProxy } from './rpc-proxy.js';
 
 const dc = await startDevChains({ basePort: 0, withdrawalDelay: 60n });
 t.teardown(() => dc.close());
@@ -331,4 +332,107 @@ t.test('a charge above the escrow cap comes back over_cap; maxCharge reads the c
   t.match(r.results, [{ outcome: 'over_cap', maxCharge: DEV_MAX_CHARGE }, { outcome: 'charged' }]);
   t.equal(r.total, 5n);
   t.equal(await chain.callStatus(r.results[0]!.callId), 'refused');
+});
+
+/** Every block from `from` to `to` scanned in as many scanEvents calls as the node's limits take. */
+async function scanAll(ch: ReturnType<typeof evm>, from: bigint, to: bigint) {
+  const results: Extract<ScanResult, { ok: true }>[] = [];
+  for (let next = from; next <= to; ) {
+    const r = await ch.scanEvents(next, to, null);
+    if (!r.ok) throw new Error(`scan stopped: ${r.reason}`);
+    results.push(r);
+    next = r.to.number + 1n;
+  }
+  return results;
+}
+
+t.test("eth_getLogs ranges halve on a node's range limit and grow back after successes, never past max_log_range", async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  const ch = evm({ rpc_url: proxy.url, max_log_range: 2_000 });
+  const from = (await chain.latestBlock()) + 1n;
+  const first = await chain.charge(charges(1));
+  await testClient.mine({ blocks: 3_000 });
+  const last = await chain.charge(charges(1));
+  proxy.maxRange = 300; // "query exceeds max block range 300"
+  const events = await ch.readEvents(from, last.blockNumber);
+  t.same(events.map((e) => e.txHash), [first.txHash, last.txHash], 'every event read across the limit');
+
+  const scans = await scanAll(ch, from, last.blockNumber);
+  t.same(scans.flatMap((s) => s.events.map((e) => e.txHash)), [first.txHash, last.txHash]);
+  t.ok(scans.every((s) => s.span <= 512), 'the range stays near the limit: it grows back only after successes');
+  t.equal(scans.at(-1)!.to.number, last.blockNumber);
+  const refused = scans.reduce((n, s) => n + s.splits, 0);
+  t.ok(refused <= 2 + scans.length / 8, `${refused} refusals for ${scans.length} ranges`);
+
+  proxy.maxRange = undefined;
+  let span = 0;
+  for (let i = 0; i < 60; i++) span = Math.max(span, (await scanAll(ch, from, from + 20n))[0]!.span);
+  t.equal(span, 2_000, 'grown back to max_log_range, and no further');
+});
+
+t.test('too many results in a range: halved until the answer fits; one block still too big is an error, not a skip', async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  const ch = evm({ rpc_url: proxy.url });
+  const from = (await chain.latestBlock()) + 1n;
+  const txs: Hex[] = [];
+  for (let i = 0; i < 6; i++) txs.push((await chain.charge(charges(1))).txHash);
+  const to = await chain.latestBlock();
+  proxy.maxResults = 2; // "query returned more than 2 results"
+  t.same((await ch.readEvents(from, to)).map((e) => e.txHash), txs);
+  const big = await chain.charge(charges(3)); // three events in one block
+  await t.rejects(ch.readEvents(big.blockNumber, big.blockNumber), /more than 2 results/);
+});
+
+t.test('scanEvents: a node that lacks the range end answers node_behind; the range is not taken as scanned', async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  const ch = evm({ rpc_url: proxy.url });
+  const from = (await chain.latestBlock()) + 1n;
+  const charged = await chain.charge(charges(1));
+  proxy.lagHead = charged.blockNumber - 1n; // this backend has not seen the charge's block yet
+  const behind = await ch.scanEvents(from, charged.blockNumber, null);
+  t.match(behind, { ok: false, reason: 'node_behind', block: charged.blockNumber });
+  proxy.lagHead = undefined;
+  const caught = await ch.scanEvents(from, charged.blockNumber, null);
+  t.match(caught, { ok: true, to: { number: charged.blockNumber } });
+  t.same(caught.ok && caught.events.map((e) => e.txHash), [charged.txHash]);
+  // Past the head of the node itself (it answers such a range with no logs and no error).
+  t.match(await chain.scanEvents(charged.blockNumber + 1n, charged.blockNumber + 5n, null), { ok: false, reason: 'node_behind' });
+});
+
+t.test('scanEvents: a node without batches is asked one request at a time', async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  proxy.refuseBatches = true;
+  const ch = evm({ rpc_url: proxy.url });
+  const from = (await chain.latestBlock()) + 1n;
+  const charged = await chain.charge(charges(1));
+  const r = await ch.scanEvents(from, charged.blockNumber, null);
+  t.same(r.ok && r.events.map((e) => e.txHash), [charged.txHash]);
+  t.same(proxy.seen.slice(0, 3), ['batch', 'eth_getLogs', 'eth_getBlockByNumber'], 'one refused batch, then single requests');
+});
+
+t.test('scanEvents: the parent block is checked by hash; a reorg below it answers reorged', async (t) => {
+  // chain_d, so the other tests' history on chain_c stays as it is.
+  const d = dc.chains.chain_d;
+  const dTest = createTestClient({ chain: devViemChain('chain_d', d.chain_id, d.rpc_url), transport: http(d.rpc_url), mode: 'hardhat' });
+  const ch = createEvmChain('chain_d', d);
+  const snapshot = await dTest.snapshot();
+  const from = (await ch.latestBlock()) + 1n;
+  await mintAndDeposit(d, carol.address, 5n);
+  const head = await ch.latestBlock();
+  const scanned = await ch.scanEvents(from, head, null);
+  if (!scanned.ok) throw new Error('scan failed');
+  t.same(scanned.events.map((e) => e.kind), ['deposited']);
+  await dTest.mine({ blocks: 1 });
+  t.match(await ch.scanEvents(head + 1n, head + 1n, scanned.to), { ok: true }, 'the same branch: the parent still matches');
+
+  await dTest.revert({ id: snapshot });
+  await mintAndDeposit(d, bob.address, 7n); // another branch from the snapshot on
+  await dTest.mine({ blocks: 2 });
+  const r = await ch.scanEvents(head + 1n, head + 1n, scanned.to);
+  t.match(r, { ok: false, reason: 'reorged', block: head, expected: scanned.to.hash });
+  t.not(!r.ok && r.reason === 'reorged' && r.found, scanned.to.hash);
 });
