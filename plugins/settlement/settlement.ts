@@ -46,7 +46,6 @@ export class Settlement {
       this.watcher = new ChainWatcher(redis, chains, instance, {
         pollMs: Math.min(...CHAIN_NAMES.map((n) => chainsConfig[n].poll_interval_ms)),
         reconcileMs: billing.reconcile_interval_ms,
-        maxRange: 2_000,
         startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(chainsConfig[n].deploy_block)])),
       }, metrics, log);
     }
