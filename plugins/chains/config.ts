@@ -18,6 +18,13 @@ const address = z
   .regex(/^0x[0-9a-fA-F]{40}$/, 'expected a 0x-prefixed 20-byte hex address')
   .transform((s) => s as Address);
 
+/**
+ * Confirmations when a chain's config names none: the count long used for Ethereum mainnet, and more than any reorg
+ * Ethereum, Base, Arbitrum or Optimism has had since their current consensus. A deeper reorg halts the chain's
+ * bookkeeping (chain-watcher.ts): it is never applied twice or dropped silently.
+ */
+export const DEFAULT_CONFIRMATIONS = 12;
+
 /** Config of one chain (strict: a misspelt field, such as a fee ceiling, must not be dropped silently). */
 export const chainConfigSchema = z.strictObject({
   chain_id: z.number().int().positive(),
@@ -27,8 +34,8 @@ export const chainConfigSchema = z.strictObject({
   escrow: address,
   /** Name of the env var holding the settler's private key; unset -> the chain is read-only. */
   settler_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
-  /** Blocks a log/receipt needs (1 = included) before it counts. */
-  confirmations: z.number().int().min(1).default(1),
+  /** Blocks a log/receipt needs (1 = included) before it counts; deploy/farebox.example.json has per-network values. */
+  confirmations: z.number().int().min(1).default(DEFAULT_CONFIRMATIONS),
   /** Most blocks asked of eth_getLogs at once: where the adaptive range starts and the most it grows back to. */
   max_log_range: z.number().int().min(1).max(1_000_000).default(2_000),
   /** Block the escrow was deployed in: where event scans start. */
