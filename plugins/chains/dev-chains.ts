@@ -98,6 +98,8 @@ export interface DevChainsOptions {
 
 /** The dev escrows' per-charge cap: 1,000 USD. */
 export const DEV_MAX_CHARGE = 1_000_000_000n;
+/** The dev chains' settlement fee ceiling, gwei: far above their base fee (1 gwei at genesis, falling). */
+export const DEV_MAX_FEE_PER_GAS = '100';
 
 /** A running dev chain: its chain config, its name and the in-process EDR provider. */
 export type DevChain = ChainConfig & { name: ChainName; provider: Provider };
@@ -249,6 +251,7 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
         settler_key_env: DEV_SETTLER_KEY_ENV,
         // One block: a dev chain has no reorgs but the ones a test makes.
         confirmations: 1,
+        max_fee_per_gas: DEV_MAX_FEE_PER_GAS,
         max_log_range: 2_000,
         deploy_block: Number(d.deployBlock),
         replace_after_ms: 10_000,

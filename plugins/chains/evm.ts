@@ -9,6 +9,7 @@ import {
   decodeErrorResult,
   defineChain,
   numberToHex,
+  parseGwei,
   TimeoutError,
   type Hex,
   type PublicClient,
@@ -44,6 +45,11 @@ export interface EvmChainOptions {
   pollIntervalMs?: number;
   /** Fee bumps of a stuck batch before giving up with a timeout. Default 5. */
   maxReplacements?: number;
+  /**
+   * Called each time fees above max_fee_per_gas hold a batch back: before its first send (the base fee is above the
+   * ceiling), or instead of a replacement (a bump would pass it). The settlement wiring counts it in a metric.
+   */
+  onFeeCapped?: () => void;
 }
 
 /** Most charges in one batch: its gas limit (gasLimitFor) stays under the EIP-7825 per-tx cap (2^24). */
@@ -62,6 +68,7 @@ export function gasLimitFor(n: number): bigint {
 
 // Replacement must beat the old fees by >= 10% (geth, EDR); 25% leaves room.
 const FEE_BUMP_PERCENT = 125n;
+const REPLACEMENT_MIN_PERCENT = 110n;
 const UINT256_MAX = 2n ** 256n - 1n;
 /** Successful eth_getLogs requests at one range before it doubles again (towards max_log_range). */
 const GROW_AFTER = 8;
@@ -126,6 +133,9 @@ class EvmChain implements SettlementChain {
   private readonly queue: NonceQueue | undefined;
   private readonly pollMs: number;
   private readonly maxReplacements: number;
+  /** Settlement fee ceiling, wei (config max_fee_per_gas, gwei). */
+  private readonly maxFeePerGas: bigint;
+  private readonly onFeeCapped: (() => void) | undefined;
   /** eth_getLogs range now: halved on a node's range or result limit, doubled back after GROW_AFTER successes. */
   private span: number;
   private spanSuccesses = 0;
@@ -151,6 +161,8 @@ class EvmChain implements SettlementChain {
     this.escrow = config.escrow;
     this.pollMs = opts.pollIntervalMs ?? config.poll_interval_ms;
     this.maxReplacements = opts.maxReplacements ?? 5;
+    this.maxFeePerGas = parseGwei(config.max_fee_per_gas);
+    this.onFeeCapped = opts.onFeeCapped;
     this.span = config.max_log_range;
     const chain = defineChain({
       id: config.chain_id,
@@ -371,10 +383,11 @@ class EvmChain implements SettlementChain {
     try {
       // Preflight outside the nonce queue so concurrent batches only serialize sign + send.
       const preflight = this.simulateNext ? this.preflight(account.address, data, gas) : undefined;
-      const [fees] = await Promise.all([this.client.estimateFeesPerGas(), preflight]);
+      const [fees] = await Promise.all([this.feesUnderCap(), preflight]);
       tx = { ...(await this.sendNext(queue, data, gas, fees)), data, gas, fees };
     } catch (err) {
-      this.failed();
+      // Fees above the ceiling say nothing about the batch: the next one need not be simulated for it.
+      if (!(err instanceof SettlementError && err.code === 'fee_capped')) this.failed();
       throw err;
     }
     // Watched from now on, awaited or not, so a stuck batch gets replaced either way.
@@ -476,12 +489,56 @@ class EvmChain implements SettlementChain {
     }
   }
 
+  /**
+   * Fees for a new batch at or under the ceiling (max_fee_per_gas). While the base fee is above the ceiling nothing
+   * could be mined for it: the batch waits, polling, up to replace_after_ms, then fails with fee_capped (the settler
+   * retries it later; its debits stay queued). Never pays more than the ceiling.
+   */
+  private async feesUnderCap(): Promise<Fees> {
+    const deadline = Date.now() + this.config.replace_after_ms;
+    for (let reported = false; ; ) {
+      const { baseFeePerGas, fees } = await this.estimateFees();
+      if (baseFeePerGas <= this.maxFeePerGas) return this.capped(fees);
+      if (!reported) this.onFeeCapped?.();
+      reported = true;
+      if (Date.now() >= deadline) {
+        const msg = `base fee ${baseFeePerGas} wei above max_fee_per_gas ${this.maxFeePerGas} wei for ${this.config.replace_after_ms} ms: batch not sent`;
+        throw new SettlementError('fee_capped', msg, this.name);
+      }
+      await sleep(this.pollMs);
+    }
+  }
+
+  /** `fees` with maxFeePerGas at most the ceiling and the tip at most maxFeePerGas. */
+  private capped(fees: Fees): Fees {
+    const maxFeePerGas = fees.maxFeePerGas < this.maxFeePerGas ? fees.maxFeePerGas : this.maxFeePerGas;
+    const maxPriorityFeePerGas = fees.maxPriorityFeePerGas < maxFeePerGas ? fees.maxPriorityFeePerGas : maxFeePerGas;
+    return { maxFeePerGas, maxPriorityFeePerGas };
+  }
+
+  /** The latest block's base fee, and fees as viem estimates them (1.2 x base fee + the node's suggested tip). */
+  private async estimateFees(): Promise<{ baseFeePerGas: bigint; fees: Fees }> {
+    const block = await this.client.getBlock({ blockTag: 'latest' });
+    const baseFeePerGas = block.baseFeePerGas ?? 0n;
+    const fees = await this.client.estimateFeesPerGas({ block } as never);
+    return { baseFeePerGas, fees: { maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas } };
+  }
+
   private async replace(tx: InFlight): Promise<undefined> {
-    const now = await this.client.estimateFeesPerGas();
-    tx.fees = {
+    const { fees: now } = await this.estimateFees();
+    const next = this.capped({
       maxPriorityFeePerGas: max((tx.fees.maxPriorityFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxPriorityFeePerGas),
       maxFeePerGas: max((tx.fees.maxFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxFeePerGas),
-    };
+    });
+    // Under the ceiling a bump may fall short of what a node takes as a replacement: then the batch waits as sent.
+    if (
+      next.maxFeePerGas * 100n < tx.fees.maxFeePerGas * REPLACEMENT_MIN_PERCENT ||
+      next.maxPriorityFeePerGas * 100n < tx.fees.maxPriorityFeePerGas * REPLACEMENT_MIN_PERCENT
+    ) {
+      this.onFeeCapped?.();
+      return undefined;
+    }
+    tx.fees = next;
     try {
       tx.hashes.push(await this.send(tx.nonce, tx.data, tx.gas, tx.fees));
     } catch (err) {

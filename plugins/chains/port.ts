@@ -180,6 +180,7 @@ export type SettlementErrorCode =
   | 'not_settler' // the key lacks the settler role
   | 'invalid_batch' // empty, too large, malformed entries
   | 'reverted' // the batch would revert or did revert onchain
+  | 'fee_capped' // the base fee stayed above max_fee_per_gas: not sent, the debits wait
   | 'timeout'; // not mined in time even after replacements
 
 /** An infrastructure or configuration fault of a chain operation. */

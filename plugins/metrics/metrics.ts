@@ -46,6 +46,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     unmatchedCharges: new Counter({ name: 'farebox_chain_unmatched_charges_total', help: 'Charge outcomes applied without a pending call record: unknown_call (expired or not ours; its amount left pending) or call_not_pending.', labelNames: ['chain', 'reason'] as const, registers: r }),
     escrowAdminEvents: new Counter({ name: 'farebox_escrow_admin_events_total', help: 'Escrow role, ownership and charge-cap events seen by the watcher, by chain and kind (proposals announce changes to who can take callers\' money).', labelNames: ['chain', 'kind'] as const, registers: r }),
     reconcileLastRound: new Gauge({ name: 'farebox_reconcile_last_round_timestamp_seconds', help: 'When the reconciler last finished a round of the chain (unix seconds). Reported by the lease holder.', labelNames: ['chain'] as const, registers: r }),
+    settlementFeeCapped: new Counter({ name: 'farebox_settlement_fee_capped_total', help: 'Times fees above the chain\'s max_fee_per_gas held a charge batch back (before its first send, or instead of a replacement).', labelNames: ['chain'] as const, registers: r }),
     drift: new Counter({ name: 'farebox_balance_drift_usd_total', help: 'Absolute difference found between synced balances and the chain, by chain.', labelNames: ['chain'] as const, registers: r }),
     driftCorrections: new Counter({ name: 'farebox_balance_drift_corrections_total', help: 'Synced balances corrected by the reconciler, by chain.', labelNames: ['chain'] as const, registers: r }),
   };
@@ -57,7 +58,7 @@ export type Metrics = ReturnType<typeof createMetrics>;
 /** Create the labelled series alerts watch at 0, so increase() sees their first event. */
 export function initSeries(m: Metrics, chains: readonly string[], models: readonly string[]): void {
   for (const chain of chains) {
-    for (const c of [m.holdsPlaced, m.settlementFailures, m.drift, m.driftCorrections, m.chainErrors, m.chainNodeBehind]) c.inc({ chain }, 0);
+    for (const c of [m.holdsPlaced, m.settlementFailures, m.drift, m.driftCorrections, m.chainErrors, m.chainNodeBehind, m.settlementFeeCapped]) c.inc({ chain }, 0);
     for (const outcome of ['charged', 'refused', 'over_cap', 'already_charged', 'already_refused']) m.settlementCharges.inc({ chain, outcome }, 0);
     for (const reason of ['unknown_call', 'call_not_pending']) m.unmatchedCharges.inc({ chain, reason }, 0);
   }

@@ -436,3 +436,52 @@ t.test('scanEvents: the parent block is checked by hash; a reorg below it answer
   t.match(r, { ok: false, reason: 'reorged', block: head, expected: scanned.to.hash });
   t.not(!r.ok && r.reason === 'reorged' && r.found, scanned.to.hash);
 });
+
+t.test('a batch waits while the base fee is above max_fee_per_gas, counted, and is sent under it once the fee falls', async (t) => {
+  let capped = 0;
+  const ch = evm({ max_fee_per_gas: '5', replace_after_ms: 30_000 }, { pollIntervalMs: 20, onFeeCapped: () => capped++ });
+  await testClient.request({ method: 'hardhat_setNextBlockBaseFeePerGas' as never, params: ['0xba43b7400'] as never }); // 50 gwei
+  await testClient.mine({ blocks: 1 });
+  const nonce = await settlerNonce();
+  const batch = charges(1);
+  const sending = ch.submitCharges(batch);
+  await sleep(300);
+  t.equal(await settlerNonce(), nonce, 'nothing sent while the base fee is 10x the ceiling');
+  t.equal(capped, 1, 'counted once for the batch');
+  await testClient.request({ method: 'hardhat_setNextBlockBaseFeePerGas' as never, params: ['0x3b9aca00'] as never }); // 1 gwei
+  await testClient.mine({ blocks: 1 });
+  const receipt = await (await sending).wait();
+  const tx = await pub.getTransaction({ hash: receipt.txHash });
+  t.ok(tx.maxFeePerGas! <= 5_000_000_000n, `maxFeePerGas ${tx.maxFeePerGas} within the 5 gwei ceiling`);
+  t.same(receipt.results.map((r) => r.outcome), ['charged']);
+});
+
+t.test('fees above the ceiling past replace_after_ms: fee_capped, nothing sent', async (t) => {
+  const ch = evm({ max_fee_per_gas: '0.000000001', replace_after_ms: 200 }, { pollIntervalMs: 20 }); // 1 wei
+  await testClient.request({ method: 'hardhat_setNextBlockBaseFeePerGas' as never, params: ['0x3b9aca00'] as never });
+  await testClient.mine({ blocks: 1 });
+  const nonce = await settlerNonce();
+  t.equal(await code(ch.submitCharges(charges(1))), 'fee_capped');
+  t.equal(await settlerNonce(), nonce);
+});
+
+t.test('replacements of a stuck batch rise to max_fee_per_gas and never above it', async (t) => {
+  let capped = 0;
+  const block = await pub.getBlock();
+  // Room for one full bump above the first fees, not for two.
+  const first = (block.baseFeePerGas! * 12n) / 10n + 1_000_000_000n;
+  const ceiling = (first * 140n) / 100n;
+  const gwei = `${ceiling / 1_000_000_000n}.${(ceiling % 1_000_000_000n).toString().padStart(9, '0')}`;
+  const ch = evm({ max_fee_per_gas: gwei, replace_after_ms: 60 }, { pollIntervalMs: 10, maxReplacements: 50, onFeeCapped: () => capped++ });
+  const receipt = await withoutAutomine(async () => {
+    const p = await ch.submitCharges(charges(1));
+    for (let i = 0; i < 300 && capped === 0; i++) await sleep(10);
+    t.ok(capped >= 1, 'a bump past the ceiling was held back and counted');
+    await testClient.mine({ blocks: 1 });
+    return p.wait();
+  });
+  const tx = await pub.getTransaction({ hash: receipt.txHash });
+  t.ok(tx.maxFeePerGas! <= ceiling, `mined at ${tx.maxFeePerGas} <= ${ceiling}`);
+  t.ok(tx.maxPriorityFeePerGas! <= tx.maxFeePerGas!);
+  t.ok(tx.maxFeePerGas! > first, 'replaced at least once');
+});
