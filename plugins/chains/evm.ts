@@ -232,7 +232,13 @@ class EvmChain implements SettlementChain {
     // Raw eth_getLogs + decodeEscrowLog: one Charged log per billed call, viem's formatting is too slow.
     for (let from = fromBlock; from <= toBlock; ) {
       const end = this.rangeEnd(from, toBlock);
-      const [logs] = await this.request([this.getLogs(from, end)]);
+      let logs: RpcAnswer | undefined;
+      try {
+        [logs] = await this.request([this.getLogs(from, end)]);
+      } catch (err) {
+        if (err instanceof TimeoutError && this.shrink()) continue; // as in scanEvents
+        throw err;
+      }
       if (logs!.error) {
         if (this.shrinkOn(logs!.error.message)) continue;
         throw rpcFailure(this.name, 'eth_getLogs', logs!.error);
