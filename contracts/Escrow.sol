@@ -32,6 +32,15 @@ interface IStablecoin {
 ///   pays at most what is left.
 /// - The owner manages roles only; neither owner nor settler can move a caller's funds
 ///   anywhere but to the treasury, and only by a charge event per call id.
+/// - What the owner grants takes `roleDelay` to take effect: a settler, a new treasury and a
+///   new charge cap are proposed (an event), may be cancelled, and apply only once the delay
+///   has run. roleDelay is longer than withdrawalDelay (refused at deployment otherwise), so a
+///   caller who sees a proposal can withdraw before it applies: one owner key alone cannot
+///   drain the wallets through a fresh settler. Revoking a settler is immediate: it only takes
+///   power away, and it is what the owner does first when a settler key leaks.
+/// - One charge takes at most `maxCharge`; a larger one is refused with ChargeOverCap and the
+///   call id is closed as refused, like a charge above the balance. It bounds what a bad
+///   amount (a bug, a leaked settler key) takes per call id.
 /// - A call id's status is two bits of a storage word shared with its 127 numeric neighbours
 ///   (word callId >> 7, bits 2 * (callId & 127)). Any bytes32 is a valid call id; the gateway
 ///   numbers its calls consecutively, so a batch writes a few words instead of a new slot per
@@ -48,13 +57,25 @@ contract Escrow {
     }
 
     IStablecoin public immutable token;
-    /// @notice Seconds between requestWithdrawal and the earliest withdraw.
+    /// @notice Seconds between requestWithdrawal and the earliest withdraw (never 0).
     uint256 public immutable withdrawalDelay;
+    /// @notice Seconds between proposing a settler, treasury or charge cap and its earliest effect.
+    uint256 public immutable roleDelay;
 
     address public owner;
     address public pendingOwner;
     address public treasury;
     mapping(address => bool) public isSettler;
+    /// @notice Most one charge may take.
+    uint256 public maxCharge;
+    /// @notice Proposed settler -> when it may be granted (0: not proposed).
+    mapping(address => uint256) public settlerReadyAt;
+    address public proposedTreasury;
+    /// @notice When proposedTreasury may be applied (0: no proposal).
+    uint256 public treasuryReadyAt;
+    uint256 public proposedMaxCharge;
+    /// @notice When proposedMaxCharge may be applied (0: no proposal).
+    uint256 public maxChargeReadyAt;
     mapping(address => uint256) public balanceOf;
     /// @dev Call id status words: see the contract's notes and callStatus.
     mapping(uint256 => uint256) private _statusWords;
@@ -63,14 +84,25 @@ contract Escrow {
     event Deposited(address indexed account, address indexed from, uint256 amount);
     event Charged(bytes32 indexed callId, address indexed account, uint256 amount);
     event ChargeRefused(bytes32 indexed callId, address indexed account, uint256 amount, uint256 balance);
+    /// @notice The amount is above maxCharge; the call id is closed as refused, nothing charged.
+    event ChargeOverCap(bytes32 indexed callId, address indexed account, uint256 amount, uint256 maxCharge);
     /// @notice The call id was settled before (status says how); nothing changed.
     event ChargeSkipped(bytes32 indexed callId, address indexed account, uint256 amount, uint8 status);
     event WithdrawalRequested(address indexed account, uint256 amount, uint256 readyAt);
     event WithdrawalCancelled(address indexed account, uint256 amount);
     /// @notice `amount` paid out of `requested` (less when charges landed during the timelock).
     event Withdrawn(address indexed account, uint256 amount, uint256 requested);
+    event SettlerProposed(address indexed settler, uint256 readyAt);
+    event SettlerProposalCancelled(address indexed settler);
     event SettlerUpdated(address indexed settler, bool enabled);
+    /// @notice A new proposal replaces the one pending, if any.
+    event TreasuryProposed(address indexed treasury, uint256 readyAt);
+    event TreasuryProposalCancelled(address indexed treasury);
     event TreasuryUpdated(address indexed previousTreasury, address indexed treasury);
+    /// @notice A new proposal replaces the one pending, if any.
+    event MaxChargeProposed(uint256 maxCharge, uint256 readyAt);
+    event MaxChargeProposalCancelled(uint256 maxCharge);
+    event MaxChargeUpdated(uint256 previousMaxCharge, uint256 maxCharge);
     event OwnershipTransferStarted(address indexed owner, address indexed pendingOwner);
     event OwnershipTransferred(address indexed previousOwner, address indexed newOwner);
 
@@ -79,6 +111,10 @@ contract Escrow {
     error NotSettler(address caller);
     error ZeroAddress();
     error ZeroAmount();
+    error ZeroDelay();
+    error RoleDelayTooShort(uint256 roleDelay, uint256 withdrawalDelay);
+    error NoProposal();
+    error ProposalNotReady(uint256 readyAt);
     error LengthMismatch(uint256 callIds, uint256 accounts, uint256 amounts);
     error InsufficientBalance(uint256 balance, uint256 amount);
     error NoWithdrawalRequested(address account);
@@ -90,14 +126,30 @@ contract Escrow {
         _;
     }
 
-    constructor(address token_, address owner_, address treasury_, address settler_, uint256 withdrawalDelay_) {
+    /// @dev The first settler, treasury and cap take effect at once: callers deposit after the deployment.
+    constructor(
+        address token_,
+        address owner_,
+        address treasury_,
+        address settler_,
+        uint256 withdrawalDelay_,
+        uint256 roleDelay_,
+        uint256 maxCharge_
+    ) {
         if (token_ == address(0) || owner_ == address(0) || treasury_ == address(0)) revert ZeroAddress();
+        // A withdrawal timelock of 0 would let a caller leave with money its calls in flight still owe.
+        if (withdrawalDelay_ == 0) revert ZeroDelay();
+        if (roleDelay_ <= withdrawalDelay_) revert RoleDelayTooShort(roleDelay_, withdrawalDelay_);
+        if (maxCharge_ == 0) revert ZeroAmount();
         token = IStablecoin(token_);
         withdrawalDelay = withdrawalDelay_;
+        roleDelay = roleDelay_;
         owner = owner_;
         treasury = treasury_;
+        maxCharge = maxCharge_;
         emit OwnershipTransferred(address(0), owner_);
         emit TreasuryUpdated(address(0), treasury_);
+        emit MaxChargeUpdated(0, maxCharge_);
         if (settler_ != address(0)) {
             isSettler[settler_] = true;
             emit SettlerUpdated(settler_, true);
@@ -137,7 +189,7 @@ contract Escrow {
 
     // ---- settlement ----
 
-    /// @notice Charge calls by id; one Charged, ChargeRefused or ChargeSkipped event per entry.
+    /// @notice Charge calls by id; one Charged, ChargeRefused, ChargeOverCap or ChargeSkipped event per entry.
     /// @return total The amount moved to the treasury by this batch.
     function chargeBatch(bytes32[] calldata callIds, address[] calldata accounts, uint256[] calldata amounts)
         external
@@ -154,6 +206,7 @@ contract Escrow {
         uint256 key = type(uint256).max;
         uint256 word;
         bool dirty;
+        uint256 cap = maxCharge; // read once per batch
         for (uint256 i; i < n; ++i) {
             bytes32 callId = callIds[i];
             address account = accounts[i];
@@ -172,6 +225,11 @@ contract Escrow {
                 continue;
             }
             dirty = true;
+            if (amount > cap) {
+                word |= uint256(STATUS_REFUSED) << shift;
+                emit ChargeOverCap(callId, account, amount, cap);
+                continue;
+            }
             uint256 balance = balanceOf[account];
             if (amount > balance) {
                 word |= uint256(STATUS_REFUSED) << shift;
@@ -239,16 +297,83 @@ contract Escrow {
 
     // ---- roles ----
 
-    function setSettler(address settler, bool enabled) external onlyOwner {
+    /// @notice Announce a settler; grantSettler makes it one after roleDelay.
+    function proposeSettler(address settler) external onlyOwner {
         if (settler == address(0)) revert ZeroAddress();
-        isSettler[settler] = enabled;
-        emit SettlerUpdated(settler, enabled);
+        uint256 readyAt = block.timestamp + roleDelay;
+        settlerReadyAt[settler] = readyAt;
+        emit SettlerProposed(settler, readyAt);
     }
 
-    function setTreasury(address treasury_) external onlyOwner {
+    function cancelSettlerProposal(address settler) external onlyOwner {
+        if (settlerReadyAt[settler] == 0) revert NoProposal();
+        delete settlerReadyAt[settler];
+        emit SettlerProposalCancelled(settler);
+    }
+
+    function grantSettler(address settler) external onlyOwner {
+        _ready(settlerReadyAt[settler]);
+        delete settlerReadyAt[settler];
+        isSettler[settler] = true;
+        emit SettlerUpdated(settler, true);
+    }
+
+    /// @notice Immediate, and drops the address's pending proposal too.
+    function revokeSettler(address settler) external onlyOwner {
+        if (settlerReadyAt[settler] != 0) {
+            delete settlerReadyAt[settler];
+            emit SettlerProposalCancelled(settler);
+        }
+        isSettler[settler] = false;
+        emit SettlerUpdated(settler, false);
+    }
+
+    /// @notice Announce a new treasury; applyTreasury moves it there after roleDelay.
+    function proposeTreasury(address treasury_) external onlyOwner {
         if (treasury_ == address(0)) revert ZeroAddress();
-        emit TreasuryUpdated(treasury, treasury_);
-        treasury = treasury_;
+        uint256 readyAt = block.timestamp + roleDelay;
+        proposedTreasury = treasury_;
+        treasuryReadyAt = readyAt;
+        emit TreasuryProposed(treasury_, readyAt);
+    }
+
+    function cancelTreasuryProposal() external onlyOwner {
+        if (treasuryReadyAt == 0) revert NoProposal();
+        emit TreasuryProposalCancelled(proposedTreasury);
+        delete proposedTreasury;
+        delete treasuryReadyAt;
+    }
+
+    function applyTreasury() external onlyOwner {
+        _ready(treasuryReadyAt);
+        emit TreasuryUpdated(treasury, proposedTreasury);
+        treasury = proposedTreasury;
+        delete proposedTreasury;
+        delete treasuryReadyAt;
+    }
+
+    /// @notice Announce a new per-charge cap; applyMaxCharge sets it after roleDelay.
+    function proposeMaxCharge(uint256 maxCharge_) external onlyOwner {
+        if (maxCharge_ == 0) revert ZeroAmount();
+        uint256 readyAt = block.timestamp + roleDelay;
+        proposedMaxCharge = maxCharge_;
+        maxChargeReadyAt = readyAt;
+        emit MaxChargeProposed(maxCharge_, readyAt);
+    }
+
+    function cancelMaxChargeProposal() external onlyOwner {
+        if (maxChargeReadyAt == 0) revert NoProposal();
+        emit MaxChargeProposalCancelled(proposedMaxCharge);
+        delete proposedMaxCharge;
+        delete maxChargeReadyAt;
+    }
+
+    function applyMaxCharge() external onlyOwner {
+        _ready(maxChargeReadyAt);
+        emit MaxChargeUpdated(maxCharge, proposedMaxCharge);
+        maxCharge = proposedMaxCharge;
+        delete proposedMaxCharge;
+        delete maxChargeReadyAt;
     }
 
     /// @notice Two-step transfer: the new owner must call acceptOwnership (guards against typos).
@@ -265,6 +390,12 @@ contract Escrow {
     }
 
     // ---- internals ----
+
+    // A proposal exists (readyAt != 0) and its delay has run.
+    function _ready(uint256 readyAt) private view {
+        if (readyAt == 0) revert NoProposal();
+        if (block.timestamp < readyAt) revert ProposalNotReady(readyAt);
+    }
 
     function _credit(address account, address from, uint256 amount) private {
         balanceOf[account] += amount;

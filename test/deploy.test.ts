@@ -121,6 +121,8 @@ t.test('alerts.yml: well-formed rules over metrics the gateway exports', async (
     'farebox_debit_queue_oldest_seconds', 'farebox_settlement_lag_seconds_bucket', 'farebox_balance_drift_usd_total',
     'farebox_upstream_errors_total', 'farebox_requests_total', 'farebox_chain_watcher_lag_blocks', 'farebox_chain_errors_total',
     'farebox_holds_released_total{reason="instance_died"}', 'farebox_price_above_hold_total', 'redis_up', 'probe_success',
+    'farebox_chain_halted', 'farebox_chain_anomalies_total', 'farebox_escrow_admin_events_total', 'farebox_settlement_fee_capped_total',
+    'farebox_chain_unmatched_charges_total', 'farebox_chain_node_behind_total', 'farebox_reconcile_last_round_timestamp_seconds',
   ]) {
     t.ok(all.includes(m), `an alert reads ${m}`);
   }

@@ -2,6 +2,7 @@
  * Config of the four settlement chains (DESIGN.md "Onchain"). Keys are snake_case like the
  * `farebox chains --json` output. No viem here: this schema is embedded in the gateway's config.
  */
+import { parseGwei } from 'viem';
 import { z } from 'zod';
 
 /** The chain identifiers of the interface (SPEC.md "What the service does", 7). */
@@ -18,8 +19,27 @@ const address = z
   .regex(/^0x[0-9a-fA-F]{40}$/, 'expected a 0x-prefixed 20-byte hex address')
   .transform((s) => s as Address);
 
-/** Config of one chain. */
-export const chainConfigSchema = z.object({
+/**
+ * Confirmations when a chain's config names none: the count long used for Ethereum mainnet, and more than any reorg
+ * Ethereum, Base, Arbitrum or Optimism has had since their current consensus. A deeper reorg halts the chain's
+ * bookkeeping (chain-watcher.ts): it is never applied twice or dropped silently.
+ */
+export const DEFAULT_CONFIRMATIONS = 12;
+
+/** Default settlement fee ceiling, gwei. */
+export const DEFAULT_MAX_FEE_PER_GAS = '100';
+
+// Refinements run on values the regex refused too: parseGwei must not throw there.
+function positiveGwei(v: string): boolean {
+  try {
+    return parseGwei(v) > 0n;
+  } catch {
+    return false;
+  }
+}
+
+/** Config of one chain (strict: a misspelt field, such as a fee ceiling, must not be dropped silently). */
+export const chainConfigSchema = z.strictObject({
   chain_id: z.number().int().positive(),
   rpc_url: z.url({ protocol: /^https?$/ }),
   /** The stablecoin the escrow holds (USDC on real networks). */
@@ -27,8 +47,19 @@ export const chainConfigSchema = z.object({
   escrow: address,
   /** Name of the env var holding the settler's private key; unset -> the chain is read-only. */
   settler_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
-  /** Blocks a log/receipt needs (1 = included) before it counts. */
-  confirmations: z.number().int().min(1).default(1),
+  /** Blocks a log/receipt needs (1 = included) before it counts; deploy/farebox.example.json has per-network values. */
+  confirmations: z.number().int().min(1).default(DEFAULT_CONFIRMATIONS),
+  /**
+   * Settlement fee ceiling in gwei, a decimal string ("30", "0.05"): no charge transaction or replacement offers a
+   * maxFeePerGas above it. A batch waits (farebox_settlement_fee_capped_total) while the base fee is above it.
+   */
+  max_fee_per_gas: z
+    .string()
+    .regex(/^\d{1,9}(\.\d{1,9})?$/, 'gwei as a decimal string with at most 9 decimals')
+    .refine((v) => positiveGwei(v), 'must be above 0')
+    .default(DEFAULT_MAX_FEE_PER_GAS),
+  /** Most blocks asked of eth_getLogs at once: where the adaptive range starts and the most it grows back to. */
+  max_log_range: z.number().int().min(1).max(1_000_000).default(2_000),
   /** Block the escrow was deployed in: where event scans start. */
   deploy_block: z.number().int().min(0).default(0),
   /** A charge tx not mined after this long is re-sent with the same nonce and a higher fee. */

@@ -16,8 +16,12 @@ export interface EscrowParams {
   treasury: Address;
   /** Initial settler; the zero address for none. */
   settler: Address;
-  /** Seconds between requestWithdrawal and withdraw. */
+  /** Seconds between requestWithdrawal and withdraw (> 0). */
   withdrawalDelay: bigint;
+  /** Seconds between proposing a settler, treasury or cap and its effect (> withdrawalDelay). */
+  roleDelay: bigint;
+  /** Most one charge may take, in atomic units (> 0). */
+  maxCharge: bigint;
 }
 
 /** Transaction fields to fix instead of asking the node (saves round trips on dev chains). */
@@ -68,5 +72,6 @@ export function deployEscrowContract(
   p: EscrowParams,
   tx: TxOverrides = {},
 ): Promise<Deployed> {
-  return deploy(wallet, pub, 'Escrow', [p.stablecoin, p.owner, p.treasury, p.settler, p.withdrawalDelay], tx);
+  const args = [p.stablecoin, p.owner, p.treasury, p.settler, p.withdrawalDelay, p.roleDelay, p.maxCharge];
+  return deploy(wallet, pub, 'Escrow', args, tx);
 }

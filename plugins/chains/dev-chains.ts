@@ -90,7 +90,16 @@ export interface DevChainsOptions {
   basePort?: number;
   /** Escrow withdrawal timelock in seconds. Default 3600. */
   withdrawalDelay?: bigint;
+  /** Escrow role timelock in seconds (settlers, treasury, cap). Default: twice the withdrawal timelock. */
+  roleDelay?: bigint;
+  /** Escrow per-charge cap in atomic units. Default DEV_MAX_CHARGE. */
+  maxCharge?: bigint;
 }
+
+/** The dev escrows' per-charge cap: 1,000 USD. */
+export const DEV_MAX_CHARGE = 1_000_000_000n;
+/** The dev chains' settlement fee ceiling, gwei: far above their base fee (1 gwei at genesis, falling). */
+export const DEV_MAX_FEE_PER_GAS = '100';
 
 /** A running dev chain: its chain config, its name and the in-process EDR provider. */
 export type DevChain = ChainConfig & { name: ChainName; provider: Provider };
@@ -172,7 +181,7 @@ export function devViemChain(name: ChainName, chainId: number, rpcUrl: string): 
 // Fresh chain, known deployer: nonces, gas and fees are fixed instead of asked for (4x fewer round trips).
 const DEPLOY_FEES = { maxFeePerGas: 10_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n };
 
-async function deployDev(name: ChainName, rpcUrl: string, withdrawalDelay: bigint) {
+async function deployDev(name: ChainName, rpcUrl: string, delays: { withdrawalDelay: bigint; roleDelay: bigint; maxCharge: bigint }) {
   const chain = devViemChain(name, DEV_CHAIN_IDS[name], rpcUrl);
   const transport = http(rpcUrl);
   const pub = createPublicClient({ chain, transport, pollingInterval: 10 });
@@ -186,7 +195,7 @@ async function deployDev(name: ChainName, rpcUrl: string, withdrawalDelay: bigin
       owner: DEV_KEYS.deployer.address,
       treasury: DEV_KEYS.treasury.address,
       settler: DEV_KEYS.settler.address,
-      withdrawalDelay,
+      ...delays,
     },
     { nonce: 1, gas: 3_000_000n, ...DEPLOY_FEES },
   );
@@ -210,6 +219,7 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
   const host = opts.host ?? '127.0.0.1';
   const basePort = opts.basePort ?? DEV_BASE_PORT;
   const withdrawalDelay = opts.withdrawalDelay ?? 3600n;
+  const delays = { withdrawalDelay, roleDelay: opts.roleDelay ?? 2n * withdrawalDelay, maxCharge: opts.maxCharge ?? DEV_MAX_CHARGE };
   await loadArtifacts(); // compile once before the four deploys race for it
   const servers: Server[] = [];
   const close = async () => {
@@ -230,7 +240,7 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
       const provider = await createDevProvider(chainId);
       const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i);
       servers.push(server);
-      const d = await deployDev(name, url, withdrawalDelay);
+      const d = await deployDev(name, url, delays);
       return {
         name,
         provider,
@@ -239,7 +249,10 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
         stablecoin: d.stablecoin,
         escrow: d.escrow,
         settler_key_env: DEV_SETTLER_KEY_ENV,
+        // One block: a dev chain has no reorgs but the ones a test makes.
         confirmations: 1,
+        max_fee_per_gas: DEV_MAX_FEE_PER_GAS,
+        max_log_range: 2_000,
         deploy_block: Number(d.deployBlock),
         replace_after_ms: 10_000,
         poll_interval_ms: 25,

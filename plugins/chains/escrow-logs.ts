@@ -1,13 +1,13 @@
 /**
- * Decoder of the escrow's money events (contracts/Escrow.sol) straight from raw JSON-RPC logs.
- * The chain watcher reads one Charged log per billed call and the settler one charge event per
- * charge, so this replaces viem's formatLog + parseEventLogs there: selector lookup, hex slicing,
- * and a cache of checksummed addresses (keccak once per distinct address).
+ * Decoder of the escrow's events (contracts/Escrow.sol) straight from raw JSON-RPC logs: money events, and the
+ * admin events (roles, ownership, the charge cap) the watcher reports. The chain watcher reads one Charged log per
+ * billed call and the settler one charge event per charge, so this replaces viem's formatLog + parseEventLogs
+ * there: selector lookup, hex slicing, and a cache of checksummed addresses (keccak once per distinct address).
  */
 import { getAddress, toEventSelector, type AbiEvent } from 'viem';
 import { CALL_STATUS, escrowAbi } from './abi.js';
 import type { Address } from './config.js';
-import type { EscrowEvent, Hex } from './port.js';
+import type { EscrowAdminEvent, EscrowEvent, Hex } from './port.js';
 
 /** A log as eth_getLogs and eth_getTransactionReceipt return it (the fields read here). */
 export interface RpcLog {
@@ -16,6 +16,8 @@ export interface RpcLog {
   data: string;
   /** Hex quantities; null only for pending logs. */
   blockNumber: string | null;
+  /** Read by the watcher's scan (the log's block must be the one it checked); not by the decoder. */
+  blockHash?: string | null;
   logIndex: string | null;
   transactionHash: string | null;
   removed?: boolean;
@@ -32,7 +34,7 @@ type Build = (
   txHash: Hex,
   t: readonly string[],
   data: string,
-) => EscrowEvent;
+) => EscrowEvent | EscrowAdminEvent;
 const LAYOUTS: Record<string, { inputs: string; build: Build }> = {
   Deposited: {
     inputs: 'address indexed,address indexed,uint256',
@@ -90,6 +92,19 @@ const LAYOUTS: Record<string, { inputs: string; build: Build }> = {
       };
     },
   },
+  ChargeOverCap: {
+    inputs: 'bytes32 indexed,address indexed,uint256,uint256',
+    build: (blockNumber, logIndex, txHash, t, data) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'charge_over_cap',
+      callId: bytes32Of(t[1]!),
+      account: addressOf(t[2]!),
+      amount: word(data, 0),
+      maxCharge: word(data, 1),
+    }),
+  },
   WithdrawalRequested: {
     inputs: 'address indexed,uint256,uint256',
     build: (blockNumber, logIndex, txHash, t, data) => ({
@@ -128,7 +143,61 @@ const LAYOUTS: Record<string, { inputs: string; build: Build }> = {
       requested: word(data, 1),
     }),
   },
+  // Admin events: no money moves; the watcher reports them.
+  SettlerProposed: {
+    inputs: 'address indexed,uint256',
+    build: (blockNumber, logIndex, txHash, t, data) => ({ blockNumber, logIndex, txHash, kind: 'settler_proposed', settler: addressOf(t[1]!), readyAt: word(data, 0) }),
+  },
+  SettlerProposalCancelled: {
+    inputs: 'address indexed',
+    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'settler_proposal_cancelled', settler: addressOf(t[1]!) }),
+  },
+  SettlerUpdated: {
+    inputs: 'address indexed,bool',
+    build: (blockNumber, logIndex, txHash, t, data) => ({ blockNumber, logIndex, txHash, kind: 'settler_updated', settler: addressOf(t[1]!), enabled: bool(data, 0) }),
+  },
+  TreasuryProposed: {
+    inputs: 'address indexed,uint256',
+    build: (blockNumber, logIndex, txHash, t, data) => ({ blockNumber, logIndex, txHash, kind: 'treasury_proposed', treasury: addressOf(t[1]!), readyAt: word(data, 0) }),
+  },
+  TreasuryProposalCancelled: {
+    inputs: 'address indexed',
+    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'treasury_proposal_cancelled', treasury: addressOf(t[1]!) }),
+  },
+  TreasuryUpdated: {
+    inputs: 'address indexed,address indexed',
+    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'treasury_updated', previous: addressOf(t[1]!), treasury: addressOf(t[2]!) }),
+  },
+  MaxChargeProposed: {
+    inputs: 'uint256,uint256',
+    build: (blockNumber, logIndex, txHash, _t, data) => ({ blockNumber, logIndex, txHash, kind: 'max_charge_proposed', maxCharge: word(data, 0), readyAt: word(data, 1) }),
+  },
+  MaxChargeProposalCancelled: {
+    inputs: 'uint256',
+    build: (blockNumber, logIndex, txHash, _t, data) => ({ blockNumber, logIndex, txHash, kind: 'max_charge_proposal_cancelled', maxCharge: word(data, 0) }),
+  },
+  MaxChargeUpdated: {
+    inputs: 'uint256,uint256',
+    build: (blockNumber, logIndex, txHash, _t, data) => ({ blockNumber, logIndex, txHash, kind: 'max_charge_updated', previous: word(data, 0), maxCharge: word(data, 1) }),
+  },
+  OwnershipTransferStarted: {
+    inputs: 'address indexed,address indexed',
+    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'ownership_transfer_started', owner: addressOf(t[1]!), pendingOwner: addressOf(t[2]!) }),
+  },
+  OwnershipTransferred: {
+    inputs: 'address indexed,address indexed',
+    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'ownership_transferred', previous: addressOf(t[1]!), owner: addressOf(t[2]!) }),
+  },
 };
+
+const MONEY_KINDS = new Set<string>([
+  'deposited', 'charged', 'charge_refused', 'charge_over_cap', 'charge_skipped', 'withdrawal_requested', 'withdrawal_cancelled', 'withdrawn',
+]);
+
+/** Whether a decoded record is a money event (the apply script's input) rather than an admin event. */
+export function isMoneyEvent(e: EscrowEvent | EscrowAdminEvent): e is EscrowEvent {
+  return MONEY_KINDS.has(e.kind);
+}
 
 interface Decoder {
   name: string;
@@ -139,7 +208,7 @@ interface Decoder {
   build: Build;
 }
 
-/** topic0 (lowercase hex) -> decoder of that event; role and ownership events are absent. */
+/** topic0 (lowercase hex) -> decoder of that event: every event of the escrow. */
 const DECODERS = new Map<string, Decoder>();
 const abiEvents = (escrowAbi as readonly { type: string }[]).filter((x): x is AbiEvent => x.type === 'event');
 for (const [name, { inputs, build }] of Object.entries(LAYOUTS)) {
@@ -159,11 +228,11 @@ const QUANTITY = /^0x[0-9a-fA-F]{1,16}$/;
 const ADDRESS_PAD = '0x000000000000000000000000';
 
 /**
- * The escrow event of a raw log, or null when it is not a money event (role, ownership).
- * Throws on a malformed log of a money event (topic count, data length, non-hex, missing position).
+ * The escrow event of a raw log (money or admin: isMoneyEvent tells), or null when it is none of the escrow's.
+ * Throws on a malformed log of an escrow event (topic count, data length, non-hex, missing position).
  * Does not look at `removed` or `address`: callers filter those.
  */
-export function decodeEscrowLog(log: RpcLog): EscrowEvent | null {
+export function decodeEscrowLog(log: RpcLog): EscrowEvent | EscrowAdminEvent | null {
   const topic0 = log.topics[0];
   if (topic0 === undefined) return null;
   const d = DECODERS.get(topic0.toLowerCase());
@@ -194,6 +263,13 @@ function malformed(d: Decoder, log: RpcLog, why: string): Error {
 // uint256 data word i (data is validated hex of the right length).
 function word(data: string, i: number): bigint {
   return BigInt(`0x${data.slice(2 + 64 * i, 66 + 64 * i)}`);
+}
+
+// ABI bool data word i: 0 or 1, anything else is malformed.
+function bool(data: string, i: number): boolean {
+  const v = word(data, i);
+  if (v > 1n) throw new Error(`bool word ${v} is not 0 or 1`);
+  return v === 1n;
 }
 
 function bytes32Of(topic: string): Hex {

@@ -9,6 +9,8 @@ import {
   decodeErrorResult,
   defineChain,
   numberToHex,
+  parseGwei,
+  TimeoutError,
   type Hex,
   type PublicClient,
 } from 'viem';
@@ -16,17 +18,20 @@ import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { CALL_STATUS, escrowAbi } from './abi.js';
 import { encodeChargeBatch, signTransaction } from './charge-tx.js';
 import type { Address, ChainConfig, ChainName } from './config.js';
-import { decodeEscrowLog, type RpcLog } from './escrow-logs.js';
-import { rpcTransport } from './rpc-transport.js';
+import { decodeEscrowLog, isMoneyEvent, type RpcLog } from './escrow-logs.js';
+import { rpcBatch, RpcBatchUnsupportedError, rpcTransport, type RpcAnswer } from './rpc-transport.js';
 import { nonceQueueFor, type NonceQueue } from './nonce-queue.js';
 import {
   SettlementError,
   type BatchReceipt,
   type CallStatus,
   type Charge,
+  type BlockRef,
   type ChargeResult,
+  type EscrowAdminEvent,
   type EscrowEvent,
   type PendingBatch,
+  type ScanResult,
   type SettlementChain,
 } from './port.js';
 
@@ -40,6 +45,11 @@ export interface EvmChainOptions {
   pollIntervalMs?: number;
   /** Fee bumps of a stuck batch before giving up with a timeout. Default 5. */
   maxReplacements?: number;
+  /**
+   * Called each time fees above max_fee_per_gas hold a batch back: before its first send (the base fee is above the
+   * ceiling), or instead of a replacement (a bump would pass it). The settlement wiring counts it in a metric.
+   */
+  onFeeCapped?: () => void;
 }
 
 /** Most charges in one batch: its gas limit (gasLimitFor) stays under the EIP-7825 per-tx cap (2^24). */
@@ -58,8 +68,27 @@ export function gasLimitFor(n: number): bigint {
 
 // Replacement must beat the old fees by >= 10% (geth, EDR); 25% leaves room.
 const FEE_BUMP_PERCENT = 125n;
+const REPLACEMENT_MIN_PERCENT = 110n;
 const UINT256_MAX = 2n ** 256n - 1n;
-const LOG_RANGE = 2_000n;
+/** Successful eth_getLogs requests at one range before it doubles again (towards max_log_range). */
+const GROW_AFTER = 8;
+
+/**
+ * An eth_getLogs refusal that a smaller range cures. Providers word it their own way: "query returned more than
+ * 10000 results" (Infura, geth), "Log response size exceeded" (Alchemy), "query exceeds max block range 100000" and
+ * "query exceeds max results 20000" (reth), "eth_getLogs is limited to 1024 block range", "eth_getLogs range is too
+ * large, max is 1k blocks", "ranges over 10000 blocks are not supported", "block range is too wide",
+ * "exceed maximum block range", "block range is bigger than maxBlockRange", "query timeout exceeded".
+ */
+const RANGE_LIMIT =
+  /more than \d+ results|response size|query exceeds max|max(imum)? block range|block range (is )?(too|bigger|greater|limit)|range (is )?too (large|wide|big)|ranges over|limited to (a )?[\d,]+ ?(k )?(block|range)|too many (results|logs|blocks)|max(imum)? results|query timeout|result window/i;
+/** Rate limits look alike ("limit exceeded") but a smaller range does not cure them. */
+const RATE_LIMIT = /rate.?limit|too many requests|requests per|capacity|credits|compute units|throughput/i;
+/**
+ * The node has not reached a block of the request: "block range extends beyond current head block" (geth and most
+ * clients now), "block N is beyond the latest block M of this node", "header not found", "unknown block".
+ */
+const BEYOND_HEAD = /beyond (the )?(current )?head|beyond the latest|extends beyond|header not found|unknown block|block not found|not (yet )?available|future block|after (the )?latest|greater than (the )?(latest|current|head)/i;
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -104,6 +133,14 @@ class EvmChain implements SettlementChain {
   private readonly queue: NonceQueue | undefined;
   private readonly pollMs: number;
   private readonly maxReplacements: number;
+  /** Settlement fee ceiling, wei (config max_fee_per_gas, gwei). */
+  private readonly maxFeePerGas: bigint;
+  private readonly onFeeCapped: (() => void) | undefined;
+  /** eth_getLogs range now: halved on a node's range or result limit, doubled back after GROW_AFTER successes. */
+  private span: number;
+  private spanSuccesses = 0;
+  /** The node refused a JSON-RPC batch once: requests go one by one from then on. */
+  private batchUnsupported = false;
   /**
    * Whether the next batch is simulated (preflight) before it is sent: at first, and again once any batch has
    * failed, so that a batch that would revert (settler role revoked, token paused) is refused with its reason before
@@ -124,6 +161,9 @@ class EvmChain implements SettlementChain {
     this.escrow = config.escrow;
     this.pollMs = opts.pollIntervalMs ?? config.poll_interval_ms;
     this.maxReplacements = opts.maxReplacements ?? 5;
+    this.maxFeePerGas = parseGwei(config.max_fee_per_gas);
+    this.onFeeCapped = opts.onFeeCapped;
+    this.span = config.max_log_range;
     const chain = defineChain({
       id: config.chain_id,
       name,
@@ -151,14 +191,20 @@ class EvmChain implements SettlementChain {
     return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'balanceOf', args: [account], blockNumber: atBlock });
   }
 
-  async pendingWithdrawal(account: Address) {
+  async pendingWithdrawal(account: Address, atBlock?: bigint) {
     const [amount, readyAt] = await this.client.readContract({
       address: this.escrow,
       abi: escrowAbi,
       functionName: 'pendingWithdrawal',
       args: [account],
+      blockNumber: atBlock,
     });
     return amount === 0n ? null : { amount, readyAt };
+  }
+
+  async blockHash(number: bigint): Promise<Hex | null> {
+    const block = await this.client.request({ method: 'eth_getBlockByNumber', params: [numberToHex(number), false] });
+    return blockHashOf(block);
   }
 
   async callStatus(callId: Hex): Promise<CallStatus> {
@@ -171,6 +217,10 @@ class EvmChain implements SettlementChain {
     return s === CALL_STATUS.charged ? 'charged' : s === CALL_STATUS.refused ? 'refused' : 'none';
   }
 
+  maxCharge(): Promise<bigint> {
+    return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'maxCharge' });
+  }
+
   async latestBlock(): Promise<bigint> {
     const head = await this.client.getBlockNumber({ cacheTime: 0 });
     const confirmed = head - BigInt(this.config.confirmations - 1);
@@ -179,23 +229,148 @@ class EvmChain implements SettlementChain {
 
   async readEvents(fromBlock: bigint, toBlock: bigint): Promise<EscrowEvent[]> {
     const events: EscrowEvent[] = [];
-    // Public RPCs cap eth_getLogs ranges (often 2k-10k blocks): ask in slices.
     // Raw eth_getLogs + decodeEscrowLog: one Charged log per billed call, viem's formatting is too slow.
-    for (let from = fromBlock; from <= toBlock; from += LOG_RANGE) {
-      const to = from + LOG_RANGE - 1n < toBlock ? from + LOG_RANGE - 1n : toBlock;
-      const logs = await this.client.request({
-        method: 'eth_getLogs',
-        params: [{ address: this.escrow, fromBlock: numberToHex(from), toBlock: numberToHex(to) }],
-      });
-      for (const log of logs) {
+    for (let from = fromBlock; from <= toBlock; ) {
+      const end = this.rangeEnd(from, toBlock);
+      let logs: RpcAnswer | undefined;
+      try {
+        [logs] = await this.request([this.getLogs(from, end)]);
+      } catch (err) {
+        if (err instanceof TimeoutError && this.shrink()) continue; // as in scanEvents
+        throw err;
+      }
+      if (logs!.error) {
+        if (this.shrinkOn(logs!.error.message)) continue;
+        throw rpcFailure(this.name, 'eth_getLogs', logs!.error);
+      }
+      this.grew();
+      for (const log of logs!.result as RpcLog[]) {
         if (log.removed) continue;
-        const event = decodeEscrowLog(log); // null: role and ownership events do not move money
-        if (event) events.push(event);
+        const event = decodeEscrowLog(log);
+        if (event && isMoneyEvent(event)) events.push(event);
+      }
+      from = end + 1n;
+    }
+    return events.sort(byPosition);
+  }
+
+  async scanEvents(fromBlock: bigint, toBlock: bigint, parent: BlockRef | null): Promise<ScanResult> {
+    let splits = 0;
+    for (;;) {
+      const end = this.rangeEnd(fromBlock, toBlock);
+      // One batch (one HTTP request, so one backend behind a load balancer): the parent block, the logs and the
+      // range's last block all come from the node that answered. A lagging backend answers eth_getLogs for blocks
+      // it lacks with nothing at all on some clients: its missing last block is what tells.
+      const calls = [this.getLogs(fromBlock, end), { method: 'eth_getBlockByNumber', params: [numberToHex(end), false] }];
+      if (parent) calls.push({ method: 'eth_getBlockByNumber', params: [numberToHex(parent.number), false] });
+      let answers: RpcAnswer[];
+      try {
+        answers = await this.request(calls);
+      } catch (err) {
+        // A range too heavy for the node to answer in time is a range limit too.
+        if (err instanceof TimeoutError && this.shrink()) {
+          splits++;
+          continue;
+        }
+        throw err;
+      }
+      const [logs, last, above] = answers as [RpcAnswer, RpcAnswer, RpcAnswer | undefined];
+      const behind = (block: bigint, detail: string): ScanResult => ({ ok: false, reason: 'node_behind', block, detail });
+      for (const [a, what] of [[logs, 'eth_getLogs'], [last, 'eth_getBlockByNumber'], [above, 'eth_getBlockByNumber']] as const) {
+        if (a?.error && BEYOND_HEAD.test(a.error.message)) return behind(end, `${what}: ${a.error.message}`);
+      }
+      if (logs.error) {
+        if (this.shrinkOn(logs.error.message)) {
+          splits++;
+          continue;
+        }
+        throw rpcFailure(this.name, 'eth_getLogs', logs.error);
+      }
+      for (const a of [last, above]) if (a?.error) throw rpcFailure(this.name, 'eth_getBlockByNumber', a.error);
+      if (parent) {
+        const found = blockHashOf(above!.result);
+        if (found === null) return behind(parent.number, `block ${parent.number} unknown to the node`);
+        if (found.toLowerCase() !== parent.hash.toLowerCase()) {
+          return { ok: false, reason: 'reorged', block: parent.number, expected: parent.hash, found };
+        }
+      }
+      const hash = blockHashOf(last.result);
+      if (hash === null) return behind(end, `block ${end} unknown to the node`);
+      this.grew();
+      const events: EscrowEvent[] = [];
+      const admin: EscrowAdminEvent[] = [];
+      for (const log of logs.result as RpcLog[]) {
+        if (log.removed) continue;
+        const at = log.blockNumber === null ? null : BigInt(log.blockNumber);
+        if (at === null || at < fromBlock || at > end) throw new Error(`${this.name}: eth_getLogs returned a log of block ${at} for ${fromBlock}..${end}`);
+        // A log of the last block from another block at that height: the node moved under the request.
+        if (at === end && log.blockHash && log.blockHash.toLowerCase() !== hash.toLowerCase()) {
+          return behind(end, `log of block ${end} is from ${log.blockHash}, the block is ${hash}`);
+        }
+        const e = decodeEscrowLog(log);
+        if (e === null) continue;
+        if (isMoneyEvent(e)) events.push(e);
+        else admin.push(e);
+      }
+      events.sort(byPosition);
+      admin.sort(byPosition);
+      return { ok: true, events, admin, to: { number: end, hash }, span: this.span, splits };
+    }
+  }
+
+  private getLogs(from: bigint, to: bigint) {
+    return { method: 'eth_getLogs', params: [{ address: this.escrow, fromBlock: numberToHex(from), toBlock: numberToHex(to) }] };
+  }
+
+  /** Last block of the next eth_getLogs range from `from`: the current span, at most `to`. */
+  private rangeEnd(from: bigint, to: bigint): bigint {
+    const end = from + BigInt(this.span) - 1n;
+    return end < to ? end : to;
+  }
+
+  /** Halve the span after a range-limit refusal `message`; false when that is no range limit or the span is 1. */
+  private shrinkOn(message: string): boolean {
+    return RANGE_LIMIT.test(message) && !RATE_LIMIT.test(message) && this.shrink();
+  }
+
+  private shrink(): boolean {
+    if (this.span <= 1) return false;
+    this.span = Math.max(1, Math.floor(this.span / 2));
+    this.spanSuccesses = 0;
+    return true;
+  }
+
+  /** One more request answered at this span: grows it back after GROW_AFTER of them. */
+  private grew(): void {
+    if (this.span >= this.config.max_log_range || ++this.spanSuccesses < GROW_AFTER) return;
+    this.span = Math.min(this.config.max_log_range, this.span * 2);
+    this.spanSuccesses = 0;
+  }
+
+  /**
+   * Answers to `calls`, in order, each its result or its JSON-RPC error: as one batch, or one by one once the node
+   * has refused a batch (then the answers may come from different backends). Transport failures throw.
+   */
+  private async request(calls: readonly { method: string; params: unknown[] }[]): Promise<RpcAnswer[]> {
+    if (!this.batchUnsupported) {
+      try {
+        return await rpcBatch(this.config.rpc_url, calls);
+      } catch (err) {
+        if (!(err instanceof RpcBatchUnsupportedError)) throw err;
+        this.batchUnsupported = true;
       }
     }
-    return events.sort((a, b) =>
-      a.blockNumber === b.blockNumber ? a.logIndex - b.logIndex : a.blockNumber < b.blockNumber ? -1 : 1,
-    );
+    const answers: RpcAnswer[] = [];
+    for (const c of calls) {
+      try {
+        answers.push({ result: await this.client.request({ method: c.method, params: c.params } as never, { retryCount: 0 }) });
+      } catch (err) {
+        const code = (err as { code?: unknown }).code;
+        if (typeof code !== 'number' || !(err instanceof BaseError)) throw err; // transport, not a JSON-RPC error
+        answers.push({ error: { code, message: `${err.shortMessage} ${err.details ?? ''}` } });
+      }
+    }
+    return answers;
   }
 
   async charge(charges: readonly Charge[]): Promise<BatchReceipt> {
@@ -214,10 +389,11 @@ class EvmChain implements SettlementChain {
     try {
       // Preflight outside the nonce queue so concurrent batches only serialize sign + send.
       const preflight = this.simulateNext ? this.preflight(account.address, data, gas) : undefined;
-      const [fees] = await Promise.all([this.client.estimateFeesPerGas(), preflight]);
+      const [fees] = await Promise.all([this.feesUnderCap(), preflight]);
       tx = { ...(await this.sendNext(queue, data, gas, fees)), data, gas, fees };
     } catch (err) {
-      this.failed();
+      // Fees above the ceiling say nothing about the batch: the next one need not be simulated for it.
+      if (!(err instanceof SettlementError && err.code === 'fee_capped')) this.failed();
       throw err;
     }
     // Watched from now on, awaited or not, so a stuck batch gets replaced either way.
@@ -319,12 +495,56 @@ class EvmChain implements SettlementChain {
     }
   }
 
+  /**
+   * Fees for a new batch at or under the ceiling (max_fee_per_gas). While the base fee is above the ceiling nothing
+   * could be mined for it: the batch waits, polling, up to replace_after_ms, then fails with fee_capped (the settler
+   * retries it later; its debits stay queued). Never pays more than the ceiling.
+   */
+  private async feesUnderCap(): Promise<Fees> {
+    const deadline = Date.now() + this.config.replace_after_ms;
+    for (let reported = false; ; ) {
+      const { baseFeePerGas, fees } = await this.estimateFees();
+      if (baseFeePerGas <= this.maxFeePerGas) return this.capped(fees);
+      if (!reported) this.onFeeCapped?.();
+      reported = true;
+      if (Date.now() >= deadline) {
+        const msg = `base fee ${baseFeePerGas} wei above max_fee_per_gas ${this.maxFeePerGas} wei for ${this.config.replace_after_ms} ms: batch not sent`;
+        throw new SettlementError('fee_capped', msg, this.name);
+      }
+      await sleep(this.pollMs);
+    }
+  }
+
+  /** `fees` with maxFeePerGas at most the ceiling and the tip at most maxFeePerGas. */
+  private capped(fees: Fees): Fees {
+    const maxFeePerGas = fees.maxFeePerGas < this.maxFeePerGas ? fees.maxFeePerGas : this.maxFeePerGas;
+    const maxPriorityFeePerGas = fees.maxPriorityFeePerGas < maxFeePerGas ? fees.maxPriorityFeePerGas : maxFeePerGas;
+    return { maxFeePerGas, maxPriorityFeePerGas };
+  }
+
+  /** The latest block's base fee, and fees as viem estimates them (1.2 x base fee + the node's suggested tip). */
+  private async estimateFees(): Promise<{ baseFeePerGas: bigint; fees: Fees }> {
+    const block = await this.client.getBlock({ blockTag: 'latest' });
+    const baseFeePerGas = block.baseFeePerGas ?? 0n;
+    const fees = await this.client.estimateFeesPerGas({ block } as never);
+    return { baseFeePerGas, fees: { maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas } };
+  }
+
   private async replace(tx: InFlight): Promise<undefined> {
-    const now = await this.client.estimateFeesPerGas();
-    tx.fees = {
+    const { fees: now } = await this.estimateFees();
+    const next = this.capped({
       maxPriorityFeePerGas: max((tx.fees.maxPriorityFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxPriorityFeePerGas),
       maxFeePerGas: max((tx.fees.maxFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxFeePerGas),
-    };
+    });
+    // Under the ceiling a bump may fall short of what a node takes as a replacement: then the batch waits as sent.
+    if (
+      next.maxFeePerGas * 100n < tx.fees.maxFeePerGas * REPLACEMENT_MIN_PERCENT ||
+      next.maxPriorityFeePerGas * 100n < tx.fees.maxPriorityFeePerGas * REPLACEMENT_MIN_PERCENT
+    ) {
+      this.onFeeCapped?.();
+      return undefined;
+    }
+    tx.fees = next;
     try {
       tx.hashes.push(await this.send(tx.nonce, tx.data, tx.gas, tx.fees));
     } catch (err) {
@@ -362,11 +582,11 @@ class EvmChain implements SettlementChain {
       throw new SettlementError('reverted', `chargeBatch ${receipt.transactionHash} reverted onchain`, this.name);
     }
     const escrow = this.escrow.toLowerCase();
-    const events: Extract<EscrowEvent, { kind: 'charged' | 'charge_refused' | 'charge_skipped' }>[] = [];
+    const events: Extract<EscrowEvent, { kind: 'charged' | 'charge_refused' | 'charge_over_cap' | 'charge_skipped' }>[] = [];
     for (const log of receipt.logs) {
       if (log.address.toLowerCase() !== escrow) continue; // the token's Transfer to the treasury
       const e = decodeEscrowLog(log);
-      if (e?.kind === 'charged' || e?.kind === 'charge_refused' || e?.kind === 'charge_skipped') events.push(e);
+      if (e?.kind === 'charged' || e?.kind === 'charge_refused' || e?.kind === 'charge_over_cap' || e?.kind === 'charge_skipped') events.push(e);
     }
     // The contract emits exactly one of these per entry, in entry order.
     if (events.length !== batch.length) {
@@ -384,12 +604,28 @@ class EvmChain implements SettlementChain {
           return { ...charge, outcome: 'charged' };
         case 'charge_refused':
           return { ...charge, outcome: 'refused', balance: e.balance };
+        case 'charge_over_cap':
+          return { ...charge, outcome: 'over_cap', maxCharge: e.maxCharge };
         case 'charge_skipped':
           return { ...charge, outcome: e.status === 'refused' ? 'already_refused' : 'already_charged' };
       }
     });
     return { txHash: receipt.transactionHash, blockNumber: receipt.blockNumber, gasUsed: receipt.gasUsed, total, results };
   }
+}
+
+function byPosition(a: { blockNumber: bigint; logIndex: number }, b: { blockNumber: bigint; logIndex: number }): number {
+  return a.blockNumber === b.blockNumber ? a.logIndex - b.logIndex : a.blockNumber < b.blockNumber ? -1 : 1;
+}
+
+/** The hash of an eth_getBlockByNumber result; null when the node has no such block. */
+function blockHashOf(block: unknown): Hex | null {
+  const hash = (block as { hash?: unknown } | null)?.hash;
+  return typeof hash === 'string' && /^0x[0-9a-fA-F]{64}$/.test(hash) ? (hash as Hex) : null;
+}
+
+function rpcFailure(chain: string, method: string, error: { code: number; message: string }): Error {
+  return new Error(`${chain}: ${method} failed: ${error.message} (code ${error.code})`);
 }
 
 function max(a: bigint, b: bigint): bigint {

@@ -25,6 +25,8 @@ export type EscrowEvent =
   | (EventBase & { kind: 'deposited'; callId: null; from: Address })
   | (EventBase & { kind: 'charged'; callId: Hex })
   | (EventBase & { kind: 'charge_refused'; callId: Hex; balance: bigint })
+  /** Refused: `amount` is above the escrow's per-charge cap (the call id is closed as refused). */
+  | (EventBase & { kind: 'charge_over_cap'; callId: Hex; maxCharge: bigint })
   | (EventBase & { kind: 'charge_skipped'; callId: Hex; status: 'charged' | 'refused' })
   | (EventBase & { kind: 'withdrawal_requested'; callId: null; readyAt: bigint })
   | (EventBase & { kind: 'withdrawal_cancelled'; callId: null })
@@ -33,6 +35,60 @@ export type EscrowEvent =
 
 /** Kind of an escrow event. */
 export type EscrowEventKind = EscrowEvent['kind'];
+
+/** Position fields of every escrow log record. */
+interface LogPosition {
+  blockNumber: bigint;
+  logIndex: number;
+  txHash: Hex;
+}
+
+/**
+ * An escrow event that moves no money: roles, ownership, the charge cap. The watcher counts and logs them: a
+ * proposal is a change to who can take callers' money, announced roleDelay before it can apply.
+ */
+export type EscrowAdminEvent = LogPosition &
+  (
+    | { kind: 'settler_proposed'; settler: Address; readyAt: bigint }
+    | { kind: 'settler_proposal_cancelled'; settler: Address }
+    | { kind: 'settler_updated'; settler: Address; enabled: boolean }
+    | { kind: 'treasury_proposed'; treasury: Address; readyAt: bigint }
+    | { kind: 'treasury_proposal_cancelled'; treasury: Address }
+    | { kind: 'treasury_updated'; previous: Address; treasury: Address }
+    | { kind: 'max_charge_proposed'; maxCharge: bigint; readyAt: bigint }
+    | { kind: 'max_charge_proposal_cancelled'; maxCharge: bigint }
+    | { kind: 'max_charge_updated'; previous: bigint; maxCharge: bigint }
+    | { kind: 'ownership_transfer_started'; owner: Address; pendingOwner: Address }
+    | { kind: 'ownership_transferred'; previous: Address; owner: Address }
+  );
+
+/** Kind of an escrow admin event. */
+export type EscrowAdminEventKind = EscrowAdminEvent['kind'];
+
+/** A block as the node that answered had it. */
+export interface BlockRef {
+  number: bigint;
+  hash: Hex;
+}
+
+/**
+ * What scanEvents read. `to` is where the scan stopped: the requested end, or short of it when the node's log range
+ * limit made it read less (the caller scans on from `to.number + 1`). Expected failures are results: the node that
+ * answered has not reached the range's end yet (`node_behind`: retry later), or the block the caller scanned last is
+ * no longer the node's block at that height (`reorged`: a reorganisation deeper than the confirmations).
+ */
+export type ScanResult =
+  | {
+      ok: true;
+      events: EscrowEvent[];
+      admin: EscrowAdminEvent[];
+      to: BlockRef;
+      /** eth_getLogs range in blocks after this scan, and how many times it was halved during it. */
+      span: number;
+      splits: number;
+    }
+  | { ok: false; reason: 'node_behind'; block: bigint; detail: string }
+  | { ok: false; reason: 'reorged'; block: bigint; expected: Hex; found: Hex };
 
 /** One call to charge. */
 export interface Charge {
@@ -43,16 +99,19 @@ export interface Charge {
 }
 
 /**
- * What the escrow did with one charge: charged now; refused now (balance too low, the call id
- * is then closed for good); or settled by an earlier batch (already_*), nothing changed.
+ * What the escrow did with one charge: charged now; refused now (balance too low), or over_cap (above the escrow's
+ * per-charge cap), either closing the call id for good; or settled by an earlier batch (already_*), nothing changed
+ * (an earlier over_cap reads as already_refused).
  */
-export type ChargeOutcome = 'charged' | 'refused' | 'already_charged' | 'already_refused';
+export type ChargeOutcome = 'charged' | 'refused' | 'over_cap' | 'already_charged' | 'already_refused';
 
 /** Outcome of one charge of a mined batch. */
 export interface ChargeResult extends Charge {
   outcome: ChargeOutcome;
   /** The account's escrow balance when refused now; absent otherwise. */
   balance?: bigint;
+  /** The escrow's per-charge cap when over_cap; absent otherwise. */
+  maxCharge?: bigint;
 }
 
 /** A mined (and confirmed) charge batch, results in the order the charges were given. */
@@ -92,13 +151,23 @@ export interface SettlementChain {
   readonly canSettle: boolean;
   /** Escrow balance of `account` at the latest block, or at block `atBlock`. */
   balanceOf(account: Address, atBlock?: bigint): Promise<bigint>;
-  /** The account's withdrawal request, or null. */
-  pendingWithdrawal(account: Address): Promise<PendingWithdrawal | null>;
+  /** The account's withdrawal request (at the latest block, or at `atBlock`), or null. */
+  pendingWithdrawal(account: Address, atBlock?: bigint): Promise<PendingWithdrawal | null>;
+  /** The hash of the node's block at height `number`, or null when it has none there. */
+  blockHash(number: bigint): Promise<Hex | null>;
   callStatus(callId: Hex): Promise<CallStatus>;
+  /** The escrow's per-charge cap now (a hold above it could never be charged in one charge). */
+  maxCharge(): Promise<bigint>;
   /** Latest block with the configured confirmations (head - confirmations + 1). */
   latestBlock(): Promise<bigint>;
-  /** Escrow events in [fromBlock, toBlock], ordered by block then log index. */
+  /** Escrow money events in [fromBlock, toBlock], ordered by block then log index. */
   readEvents(fromBlock: bigint, toBlock: bigint): Promise<EscrowEvent[]>;
+  /**
+   * Escrow events from `fromBlock` on, at most up to `toBlock`, checked for the watcher: the node that answered had
+   * the range's last block, and `parent` (the last block scanned before, when known) is still the node's block at
+   * its height. Reads as many blocks as the node's eth_getLogs limits allow in one request.
+   */
+  scanEvents(fromBlock: bigint, toBlock: bigint, parent: BlockRef | null): Promise<ScanResult>;
   /** Sends one chargeBatch transaction (serialized per settler key: never a nonce clash). */
   submitCharges(charges: readonly Charge[]): Promise<PendingBatch>;
   /** submitCharges, then wait. */
@@ -111,6 +180,7 @@ export type SettlementErrorCode =
   | 'not_settler' // the key lacks the settler role
   | 'invalid_batch' // empty, too large, malformed entries
   | 'reverted' // the batch would revert or did revert onchain
+  | 'fee_capped' // the base fee stayed above max_fee_per_gas: not sent, the debits wait
   | 'timeout'; // not mined in time even after replacements
 
 /** An infrastructure or configuration fault of a chain operation. */

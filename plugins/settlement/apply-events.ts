@@ -1,38 +1,106 @@
 /**
  * The chain watcher's writes: escrow events applied to the wallets and call records (wallets.ts has the layout),
  * each exactly once and in chain order, and the reconciler's correction of a synced balance.
+ *
+ * No event may stop a chain's bookkeeping. The apply script checks and plans every event of its chunk before its
+ * first write, so a refusal leaves nothing half applied; it never builds a negative number from text (Redis refuses
+ * `-0`, which is what `'-' .. amount` made of a Withdrawn of 0), and an amount of 0, of any kind, writes nothing.
+ *
+ * Two rules for events that do not fit:
+ * - An amount at or above 2^53 (9 billion USD) cannot be counted exactly by the wallet scripts (Lua numbers are
+ *   doubles). Nothing of such an event is applied; it is appended to chain-anomalies:<chain> with its position and
+ *   transaction, reported to the watcher (metric farebox_chain_anomalies_total, an error log, an alert), and the
+ *   cursor moves past it so the events after it are applied. The wallet then differs from the escrow until an
+ *   operator settles it by hand.
+ * - A Charged, ChargeRefused or ChargeOverCap event whose call record is gone (it expired: records live
+ *   billing.retention_days after the call, and the charge came later) or was never made here releases its amount
+ *   from the wallet's `pending`, at most what is pending. The escrow charges a debit's exact amount and only our
+ *   settler keys may charge, so that amount is the debit's; leaving it would keep that money out of `available`
+ *   for good. A record that exists but is not pending (or names another account or chain) releases nothing. Both
+ *   cases are reported (farebox_chain_unmatched_charges_total and a warning): a charge for an unknown call id is
+ *   also what a settler outside this deployment would produce.
  */
 import type { Redis } from 'ioredis';
 import type { Address, ChainName } from '../chains/config.js';
-import type { EscrowEvent } from '../chains/port.js';
+import type { EscrowEvent, EscrowEventKind, Hex } from '../chains/port.js';
 import { keys, luaKeys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
 
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
 
-// Apply escrow events in order, each once: events at or before the cursor were applied already. Events come in
-// groups of 7 ARGV after the prefix and chain (block, logIndex, kind, amount, account, callId, txHash). The keys of
-// each event follow from its fields, so they are built here from the prefix (one round trip per APPLY_CHUNK events;
-// a Redis Cluster deployment needs them declared instead, see deploy/README.md).
+// Apply escrow events in order, each once: events at or before the cursor were applied already. KEYS: cursor,
+// anomalies list. ARGV: prefix, chain, now (ms), then 7 per event (block, logIndex, kind, amount, account, callId,
+// txHash), all decimal or hex text. The keys of each event follow from its fields, so they are built here from the
+// prefix (one round trip per APPLY_CHUNK events; a Redis Cluster deployment needs them declared instead, see
+// deploy/README.md). Returns {kinds applied, notes}; a note is {'anomaly'|'unmatched', reason, block, logIndex,
+// kind, tx, account, callId, amount, released}.
 const APPLY = `
-local prefix, chain = ARGV[1], ARGV[2]
+local prefix, chain, now = ARGV[1], ARGV[2], ARGV[3]
+local MAX = 9007199254740991
 local cur = redis.call('GET', KEYS[1])
-local cb, cl = -1, -1
+local pb, pl = -1, -1
 if cur then
-  local b, l = string.match(cur, '(%d+):(%d+)')
-  cb, cl = tonumber(b), tonumber(l)
+  local b, l = string.match(cur, '^(%d+):(%d+)$')
+  if not b then return redis.error_reply('cursor ' .. cur .. ' is not block:logIndex') end
+  pb, pl = tonumber(b), tonumber(l)
 end
--- Every amount is checked before anything is written: an error half-way would leave the batch half applied.
-for i = 3, #ARGV, 7 do
-  local v = tonumber(ARGV[i + 3])
-  ${LIMIT}
+-- 1 for the kinds that settle a call record, 2 for ChargeSkipped (a call id, no record change), 0 for the others.
+local KINDS = {deposited = 0, charged = 1, charge_refused = 1, charge_over_cap = 1, charge_skipped = 2,
+  withdrawal_requested = 0, withdrawal_cancelled = 0, withdrawn = 0}
+local HEX40 = '^0x' .. string.rep('%x', 40) .. '$'
+local HEX64 = '^0x' .. string.rep('%x', 64) .. '$'
+
+-- Pass 1, reads only: every event is checked and planned before the first write, so no refusal can leave the chunk
+-- half applied (a Lua error does not undo the writes before it).
+local plan = {}
+for i = 4, #ARGV, 7 do
+  local bs, ls, kind, a, account, callId, tx = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+  local ck = KINDS[kind]
+  if not (ck and string.find(bs, '^%d+$') and string.find(ls, '^%d+$') and string.find(a, '^%d+$')
+      and string.find(account, HEX40) and string.find(tx, HEX64) and (ck == 0 or string.find(callId, HEX64))) then
+    return redis.error_reply('event ' .. ((i - 4) / 7 + 1) .. ' of the chunk is malformed; nothing applied')
+  end
+  local b, l = tonumber(bs), tonumber(ls)
+  if b > pb or (b == pb and l > pl) then
+    local e = {b = bs, l = ls, kind = kind, a = a, account = account, callId = callId, tx = tx, release = 0}
+    if #a > 16 or tonumber(a) > MAX then
+      e.anomaly = 'amount_out_of_range'
+    else
+      e.v = tonumber(a)
+      if ck == 1 then
+        e.call = ${luaKeys.call('callId')}
+        local d = redis.call('HMGET', e.call, 'status', 'price', 'account', 'chain')
+        local price = d[2] and string.find(d[2], '^%d+$') and #d[2] <= 16 and tonumber(d[2])
+        if not d[1] then
+          e.unmatched = 'unknown_call'
+        elseif d[1] == 'pending' and price and (not d[3] or string.lower(d[3]) == account) and (not d[4] or d[4] == chain) then
+          e.release = price
+        else
+          e.unmatched = 'call_not_pending'
+        end
+      end
+    end
+    plan[#plan + 1] = e
+    pb, pl = b, l
+  end
 end
-local applied = {}
-local listed = {}
-for i = 3, #ARGV, 7 do
-  local b, l = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-  if b > cb or (b == cb and l > cl) then
-    local kind, amount, account, callId, tx = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
+
+-- Pass 2, writes: nothing below can fail on the events' contents. Amounts are written as integers formatted here
+-- (never '-' .. text), and an amount of 0 writes nothing.
+local function add(key, field, v)
+  if v > 0 then redis.call('HINCRBY', key, field, string.format('%d', v)) end
+end
+local function sub(key, field, v)
+  if v > 0 then redis.call('HINCRBY', key, field, string.format('%d', -v)) end
+end
+local applied, notes, listed = {}, {}, {}
+for _, e in ipairs(plan) do
+  local kind, account = e.kind, e.account
+  if e.anomaly then
+    redis.call('RPUSH', KEYS[2], cjson.encode({reason = e.anomaly, block = e.b, log_index = e.l, kind = kind,
+      tx = e.tx, account = account, call_id = e.callId, amount = e.a, at = now}))
+    notes[#notes + 1] = {'anomaly', e.anomaly, e.b, e.l, kind, e.tx, account, e.callId, e.a, '0'}
+  else
     local wallet = ${luaKeys.wallet('account', 'chain')}
     -- Once per account and script: a batch's charges are mostly one account's.
     if not listed[account] then
@@ -40,29 +108,32 @@ for i = 3, #ARGV, 7 do
       listed[account] = true
     end
     if kind == 'deposited' then
-      redis.call('HINCRBY', wallet, 'synced', amount)
-    elseif kind == 'charged' or kind == 'charge_refused' then
-      if kind == 'charged' then redis.call('HINCRBY', wallet, 'synced', '-' .. amount) end
-      local call = ${luaKeys.call('callId')}
-      local d = redis.call('HMGET', call, 'status', 'price')
-      if d[1] == 'pending' then
-        redis.call('HINCRBY', wallet, 'pending', '-' .. d[2])
-        redis.call('HSET', call, 'status', kind == 'charged' and 'settled' or 'failed', 'tx', tx)
+      add(wallet, 'synced', e.v)
+    elseif e.call then
+      if kind == 'charged' then sub(wallet, 'synced', e.v) end
+      if e.unmatched == 'unknown_call' then
+        local p = tonumber(redis.call('HGET', wallet, 'pending') or '0') or 0
+        e.release = math.max(0, math.min(e.v, p))
+      end
+      sub(wallet, 'pending', e.release)
+      if e.unmatched then
+        notes[#notes + 1] = {'unmatched', e.unmatched, e.b, e.l, kind, e.tx, account, e.callId, e.a, string.format('%d', e.release)}
+      else
+        redis.call('HSET', e.call, 'status', kind == 'charged' and 'settled' or 'failed', 'tx', e.tx)
       end
     elseif kind == 'withdrawal_requested' then
-      redis.call('HSET', wallet, 'locked', amount)
+      redis.call('HSET', wallet, 'locked', e.a)
     elseif kind == 'withdrawal_cancelled' then
       redis.call('HSET', wallet, 'locked', '0')
     elseif kind == 'withdrawn' then
-      redis.call('HINCRBY', wallet, 'synced', '-' .. amount)
+      sub(wallet, 'synced', e.v)
       redis.call('HSET', wallet, 'locked', '0')
     end
-    cb, cl = b, l
     applied[#applied + 1] = kind
   end
 end
-if #applied > 0 then redis.call('SET', KEYS[1], cb .. ':' .. cl) end
-return applied
+if #plan > 0 then redis.call('SET', KEYS[1], plan[#plan].b .. ':' .. plan[#plan].l) end
+return {applied, notes}
 `;
 
 // Set the synced balance to the chain's, if no event was applied since the caller read the cursor.
@@ -85,18 +156,70 @@ const correctScript = new LuaScript(CORRECT);
  */
 export const APPLY_CHUNK = 16;
 
-/** Apply escrow events (in chain order) to the synced state, each exactly once; returns the kinds applied. */
-export async function applyEvents(r: Redis, chain: ChainName, events: readonly EscrowEvent[]): Promise<string[]> {
+/** An escrow event the apply script did not apply (its amount is 2^53 or more); also kept in chain-anomalies:<chain>. */
+export interface Anomaly {
+  reason: 'amount_out_of_range';
+  blockNumber: bigint;
+  logIndex: number;
+  kind: EscrowEventKind;
+  txHash: Hex;
+  account: string;
+  callId: Hex | null;
+  amount: bigint;
+}
+
+/** A charge outcome that found no pending call record to settle (see the rule at the head of this file). */
+export interface UnmatchedCharge {
+  /** unknown_call: no record (expired, or never made here); call_not_pending: a record not pending, or another wallet's. */
+  reason: 'unknown_call' | 'call_not_pending';
+  blockNumber: bigint;
+  logIndex: number;
+  kind: EscrowEventKind;
+  txHash: Hex;
+  account: string;
+  callId: Hex;
+  amount: bigint;
+  /** What left the wallet's `pending` (unknown_call only). */
+  released: bigint;
+}
+
+/** What applyEventBatch did: the kinds applied, in order, and the events that did not fit. */
+export interface ApplyReport {
+  applied: string[];
+  anomalies: Anomaly[];
+  unmatched: UnmatchedCharge[];
+}
+
+type Note = [type: 'anomaly' | 'unmatched', reason: string, block: string, logIndex: string, kind: string, tx: string, account: string, callId: string, amount: string, released: string];
+
+/** Apply escrow events (in chain order) to the synced state, each exactly once; reports what did not fit. */
+export async function applyEventBatch(r: Redis, chain: ChainName, events: readonly EscrowEvent[]): Promise<ApplyReport> {
   const prefix = (r.options.keyPrefix as string | undefined) ?? '';
-  const applied: string[] = [];
+  const report: ApplyReport = { applied: [], anomalies: [], unmatched: [] };
   for (let i = 0; i < events.length; i += APPLY_CHUNK) {
-    const args: string[] = [prefix, chain];
+    const args: string[] = [prefix, chain, String(Date.now())];
     for (const e of events.slice(i, i + APPLY_CHUNK)) {
       args.push(e.blockNumber.toString(), String(e.logIndex), e.kind, e.amount.toString(), e.account.toLowerCase(), e.callId ?? '', e.txHash);
     }
-    applied.push(...(await applyScript.run<string[]>(r, [keys.cursor(chain)], args)));
+    const [applied, notes] = await applyScript.run<[string[], Note[]]>(r, [keys.cursor(chain), keys.chainAnomalies(chain)], args);
+    report.applied.push(...applied);
+    for (const [type, reason, block, logIndex, kind, tx, account, callId, amount, released] of notes) {
+      const at = { blockNumber: BigInt(block), logIndex: Number(logIndex), kind: kind as EscrowEventKind, txHash: tx as Hex, account, amount: BigInt(amount) };
+      if (type === 'anomaly') report.anomalies.push({ reason: 'amount_out_of_range', ...at, callId: (callId || null) as Hex | null });
+      else report.unmatched.push({ reason: reason as UnmatchedCharge['reason'], ...at, callId: callId as Hex, released: BigInt(released) });
+    }
   }
-  return applied;
+  return report;
+}
+
+/** Apply escrow events (in chain order) to the synced state, each exactly once; returns the kinds applied. */
+export async function applyEvents(r: Redis, chain: ChainName, events: readonly EscrowEvent[]): Promise<string[]> {
+  return (await applyEventBatch(r, chain, events)).applied;
+}
+
+/** The events the watcher could not apply on `chain`, oldest first (JSON entries of chain-anomalies:<chain>). */
+export async function readAnomalies(r: Redis, chain: ChainName): Promise<Record<string, string>[]> {
+  return (await r.lrange(keys.chainAnomalies(chain), 0, -1)).map((s) => JSON.parse(s) as Record<string, string>);
 }
 
 /** Where the watcher stands on a chain: the last applied event, or null before the first. */
@@ -112,4 +235,3 @@ export async function correctSynced(r: Redis, chain: ChainName, account: Address
   const [ok, diff] = await correctScript.run<[number, number]>(r, [keys.cursor(chain), keys.wallet(account.toLowerCase(), chain)], [cursorRaw, onchain.toString()]);
   return ok === 1 ? BigInt(diff) : null;
 }
-

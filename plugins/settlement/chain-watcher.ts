@@ -6,34 +6,125 @@
  *
  * One instance watches each chain at a time (a Redis lease per chain); the others stand by. Applying is
  * idempotent anyway: an event at or before the cursor is skipped.
+ *
+ * What a range must pass before it counts as scanned (SettlementChain.scanEvents): its blocks have the chain's
+ * confirmations; the node that answered had its last block (a lagging backend behind a load balancer answers with
+ * no logs for blocks it lacks); and the block scanned last before it is still the node's block at that height. That
+ * block's hash is kept in Redis beside the scanned block. A different hash there is a reorganisation deeper than the
+ * confirmations: events already applied may be gone, or back at other positions, where the cursor would drop or
+ * re-apply them. The watcher then halts the chain (chain-halt:<chain>, farebox_chain_halted, an error log and an
+ * alert) and applies nothing more of it until an operator resumes it: resumeChain rebuilds the chain's wallets as of
+ * the last block both branches share and lets the watcher apply the new branch from there.
+ *
+ * Reconciliation runs in a loop of its own per chain, paced (reconcileRate balanceOf calls a second), so a slow or
+ * failing reconciliation never delays events and a failing poll never stops reconciliation.
  */
 import type { Redis } from 'ioredis';
 import type { ChainName } from '../chains/config.js';
-import type { SettlementChain } from '../chains/port.js';
+import type { BlockRef, EscrowAdminEvent, Hex, SettlementChain } from '../chains/port.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { countBy, usdOf } from '../metrics/metrics.js';
 import { readWallet } from '../billing/wallets.js';
-import { applyEvents, correctSynced, readCursor } from './apply-events.js';
+import { applyEventBatch, correctSynced, readCursor } from './apply-events.js';
 import { keys } from '../store/keys.js';
 
 /** Watcher settings. */
 export interface WatcherSettings {
   pollMs: number;
+  /** Pause between two reconciliation rounds of a chain. */
   reconcileMs: number;
-  /** Most blocks read in one eth_getLogs range. */
-  maxRange: number;
+  /** Most balanceOf calls a second of one chain's reconciliation: the RPC serves the polls and the settler too. */
+  reconcileRate?: number;
   /** Block each chain's scan starts at when nothing was scanned yet (the escrow's deploy block). */
   startBlocks: Partial<Record<ChainName, bigint>>;
+}
+
+/** Why a chain's bookkeeping stopped: the JSON of chain-halt:<chain>. */
+export interface ChainHalt {
+  reason: 'reorg';
+  /** The block scanned last, whose hash the node no longer has. */
+  block: string;
+  expected: Hex;
+  found: Hex;
+  /** The cursor (last applied event) when it halted. */
+  cursor: string | null;
+  at: string;
 }
 
 const LEASE_MS = 10_000;
 /** A held lease is renewed once this much of it has run, not on every poll. */
 const RENEW_AFTER_MS = LEASE_MS / 3;
+const DEFAULT_RECONCILE_RATE = 20;
+/** Admin events that announce a change to who can take callers' money: logged as errors, alerted on. */
+const PROPOSALS = new Set<EscrowAdminEvent['kind']>(['settler_proposed', 'treasury_proposed', 'max_charge_proposed', 'ownership_transfer_started']);
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** What resumeChain did. */
+export interface ResumeReport {
+  halt: ChainHalt;
+  /** The last block both branches share: the chain's bookkeeping restarts after it. */
+  fork: BlockRef;
+  /** Wallets whose synced and locked amounts were read back at the fork block. */
+  wallets: number;
+}
+
+/** How many scanned blocks are kept as anchors for finding a fork (scan-anchors:<chain>). */
+const ANCHORS = 256;
+
+/**
+ * Resume a halted chain (an operator's step, after looking at the reorg the halt names). It finds the fork: the
+ * newest scanned block (scan-anchors) still on the node's chain, or `forkBlock` when given. It then rebuilds what
+ * the watcher derives from the chain as of that block: each known wallet's synced balance (balanceOf) and locked
+ * amount (pendingWithdrawal) read at the fork block, the cursor and the scanned block set to it. The watcher then
+ * applies the new branch's events from the next block: nothing of the orphaned blocks stays counted, nothing of the
+ * new branch is skipped. Call records are the exception: a charge of an orphaned block that the new branch does not
+ * carry left its record settled (and its amount out of pending) though the escrow never charged it; its debit must
+ * be queued again by hand. Needs the node's state at the fork block (a full node keeps the last 128 blocks).
+ */
+export async function resumeChain(r: Redis, name: ChainName, chain: SettlementChain, opts: { forkBlock?: bigint } = {}): Promise<ResumeReport> {
+  const raw = await r.get(keys.chainHalt(name));
+  if (raw === null) throw new Error(`${name} is not halted`);
+  let fork: BlockRef | undefined;
+  if (opts.forkBlock !== undefined) {
+    const hash = await chain.blockHash(opts.forkBlock);
+    if (hash === null) throw new Error(`${name}: the node has no block ${opts.forkBlock}`);
+    fork = { number: opts.forkBlock, hash };
+  } else {
+    for (const anchor of await r.lrange(keys.scanAnchors(name), 0, -1)) {
+      const [n, hash] = anchor.split(':') as [string, Hex];
+      if ((await chain.blockHash(BigInt(n)))?.toLowerCase() === hash.toLowerCase()) {
+        fork = { number: BigInt(n), hash };
+        break;
+      }
+    }
+    if (!fork) throw new Error(`${name}: none of the last ${ANCHORS} scanned blocks is on the node's chain: pass forkBlock`);
+  }
+  const accounts = await r.smembers(keys.wallets(name));
+  const state: [string, bigint, bigint][] = [];
+  for (const account of accounts) {
+    const [synced, w] = await Promise.all([chain.balanceOf(account as Hex, fork.number), chain.pendingWithdrawal(account as Hex, fork.number)]);
+    state.push([account, synced, w?.amount ?? 0n]);
+  }
+  const m = r.multi();
+  for (const [account, synced, locked] of state) m.hset(keys.wallet(account, name), 'synced', synced.toString(), 'locked', locked.toString());
+  // Every event up to the fork block was applied before the halt (the fork is at or below the scanned block).
+  m.set(keys.cursor(name), `${fork.number}:${Number.MAX_SAFE_INTEGER}`);
+  m.set(keys.scanned(name), fork.number.toString());
+  m.set(keys.scannedHash(name), fork.hash);
+  m.del(keys.scanAnchors(name));
+  m.lpush(keys.scanAnchors(name), `${fork.number}:${fork.hash}`);
+  m.del(keys.chainHalt(name));
+  await execAll(m);
+  return { halt: JSON.parse(raw) as ChainHalt, fork, wallets: state.length };
+}
 
 /** Follows the escrows of all chains. */
 export class ChainWatcher {
   private readonly r: Redis;
   private running = false;
+  /** Set while stop() runs: a poll or reconciliation round in progress ends early. */
+  private stopping = false;
   private readonly loops: Promise<void>[] = [];
   /** Differences seen in the last reconcile round, per chain and account. */
   private readonly suspects = new Map<string, bigint>();
@@ -45,6 +136,10 @@ export class ChainWatcher {
   private readonly wakers = new Map<ChainName, () => void>();
   /** Chains woken while not waiting: their next wait is skipped. */
   private readonly woken = new Set<ChainName>();
+  /** Per chain: ends the reconciler's wait (stop). */
+  private readonly reconcileWakers = new Map<ChainName, () => void>();
+  /** Chains whose node was behind at the last poll (logged once per stretch). */
+  private readonly behind = new Set<ChainName>();
 
   constructor(
     redis: Redis,
@@ -84,7 +179,7 @@ export class ChainWatcher {
   start(): void {
     this.running = true;
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
-      this.loops.push(this.loop(name, chain));
+      this.loops.push(this.loop(name, chain), this.reconcileLoop(name, chain));
     }
   }
 
@@ -109,97 +204,208 @@ export class ChainWatcher {
   }
 
   private async loop(name: ChainName, chain: SettlementChain): Promise<void> {
-    let lastReconcile = Date.now();
     let backoff = 0;
     while (this.running) {
       try {
+        let more = false;
         if (!(await this.lease(name))) {
-          // A standby's last lag reading would go stale: the lease holder reports it.
-          this.metrics.chainLagBlocks.remove({ chain: name });
+          // A standby's last readings would go stale: the lease holder reports them.
+          for (const g of [this.metrics.chainLagBlocks, this.metrics.chainHalted, this.metrics.chainLogRange]) g.remove({ chain: name });
         } else {
           // Polls mostly find the head where the last one left it: that costs one RPC request and no Redis.
           const head = await chain.latestBlock();
           if (head !== this.scannedHead.get(name)) {
             this.scannedHead.delete(name);
             await this.poll(name, chain, head);
-          }
-          if (Date.now() - lastReconcile >= this.settings.reconcileMs) {
-            lastReconcile = Date.now();
-            await this.reconcile(name, chain);
+            // Catching up (a range limit, a long outage): go on at once, once the lease is renewed.
+            more = this.scannedHead.get(name) !== head && !this.behind.has(name) && (await this.r.exists(keys.chainHalt(name))) === 0;
           }
         }
         backoff = 0;
-        await this.pause(name, this.settings.pollMs);
+        if (!more) await this.pause(name, this.settings.pollMs);
       } catch (err) {
         if (!this.running) break;
         // RPC or Redis errors: keep the cursor, retry with backoff.
         this.metrics.chainErrors.inc({ chain: name });
         this.log.warn({ err, chain: name }, 'chain watcher error; retrying');
         backoff = Math.min(30_000, backoff ? backoff * 2 : this.settings.pollMs);
-        await new Promise((r) => setTimeout(r, backoff));
+        await sleep(backoff);
       }
     }
   }
 
-  /** Read and apply the events of the blocks not scanned yet (one step; exported for tests). */
+  /**
+   * Read and apply the events of the blocks not scanned yet, up to `head` (one call; exported for tests). Stops
+   * early, to let the loop renew the lease, after RENEW_AFTER_MS of ranges; returns the events applied.
+   */
   async poll(name: ChainName, chain: SettlementChain, head?: bigint): Promise<number> {
     head ??= await chain.latestBlock();
-    const scannedRaw = await this.r.get(keys.scanned(name));
-    const from = scannedRaw !== null ? BigInt(scannedRaw) + 1n : (this.settings.startBlocks[name] ?? 0n);
-    if (from > head) {
-      this.metrics.chainLagBlocks.set({ chain: name }, 0);
-      if (this.leasedAt.has(name)) this.scannedHead.set(name, head);
-      return 0;
+    const started = Date.now();
+    let applied = 0;
+    for (;;) {
+      const [scannedRaw, hashRaw, halt] = await this.r.mget(keys.scanned(name), keys.scannedHash(name), keys.chainHalt(name));
+      if (halt !== null) {
+        this.metrics.chainHalted.set({ chain: name }, 1);
+        return applied;
+      }
+      this.metrics.chainHalted.set({ chain: name }, 0);
+      const from = scannedRaw !== null ? BigInt(scannedRaw) + 1n : (this.settings.startBlocks[name] ?? 0n);
+      if (from > head) {
+        this.metrics.chainLagBlocks.set({ chain: name }, 0);
+        if (this.leasedAt.has(name)) this.scannedHead.set(name, head);
+        return applied;
+      }
+      const parent: BlockRef | null = scannedRaw !== null && hashRaw !== null ? { number: BigInt(scannedRaw), hash: hashRaw as Hex } : null;
+      const scan = await chain.scanEvents(from, head, parent);
+      if (!scan.ok) {
+        if (scan.reason === 'node_behind') {
+          this.metrics.chainNodeBehind.inc({ chain: name });
+          if (!this.behind.has(name)) this.log.warn({ chain: name, block: scan.block.toString(), detail: scan.detail }, 'chain node behind the range asked; retrying');
+          this.behind.add(name);
+        } else {
+          await this.halt(name, scan.block, scan.expected, scan.found);
+        }
+        return applied;
+      }
+      this.behind.delete(name);
+      this.metrics.chainLogRange.set({ chain: name }, scan.span);
+      if (scan.splits > 0) this.metrics.chainLogRangeSplits.inc({ chain: name }, scan.splits);
+      const report = await applyEventBatch(this.r, name, scan.events);
+      countBy(report.applied, (kind, n) => this.metrics.chainEvents.inc({ chain: name, kind }, n));
+      applied += report.applied.length;
+      for (const a of report.anomalies) {
+        this.metrics.chainAnomalies.inc({ chain: name, kind: a.kind });
+        this.log.error({ chain: name, ...stringified(a) }, 'escrow event not applied: amount out of range (kept in chain-anomalies)');
+      }
+      for (const u of report.unmatched) {
+        this.metrics.unmatchedCharges.inc({ chain: name, reason: u.reason });
+        this.log.warn({ chain: name, ...stringified(u) }, 'charge outcome without a pending call record');
+      }
+      for (const e of scan.admin) {
+        this.metrics.escrowAdminEvents.inc({ chain: name, kind: e.kind });
+        const msg = PROPOSALS.has(e.kind) ? 'escrow role change announced' : 'escrow role event';
+        if (PROPOSALS.has(e.kind)) this.log.error({ chain: name, ...stringified(e) }, msg);
+        else this.log.warn({ chain: name, ...stringified(e) }, msg);
+      }
+      await execAll(
+        this.r
+          .multi()
+          .mset(keys.scanned(name), scan.to.number.toString(), keys.scannedHash(name), scan.to.hash)
+          .lpush(keys.scanAnchors(name), `${scan.to.number}:${scan.to.hash}`)
+          .ltrim(keys.scanAnchors(name), 0, ANCHORS - 1),
+      );
+      this.metrics.chainLagBlocks.set({ chain: name }, Number(head - scan.to.number));
+      if (scan.to.number === head) {
+        if (this.leasedAt.has(name)) this.scannedHead.set(name, head);
+        return applied;
+      }
+      if (Date.now() - started >= RENEW_AFTER_MS || this.stopping) return applied;
     }
-    const to = head - from + 1n > BigInt(this.settings.maxRange) ? from + BigInt(this.settings.maxRange) - 1n : head;
-    const events = await chain.readEvents(from, to);
-    const kinds = await applyEvents(this.r, name, events);
-    countBy(kinds, (kind, n) => this.metrics.chainEvents.inc({ chain: name, kind }, n));
-    const applied = kinds.length;
-    await this.r.set(keys.scanned(name), to.toString());
-    if (to === head && this.leasedAt.has(name)) this.scannedHead.set(name, head);
-    this.metrics.chainLagBlocks.set({ chain: name }, Number(head - to));
-    return applied;
   }
 
-  /** Compare every synced balance of a chain with the chain (one round; exported for tests). */
-  async reconcile(name: ChainName, chain: SettlementChain): Promise<number> {
-    let corrected = 0;
-    const accounts = await this.r.smembers(keys.wallets(name));
-    for (const account of accounts) {
-      // Cursor first, then the scanned block: the balance at that block is what the applied events sum to.
-      const cursor = await readCursor(this.r, name);
-      const scanned = await this.r.get(keys.scanned(name));
-      if (scanned === null) return corrected;
-      const onchain = await chain.balanceOf(account as `0x${string}`, BigInt(scanned));
-      const wallet = await readWallet(this.r, account, name);
-      const key = `${name}:${account}`;
-      const diff = onchain - wallet.synced;
-      if (diff === 0n) {
-        this.suspects.delete(key);
-        continue;
-      }
-      // A difference can be an event the watcher has not applied yet: correct only one seen twice alike.
-      if (this.suspects.get(key) !== diff) {
-        this.suspects.set(key, diff);
-        continue;
-      }
-      this.suspects.delete(key);
-      const made = await correctSynced(this.r, name, account, cursor?.raw ?? '', onchain);
-      if (made !== null) {
-        corrected++;
-        this.metrics.drift.inc({ chain: name }, usdOf(made < 0n ? -made : made));
-        this.metrics.driftCorrections.inc({ chain: name });
-        this.log.warn({ chain: name, account, synced: wallet.synced.toString(), onchain: onchain.toString() }, 'synced balance corrected');
+  /** Stop applying `name`'s events: the block scanned last is no longer the node's (see the head of this file). */
+  private async halt(name: ChainName, block: bigint, expected: Hex, found: Hex): Promise<void> {
+    const cursor = await this.r.get(keys.cursor(name));
+    const halt: ChainHalt = { reason: 'reorg', block: block.toString(), expected, found, cursor, at: new Date().toISOString() };
+    await this.r.set(keys.chainHalt(name), JSON.stringify(halt), 'NX');
+    this.metrics.chainHalted.set({ chain: name }, 1);
+    this.log.error({ chain: name, ...halt }, 'chain reorganised below the confirmed block scanned last: its events are no longer applied until an operator resumes it');
+  }
+
+  /**
+   * Reconcile `name` every reconcileMs while this instance holds its lease; errors are counted, never fatal. The loop
+   * takes or renews the lease itself: a poll loop waiting out a long backoff must not let it lapse under it.
+   */
+  private async reconcileLoop(name: ChainName, chain: SettlementChain): Promise<void> {
+    while (this.running) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, this.settings.reconcileMs);
+        function done() {
+          clearTimeout(timer);
+          resolve();
+        }
+        this.reconcileWakers.set(name, done);
+      });
+      this.reconcileWakers.delete(name);
+      if (!this.running) break;
+      try {
+        if (!(await this.lease(name))) {
+          this.metrics.reconcileLastRound.remove({ chain: name });
+          continue;
+        }
+        await this.reconcile(name, chain);
+      } catch (err) {
+        this.metrics.chainErrors.inc({ chain: name });
+        this.log.warn({ err, chain: name }, 'reconciliation round failed');
       }
     }
+  }
+
+  /**
+   * Compare every synced balance of a chain with the chain (one round, paced; exported for tests). A halted chain
+   * is not reconciled: its synced balances stand as the watcher left them. Returns the corrections made.
+   */
+  async reconcile(name: ChainName, chain: SettlementChain): Promise<number> {
+    if ((await this.r.exists(keys.chainHalt(name))) === 1) return 0;
+    const gap = 1000 / (this.settings.reconcileRate ?? DEFAULT_RECONCILE_RATE);
+    let corrected = 0;
+    let cursor = '0';
+    let first = true;
+    do {
+      const [next, accounts] = await this.r.sscan(keys.wallets(name), cursor, 'COUNT', 100);
+      cursor = next;
+      for (const account of accounts) {
+        if (this.stopping) return corrected;
+        if (!first) await sleep(gap);
+        first = false;
+        try {
+          if (await this.reconcileOne(name, chain, account)) corrected++;
+        } catch (err) {
+          // One account's failure (an RPC error, a balance beyond what Redis counts) does not end the round.
+          this.metrics.chainErrors.inc({ chain: name });
+          this.log.warn({ err, chain: name, account }, 'reconciling an account failed');
+        }
+      }
+    } while (cursor !== '0');
+    this.metrics.reconcileLastRound.set({ chain: name }, Date.now() / 1000);
     return corrected;
+  }
+
+  /** One account of a round: true when its synced balance was corrected. */
+  private async reconcileOne(name: ChainName, chain: SettlementChain, account: string): Promise<boolean> {
+    // Cursor first, then the scanned block: the balance at that block is what the applied events sum to.
+    const cursor = await readCursor(this.r, name);
+    const scanned = await this.r.get(keys.scanned(name));
+    if (scanned === null) return false;
+    const onchain = await chain.balanceOf(account as `0x${string}`, BigInt(scanned));
+    const wallet = await readWallet(this.r, account, name);
+    const key = `${name}:${account}`;
+    const diff = onchain - wallet.synced;
+    if (diff === 0n) {
+      this.suspects.delete(key);
+      return false;
+    }
+    // A difference can be an event the watcher has not applied yet: correct only one seen twice alike.
+    if (this.suspects.get(key) !== diff) {
+      this.suspects.set(key, diff);
+      return false;
+    }
+    this.suspects.delete(key);
+    const made = await correctSynced(this.r, name, account, cursor?.raw ?? '', onchain);
+    if (made === null) return false;
+    this.metrics.drift.inc({ chain: name }, usdOf(made < 0n ? -made : made));
+    this.metrics.driftCorrections.inc({ chain: name });
+    this.log.warn({ chain: name, account, synced: wallet.synced.toString(), onchain: onchain.toString() }, 'synced balance corrected');
+    return true;
   }
 
   async stop(): Promise<void> {
     this.running = false;
-    for (const waker of [...this.wakers.values()]) waker();
+    this.stopping = true;
+    for (const waker of [...this.wakers.values(), ...this.reconcileWakers.values()]) waker();
     await Promise.allSettled(this.loops);
+    this.loops.length = 0;
+    this.stopping = false;
     this.woken.clear();
     this.leasedAt.clear();
     this.scannedHead.clear();
@@ -210,4 +416,16 @@ export class ChainWatcher {
         .catch(() => {});
     }
   }
+}
+
+/** Run a MULTI; throws on a discarded transaction or a failed command in it. */
+async function execAll(m: ReturnType<Redis['multi']>): Promise<void> {
+  const results = await m.exec();
+  const failed = results?.find(([err]) => err);
+  if (!results || failed) throw failed?.[0] ?? new Error('Redis transaction discarded');
+}
+
+/** A record's bigints as strings, for a JSON log line. */
+function stringified(o: object): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v]));
 }

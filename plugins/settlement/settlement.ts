@@ -41,12 +41,14 @@ export class Settlement {
   ) {
     if (!billing.settler && !billing.watcher) return;
     const chains: Partial<Record<ChainName, SettlementChain>> = {};
-    for (const name of CHAIN_NAMES) chains[name] = createEvmChain(name, chainsConfig[name], { env });
+    for (const name of CHAIN_NAMES) {
+      const onFeeCapped = () => metrics.settlementFeeCapped.inc({ chain: name });
+      chains[name] = createEvmChain(name, chainsConfig[name], { env, onFeeCapped });
+    }
     if (billing.watcher) {
       this.watcher = new ChainWatcher(redis, chains, instance, {
         pollMs: Math.min(...CHAIN_NAMES.map((n) => chainsConfig[n].poll_interval_ms)),
         reconcileMs: billing.reconcile_interval_ms,
-        maxRange: 2_000,
         startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(chainsConfig[n].deploy_block)])),
       }, metrics, log);
     }

@@ -29,6 +29,12 @@
  * Chains (plugins/settlement/)
  *   cursor:<chain>           string  last applied escrow event, "block:logIndex"
  *   scanned:<chain>          string  last block scanned
+ *   scanned-hash:<chain>     string  hash of that block, checked on the next scan (a reorg below it halts the chain)
+ *   scan-anchors:<chain>     list    "block:hash" of the last 256 scanned blocks, newest first: where a resume
+ *                                    after a reorg finds the last block both branches share
+ *   chain-halt:<chain>       string  JSON: why the watcher stopped applying the chain's events (a deep reorg),
+ *                                    until an operator resumes it (chain-watcher.ts, resumeChain)
+ *   chain-anomalies:<chain>  list    JSON per escrow event the watcher could not apply (apply-events.ts); kept
  *   watcher-lease:<chain>    string  the instance watching the chain
  * Embedded default (plugins/serve.ts)
  *   dev-chains               string  the dev chains' config, for the CLI
@@ -64,6 +70,10 @@ export const keys = {
 
   cursor: (chain: string) => `cursor:${chain}`,
   scanned: (chain: string) => `scanned:${chain}`,
+  scannedHash: (chain: string) => `scanned-hash:${chain}`,
+  scanAnchors: (chain: string) => `scan-anchors:${chain}`,
+  chainHalt: (chain: string) => `chain-halt:${chain}`,
+  chainAnomalies: (chain: string) => `chain-anomalies:${chain}`,
   watcherLease: (chain: string) => `watcher-lease:${chain}`,
 
   devChains: 'dev-chains',
@@ -79,5 +89,6 @@ export const luaKeys = {
 
 /** Patterns of the keys that describe one set of chains: cleared when the embedded default's dev chains restart. */
 export const CHAIN_STATE_PATTERNS = [
-  'wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'debits:*', 'holds', 'owner-holds:*', 'instances', 'watcher-lease:*',
+  'wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'scanned-hash:*', 'scan-anchors:*', 'chain-halt:*', 'chain-anomalies:*', 'debits:*',
+  'holds', 'owner-holds:*', 'instances', 'watcher-lease:*',
 ] as const;

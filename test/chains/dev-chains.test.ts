@@ -6,7 +6,7 @@ import { createPublicClient, encodeFunctionData, http } from 'viem';
 import { mnemonicToAccount } from 'viem/accounts';
 import { deployEscrow } from '../../deploy/deploy-escrow.js';
 import { escrowAbi } from '../../plugins/chains/abi.js';
-import { CHAIN_NAMES } from '../../plugins/chains/config.js';
+import { CHAIN_NAMES, type Address } from '../../plugins/chains/config.js';
 import { DEV_CHAIN_IDS, DEV_KEYS, startDevChains } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 
@@ -119,6 +119,8 @@ t.test('deployEscrow deploys for an existing 6-decimal stablecoin; refuses anyth
     treasury: DEV_KEYS.treasury.address,
     settler: DEV_KEYS.callers[2].address,
     timelock: 86_400n,
+    roleDelay: 259_200n,
+    maxCharge: 100_000_000n,
     deployerKey: DEV_KEYS.callers[3].privateKey,
   };
   const r = await deployEscrow(args);
@@ -128,10 +130,15 @@ t.test('deployEscrow deploys for an existing 6-decimal stablecoin; refuses anyth
   t.equal(await read('owner'), DEV_KEYS.callers[3].address, 'owner defaults to the deployer');
   t.equal(await read('treasury'), DEV_KEYS.treasury.address);
   t.equal(await pub.readContract({ address: r.escrow, abi: escrowAbi, functionName: 'withdrawalDelay' }), 86_400n);
+  t.equal(await pub.readContract({ address: r.escrow, abi: escrowAbi, functionName: 'roleDelay' }), 259_200n);
+  t.equal(await pub.readContract({ address: r.escrow, abi: escrowAbi, functionName: 'maxCharge' }), 100_000_000n);
   t.equal(await pub.readContract({ address: r.escrow, abi: escrowAbi, functionName: 'isSettler', args: [DEV_KEYS.callers[2].address] }), true);
   t.equal((await pub.getTransactionReceipt({ hash: r.tx })).blockNumber, BigInt(r.deploy_block));
   await t.rejects(deployEscrow({ ...args, stablecoin: c.escrow }), /decimals/, 'the escrow is not a stablecoin');
   await t.rejects(deployEscrow({ ...args, treasury: '0x1234' }), /treasury/);
+  await t.rejects(deployEscrow({ ...args, timelock: 0n }), /timelock must be > 0/, 'a withdrawal timelock of 0');
+  await t.rejects(deployEscrow({ ...args, roleDelay: 86_400n }), /role delay .* longer than the timelock/);
+  await t.rejects(deployEscrow({ ...args, maxCharge: 0n }), /max charge/);
 });
 
 t.test('deploy-escrow CLI prints the config fields as JSON; bad input exits non-zero', async (t) => {
@@ -139,10 +146,15 @@ t.test('deploy-escrow CLI prints the config fields as JSON; bad input exits non-
   const run = promisify(execFile);
   const script = new URL('../../deploy/deploy-escrow.ts', import.meta.url).pathname;
   const argv = ['--import', 'tsx', script, '--rpc-url', c.rpc_url, '--stablecoin', c.stablecoin];
-  const more = ['--treasury', DEV_KEYS.treasury.address, '--settler', DEV_KEYS.settler.address, '--timelock', '3600'];
+  const more = ['--treasury', DEV_KEYS.treasury.address, '--settler', DEV_KEYS.settler.address, '--timelock', '3600', '--role-delay', '7200', '--max-charge', '250.5'];
   const env = { ...process.env, FAREBOX_DEPLOYER_KEY: DEV_KEYS.callers[3].privateKey };
   const { stdout } = await run(process.execPath, [...argv, ...more], { env });
-  t.match(JSON.parse(stdout), { chain_id: DEV_CHAIN_IDS.chain_c, escrow: /^0x[0-9a-fA-F]{40}$/ });
+  const deployed = JSON.parse(stdout) as { escrow: Address };
+  t.match(deployed, { chain_id: DEV_CHAIN_IDS.chain_c, escrow: /^0x[0-9a-fA-F]{40}$/ });
+  const pub = createPublicClient({ transport: http(c.rpc_url) });
+  t.equal(await pub.readContract({ address: deployed.escrow, abi: escrowAbi, functionName: 'maxCharge' }), 250_500_000n, '--max-charge in USD');
+  const zero = await run(process.execPath, [...argv, ...more.map((a) => (a === '3600' ? '0' : a))], { env }).catch((e: { code: number; stderr: string }) => e);
+  t.match(zero, { code: 1, stderr: /timelock must be > 0/ });
   const err = await run(process.execPath, argv, { env }).catch((e: { code: number; stderr: string }) => e);
   t.match(err, { code: 1, stderr: /missing --treasury/ });
 });

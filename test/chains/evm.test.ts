@@ -4,10 +4,11 @@ import { createPublicClient, createTestClient, createWalletClient, http, type He
 import { privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi } from '../../plugins/chains/abi.js';
 import type { ChainConfig } from '../../plugins/chains/config.js';
-import { devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
+import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain, MAX_CHARGES_PER_BATCH, type EvmChainOptions } from '../../plugins/chains/evm.js';
-import { callIdOf, SettlementError, type Charge } from '../../plugins/chains/port.js';
+import { callIdOf, SettlementError, type Charge, type ScanResult } from '../../plugins/chains/port.js';
+import { startRpcProxy } from './rpc-proxy.js';
 
 const dc = await startDevChains({ basePort: 0, withdrawalDelay: 60n });
 t.teardown(() => dc.close());
@@ -61,6 +62,14 @@ async function replacedInMempool(hash: Hex): Promise<boolean> {
     await sleep(25);
   }
   return false;
+}
+
+/** The settler role back, through the escrow's role timelock (twice the 60 s withdrawal timelock here). */
+async function regrant(): Promise<void> {
+  await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'proposeSettler', args: [settler.address] }));
+  await testClient.increaseTime({ seconds: 121 });
+  await testClient.mine({ blocks: 1 });
+  await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'grantSettler', args: [settler.address] }));
 }
 
 await mintAndDeposit(c, alice.address, 1_000_000_000n);
@@ -281,21 +290,21 @@ t.test('a batch that reverts onchain (role revoked after it was sent) -> reverte
     await wallet(owner).writeContract({
       address: c.escrow,
       abi: escrowAbi,
-      functionName: 'setSettler',
-      args: [settler.address, false],
+      functionName: 'revokeSettler',
+      args: [settler.address],
       maxPriorityFeePerGas: 50_000_000_000n,
       maxFeePerGas: 100_000_000_000n,
     });
   });
   t.equal(await code(p!.wait()), 'reverted');
-  await mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, true] }));
+  await regrant();
   t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged']);
 });
 
 t.test('batches are simulated before sending at first and after a failure, not while they mine', async (t) => {
   const fresh = evm();
   const revoke = (on: boolean) =>
-    mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'setSettler', args: [settler.address, on] }));
+    on ? regrant() : mined(wallet(owner).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'revokeSettler', args: [settler.address] }));
   await revoke(false);
   let nonce = await settlerNonce();
   t.equal(await code(fresh.submitCharges(charges(1))), 'not_settler', 'the first batch is simulated: refused unsent');
@@ -312,4 +321,167 @@ t.test('batches are simulated before sending at first and after a failure, not w
   t.equal(await settlerNonce(), nonce + 1, 'nothing more sent');
   await revoke(true);
   t.same((await fresh.charge(charges(2))).results.map((r) => r.outcome), ['charged', 'charged']);
+});
+
+t.test('a charge above the escrow cap comes back over_cap; maxCharge reads the cap', async (t) => {
+  t.equal(await chain.maxCharge(), DEV_MAX_CHARGE);
+  const r = await chain.charge([
+    { callId: id(), account: alice.address, amount: DEV_MAX_CHARGE + 1n },
+    { callId: id(), account: alice.address, amount: 5n },
+  ]);
+  t.match(r.results, [{ outcome: 'over_cap', maxCharge: DEV_MAX_CHARGE }, { outcome: 'charged' }]);
+  t.equal(r.total, 5n);
+  t.equal(await chain.callStatus(r.results[0]!.callId), 'refused');
+});
+
+/** Every block from `from` to `to` scanned in as many scanEvents calls as the node's limits take. */
+async function scanAll(ch: ReturnType<typeof evm>, from: bigint, to: bigint) {
+  const results: Extract<ScanResult, { ok: true }>[] = [];
+  for (let next = from; next <= to; ) {
+    const r = await ch.scanEvents(next, to, null);
+    if (!r.ok) throw new Error(`scan stopped: ${r.reason}`);
+    results.push(r);
+    next = r.to.number + 1n;
+  }
+  return results;
+}
+
+t.test("eth_getLogs ranges halve on a node's range limit and grow back after successes, never past max_log_range", async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  const ch = evm({ rpc_url: proxy.url, max_log_range: 2_000 });
+  const from = (await chain.latestBlock()) + 1n;
+  const first = await chain.charge(charges(1));
+  await testClient.mine({ blocks: 3_000 });
+  const last = await chain.charge(charges(1));
+  proxy.maxRange = 300; // "query exceeds max block range 300"
+  const events = await ch.readEvents(from, last.blockNumber);
+  t.same(events.map((e) => e.txHash), [first.txHash, last.txHash], 'every event read across the limit');
+
+  const scans = await scanAll(ch, from, last.blockNumber);
+  t.same(scans.flatMap((s) => s.events.map((e) => e.txHash)), [first.txHash, last.txHash]);
+  t.ok(scans.every((s) => s.span <= 512), 'the range stays near the limit: it grows back only after successes');
+  t.equal(scans.at(-1)!.to.number, last.blockNumber);
+  const refused = scans.reduce((n, s) => n + s.splits, 0);
+  t.ok(refused <= 2 + scans.length / 8, `${refused} refusals for ${scans.length} ranges`);
+
+  proxy.maxRange = undefined;
+  let span = 0;
+  for (let i = 0; i < 60; i++) span = Math.max(span, (await scanAll(ch, from, from + 20n))[0]!.span);
+  t.equal(span, 2_000, 'grown back to max_log_range, and no further');
+});
+
+t.test('too many results in a range: halved until the answer fits; one block still too big is an error, not a skip', async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  const ch = evm({ rpc_url: proxy.url });
+  const from = (await chain.latestBlock()) + 1n;
+  const txs: Hex[] = [];
+  for (let i = 0; i < 6; i++) txs.push((await chain.charge(charges(1))).txHash);
+  const to = await chain.latestBlock();
+  proxy.maxResults = 2; // "query returned more than 2 results"
+  t.same((await ch.readEvents(from, to)).map((e) => e.txHash), txs);
+  const big = await chain.charge(charges(3)); // three events in one block
+  await t.rejects(ch.readEvents(big.blockNumber, big.blockNumber), /more than 2 results/);
+});
+
+t.test('scanEvents: a node that lacks the range end answers node_behind; the range is not taken as scanned', async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  const ch = evm({ rpc_url: proxy.url });
+  const from = (await chain.latestBlock()) + 1n;
+  const charged = await chain.charge(charges(1));
+  proxy.lagHead = charged.blockNumber - 1n; // this backend has not seen the charge's block yet
+  const behind = await ch.scanEvents(from, charged.blockNumber, null);
+  t.match(behind, { ok: false, reason: 'node_behind', block: charged.blockNumber });
+  proxy.lagHead = undefined;
+  const caught = await ch.scanEvents(from, charged.blockNumber, null);
+  t.match(caught, { ok: true, to: { number: charged.blockNumber } });
+  t.same(caught.ok && caught.events.map((e) => e.txHash), [charged.txHash]);
+  // Past the head of the node itself (it answers such a range with no logs and no error).
+  t.match(await chain.scanEvents(charged.blockNumber + 1n, charged.blockNumber + 5n, null), { ok: false, reason: 'node_behind' });
+});
+
+t.test('scanEvents: a node without batches is asked one request at a time', async (t) => {
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  proxy.refuseBatches = true;
+  const ch = evm({ rpc_url: proxy.url });
+  const from = (await chain.latestBlock()) + 1n;
+  const charged = await chain.charge(charges(1));
+  const r = await ch.scanEvents(from, charged.blockNumber, null);
+  t.same(r.ok && r.events.map((e) => e.txHash), [charged.txHash]);
+  t.same(proxy.seen.slice(0, 3), ['batch', 'eth_getLogs', 'eth_getBlockByNumber'], 'one refused batch, then single requests');
+});
+
+t.test('scanEvents: the parent block is checked by hash; a reorg below it answers reorged', async (t) => {
+  // chain_d, so the other tests' history on chain_c stays as it is.
+  const d = dc.chains.chain_d;
+  const dTest = createTestClient({ chain: devViemChain('chain_d', d.chain_id, d.rpc_url), transport: http(d.rpc_url), mode: 'hardhat' });
+  const ch = createEvmChain('chain_d', d);
+  const snapshot = await dTest.snapshot();
+  const from = (await ch.latestBlock()) + 1n;
+  await mintAndDeposit(d, carol.address, 5n);
+  const head = await ch.latestBlock();
+  const scanned = await ch.scanEvents(from, head, null);
+  if (!scanned.ok) throw new Error('scan failed');
+  t.same(scanned.events.map((e) => e.kind), ['deposited']);
+  await dTest.mine({ blocks: 1 });
+  t.match(await ch.scanEvents(head + 1n, head + 1n, scanned.to), { ok: true }, 'the same branch: the parent still matches');
+
+  await dTest.revert({ id: snapshot });
+  await mintAndDeposit(d, bob.address, 7n); // another branch from the snapshot on
+  await dTest.mine({ blocks: 2 });
+  const r = await ch.scanEvents(head + 1n, head + 1n, scanned.to);
+  t.match(r, { ok: false, reason: 'reorged', block: head, expected: scanned.to.hash });
+  t.not(!r.ok && r.reason === 'reorged' && r.found, scanned.to.hash);
+});
+
+t.test('a batch waits while the base fee is above max_fee_per_gas, counted, and is sent under it once the fee falls', async (t) => {
+  let capped = 0;
+  const ch = evm({ max_fee_per_gas: '5', replace_after_ms: 30_000 }, { pollIntervalMs: 20, onFeeCapped: () => capped++ });
+  await testClient.request({ method: 'hardhat_setNextBlockBaseFeePerGas' as never, params: ['0xba43b7400'] as never }); // 50 gwei
+  await testClient.mine({ blocks: 1 });
+  const nonce = await settlerNonce();
+  const batch = charges(1);
+  const sending = ch.submitCharges(batch);
+  await sleep(300);
+  t.equal(await settlerNonce(), nonce, 'nothing sent while the base fee is 10x the ceiling');
+  t.equal(capped, 1, 'counted once for the batch');
+  await testClient.request({ method: 'hardhat_setNextBlockBaseFeePerGas' as never, params: ['0x3b9aca00'] as never }); // 1 gwei
+  await testClient.mine({ blocks: 1 });
+  const receipt = await (await sending).wait();
+  const tx = await pub.getTransaction({ hash: receipt.txHash });
+  t.ok(tx.maxFeePerGas! <= 5_000_000_000n, `maxFeePerGas ${tx.maxFeePerGas} within the 5 gwei ceiling`);
+  t.same(receipt.results.map((r) => r.outcome), ['charged']);
+});
+
+t.test('fees above the ceiling past replace_after_ms: fee_capped, nothing sent', async (t) => {
+  const ch = evm({ max_fee_per_gas: '0.000000001', replace_after_ms: 200 }, { pollIntervalMs: 20 }); // 1 wei
+  await testClient.request({ method: 'hardhat_setNextBlockBaseFeePerGas' as never, params: ['0x3b9aca00'] as never });
+  await testClient.mine({ blocks: 1 });
+  const nonce = await settlerNonce();
+  t.equal(await code(ch.submitCharges(charges(1))), 'fee_capped');
+  t.equal(await settlerNonce(), nonce);
+});
+
+t.test('replacements of a stuck batch rise to max_fee_per_gas and never above it', async (t) => {
+  let capped = 0;
+  const block = await pub.getBlock();
+  // Room for one full bump above the first fees, not for two.
+  const first = (block.baseFeePerGas! * 12n) / 10n + 1_000_000_000n;
+  const ceiling = (first * 140n) / 100n;
+  const gwei = `${ceiling / 1_000_000_000n}.${(ceiling % 1_000_000_000n).toString().padStart(9, '0')}`;
+  const ch = evm({ max_fee_per_gas: gwei, replace_after_ms: 60 }, { pollIntervalMs: 10, maxReplacements: 50, onFeeCapped: () => capped++ });
+  const receipt = await withoutAutomine(async () => {
+    const p = await ch.submitCharges(charges(1));
+    for (let i = 0; i < 300 && capped === 0; i++) await sleep(10);
+    t.ok(capped >= 1, 'a bump past the ceiling was held back and counted');
+    await testClient.mine({ blocks: 1 });
+    return p.wait();
+  });
+  const tx = await pub.getTransaction({ hash: receipt.txHash });
+  t.ok(tx.maxFeePerGas! <= ceiling, `mined at ${tx.maxFeePerGas} <= ${ceiling}`);
+  t.ok(tx.maxPriorityFeePerGas! <= tx.maxFeePerGas!);
+  t.ok(tx.maxFeePerGas! > first, 'replaced at least once');
 });

@@ -5,6 +5,8 @@ import {
   createPublicClient,
   createTestClient,
   createWalletClient,
+  decodeErrorResult,
+  encodeDeployData,
   http,
   parseEventLogs,
   type Hex,
@@ -12,10 +14,12 @@ import {
 import { privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi, testStablecoinAbi, RECEIVE_WITH_AUTHORIZATION_TYPES } from '../../plugins/chains/abi.js';
 import type { Address } from '../../plugins/chains/config.js';
-import { devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
+import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { callIdOf } from '../../plugins/chains/port.js';
+import { loadArtifacts } from '../../contracts/compile.js';
 
 const DELAY = 3600n;
+const ROLE_DELAY = 2n * DELAY;
 const dc = await startDevChains({ basePort: 0, withdrawalDelay: DELAY });
 t.teardown(() => dc.close());
 
@@ -59,10 +63,17 @@ const escrow = (k: DevKey) => ({
     wallet(k).writeContract({ address: c.escrow, abi, functionName: 'requestWithdrawal', args: [amount] }),
   cancelWithdrawal: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelWithdrawal' }),
   withdraw: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'withdraw' }),
-  setSettler: (who: Address, on: boolean) =>
-    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'setSettler', args: [who, on] }),
-  setTreasury: (who: Address) =>
-    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'setTreasury', args: [who] }),
+  proposeSettler: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeSettler', args: [who] }),
+  cancelSettlerProposal: (who: Address) =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelSettlerProposal', args: [who] }),
+  grantSettler: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'grantSettler', args: [who] }),
+  revokeSettler: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'revokeSettler', args: [who] }),
+  proposeTreasury: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeTreasury', args: [who] }),
+  cancelTreasuryProposal: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelTreasuryProposal' }),
+  applyTreasury: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'applyTreasury' }),
+  proposeMaxCharge: (v: bigint) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeMaxCharge', args: [v] }),
+  cancelMaxChargeProposal: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelMaxChargeProposal' }),
+  applyMaxCharge: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'applyMaxCharge' }),
   transferOwnership: (who: Address) =>
     wallet(k).writeContract({ address: c.escrow, abi, functionName: 'transferOwnership', args: [who] }),
   acceptOwnership: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'acceptOwnership' }),
@@ -87,6 +98,12 @@ async function fundEscrow(k: DevKey, amount: bigint) {
 let seq = 0;
 const ids = (n: number) => Array.from({ length: n }, () => callIdOf(`escrow-test-${seq++}`));
 
+/** Chain time moves `seconds` on, and a block is mined at the new time. */
+async function later(seconds: bigint) {
+  await testClient.increaseTime({ seconds: Number(seconds) });
+  await testClient.mine({ blocks: 1 });
+}
+
 t.test('deployed with the configured token, roles and withdrawal delay', async (t) => {
   const get = (functionName: 'token' | 'owner' | 'treasury') =>
     pub.readContract({ address: c.escrow, abi, functionName });
@@ -96,6 +113,28 @@ t.test('deployed with the configured token, roles and withdrawal delay', async (
   t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'withdrawalDelay' }), DELAY);
   t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'isSettler', args: [settler.address] }), true);
   t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'isSettler', args: [alice.address] }), false);
+  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'roleDelay' }), ROLE_DELAY);
+  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'maxCharge' }), DEV_MAX_CHARGE);
+});
+
+t.test('deployment refuses a withdrawal timelock of 0, a role delay not above it, and a cap of 0', async (t) => {
+  const { Escrow } = await loadArtifacts();
+  // The constructor's revert, read from an eth_call of the creation code.
+  const refused = async (withdrawal: bigint, role: bigint, cap: bigint) => {
+    const data = encodeDeployData({ abi: escrowAbi, bytecode: Escrow.bytecode, args: [c.stablecoin, owner.address, treasury.address, settler.address, withdrawal, role, cap] });
+    try {
+      await pub.call({ account: owner.address, data });
+      return 'deployed';
+    } catch (err) {
+      const revert = (err as BaseError).walk((e) => typeof (e as { data?: unknown }).data === 'string') as { data?: Hex } | null;
+      return revert?.data ? decodeErrorResult({ abi: escrowAbi, data: revert.data }).errorName : String(err);
+    }
+  };
+  t.equal(await refused(0n, 10n, 1n), 'ZeroDelay');
+  t.equal(await refused(60n, 60n, 1n), 'RoleDelayTooShort');
+  t.equal(await refused(60n, 59n, 1n), 'RoleDelayTooShort');
+  t.equal(await refused(60n, 61n, 0n), 'ZeroAmount');
+  t.equal(await refused(1n, 2n, 1n), 'deployed', 'the smallest delays it takes');
 });
 
 t.test('deposit pulls approved tokens and credits the sender (Deposited)', async (t) => {
@@ -381,23 +420,131 @@ t.test('full withdrawal after the timelock pays the requested amount', async (t)
   t.equal(await read.tokens(dave.address), 1_000n);
 });
 
-t.test('roles: only the owner sets settlers and treasury', async (t) => {
-  t.equal(await refusal(escrow(alice).setSettler(alice.address, true)), 'NotOwner');
-  t.equal(await refusal(escrow(settler).setTreasury(alice.address)), 'NotOwner');
-  t.equal(await refusal(escrow(owner).setTreasury('0x0000000000000000000000000000000000000000')), 'ZeroAddress');
+t.test('roles: only the owner proposes; a settler is granted only roleDelay after its proposal, and revoked at once', async (t) => {
+  t.equal(await refusal(escrow(alice).proposeSettler(alice.address)), 'NotOwner');
+  t.equal(await refusal(escrow(settler).grantSettler(settler.address)), 'NotOwner');
+  t.equal(await refusal(escrow(alice).revokeSettler(settler.address)), 'NotOwner');
+  t.equal(await refusal(escrow(owner).proposeSettler('0x0000000000000000000000000000000000000000')), 'ZeroAddress');
+  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal', 'no grant without a proposal');
 
-  const added = await mined(escrow(owner).setSettler(dave.address, true));
-  matchEvents(t, added.events, [{ eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: true } }]);
-  const { events } = await mined(escrow(dave).charge(ids(1), [carol.address], [1n]));
-  matchEvents(t, events, [{ eventName: 'Charged' }]); // a new settler can charge
-  await mined(escrow(owner).setSettler(dave.address, false));
-  t.equal(await refusal(escrow(dave).charge(ids(1), [carol.address], [1n])), 'NotSettler', 'revoked');
+  const proposed = await mined(escrow(owner).proposeSettler(dave.address));
+  const readyAt = (await pub.getBlock({ blockNumber: proposed.receipt.blockNumber })).timestamp + ROLE_DELAY;
+  matchEvents(t, proposed.events, [{ eventName: 'SettlerProposed', args: { settler: dave.address, readyAt } }]);
+  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'settlerReadyAt', args: [dave.address] }), readyAt);
+  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'ProposalNotReady', 'not before the delay');
+  t.equal(await refusal(escrow(dave).charge(ids(1), [carol.address], [1n])), 'NotSettler', 'a proposed settler cannot charge');
+  await later(ROLE_DELAY - 10n);
+  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'ProposalNotReady', '10 s early');
+  await later(10n);
+  const granted = await mined(escrow(owner).grantSettler(dave.address));
+  matchEvents(t, granted.events, [{ eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: true } }]);
+  matchEvents(t, (await mined(escrow(dave).charge(ids(1), [carol.address], [1n]))).events, [{ eventName: 'Charged' }]);
+  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal', 'a proposal is used once');
 
-  await mined(escrow(owner).setTreasury(dave.address));
+  const revoked = await mined(escrow(owner).revokeSettler(dave.address));
+  matchEvents(t, revoked.events, [{ eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: false } }]);
+  t.equal(await refusal(escrow(dave).charge(ids(1), [carol.address], [1n])), 'NotSettler', 'revoked at once');
+
+  // Cancelled, or dropped by a revocation: nothing to grant later.
+  await mined(escrow(owner).proposeSettler(dave.address));
+  const cancelled = await mined(escrow(owner).cancelSettlerProposal(dave.address));
+  matchEvents(t, cancelled.events, [{ eventName: 'SettlerProposalCancelled', args: { settler: dave.address } }]);
+  t.equal(await refusal(escrow(owner).cancelSettlerProposal(dave.address)), 'NoProposal');
+  await mined(escrow(owner).proposeSettler(dave.address));
+  const dropped = await mined(escrow(owner).revokeSettler(dave.address));
+  matchEvents(t, dropped.events, [
+    { eventName: 'SettlerProposalCancelled', args: { settler: dave.address } },
+    { eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: false } },
+  ]);
+  await later(ROLE_DELAY);
+  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal');
+});
+
+t.test('one owner key cannot drain a wallet through a fresh settler: the caller sees the proposal and leaves first', async (t) => {
+  const victim = callers[4]!;
+  await fundEscrow(victim, 5_000_000n);
+  const { events } = await mined(escrow(owner).proposeSettler(bob.address)); // a key the owner controls
+  t.equal(events[0]!.eventName, 'SettlerProposed', 'announced onchain');
+  await mined(escrow(victim).requestWithdrawal(5_000_000n));
+  await later(DELAY);
+  await mined(escrow(victim).withdraw());
+  t.equal(await read.balance(victim.address), 0n, 'out within the withdrawal timelock');
+  await later(ROLE_DELAY - DELAY);
+  await mined(escrow(owner).grantSettler(bob.address));
+  const drain = await mined(escrow(bob).charge(ids(1), [victim.address], [5_000_000n]));
+  matchEvents(t, drain.events, [{ eventName: 'ChargeRefused', args: { account: victim.address, balance: 0n } }]);
+  t.equal(await read.tokens(victim.address), 5_000_000n, 'the caller kept its money');
+  await mined(escrow(owner).revokeSettler(bob.address));
+});
+
+t.test('treasury: proposed, applied only after roleDelay, cancellable; charges go to the new one', async (t) => {
+  t.equal(await refusal(escrow(settler).proposeTreasury(alice.address)), 'NotOwner');
+  t.equal(await refusal(escrow(owner).proposeTreasury('0x0000000000000000000000000000000000000000')), 'ZeroAddress');
+  t.equal(await refusal(escrow(owner).applyTreasury()), 'NoProposal');
+  await mined(escrow(owner).proposeTreasury(alice.address));
+  const cancelled = await mined(escrow(owner).cancelTreasuryProposal());
+  matchEvents(t, cancelled.events, [{ eventName: 'TreasuryProposalCancelled', args: { treasury: alice.address } }]);
+  t.equal(await refusal(escrow(owner).cancelTreasuryProposal()), 'NoProposal');
+
+  const { events } = await mined(escrow(owner).proposeTreasury(dave.address));
+  matchEvents(t, events, [{ eventName: 'TreasuryProposed', args: { treasury: dave.address } }]);
+  t.equal(await refusal(escrow(owner).applyTreasury()), 'ProposalNotReady');
+  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'treasury' }), treasury.address, 'not moved yet');
+  await later(ROLE_DELAY);
+  t.equal(await refusal(escrow(alice).applyTreasury()), 'NotOwner');
+  const applied = await mined(escrow(owner).applyTreasury());
+  matchEvents(t, applied.events, [{ eventName: 'TreasuryUpdated', args: { previousTreasury: treasury.address, treasury: dave.address } }]);
   const tokens = await read.tokens(dave.address);
   await mined(escrow(settler).charge(ids(1), [carol.address], [7n]));
   t.equal((await read.tokens(dave.address)) - tokens, 7n, 'charges go to the new treasury');
-  await mined(escrow(owner).setTreasury(treasury.address));
+  await mined(escrow(owner).proposeTreasury(treasury.address));
+  await later(ROLE_DELAY);
+  await mined(escrow(owner).applyTreasury());
+});
+
+t.test('a charge above maxCharge is refused with ChargeOverCap, closing its call id; the rest of the batch settles', async (t) => {
+  await fundEscrow(carol, 2n * DEV_MAX_CHARGE);
+  const [over, ok, atCap] = ids(3);
+  const bal = await read.balance(carol.address);
+  const { events } = await mined(
+    escrow(settler).charge([over!, ok!, atCap!], Array(3).fill(carol.address), [DEV_MAX_CHARGE + 1n, 100n, DEV_MAX_CHARGE]),
+  );
+  matchEvents(t, events, [
+    { eventName: 'ChargeOverCap', args: { callId: over, account: carol.address, amount: DEV_MAX_CHARGE + 1n, maxCharge: DEV_MAX_CHARGE } },
+    { eventName: 'Charged', args: { callId: ok, amount: 100n } },
+    { eventName: 'Charged', args: { callId: atCap, amount: DEV_MAX_CHARGE } },
+  ]);
+  t.equal(bal - (await read.balance(carol.address)), DEV_MAX_CHARGE + 100n);
+  t.equal(await read.status(over!), 2, 'closed as refused');
+  const replay = await mined(escrow(settler).charge([over!], [carol.address], [1n]));
+  matchEvents(t, replay.events, [{ eventName: 'ChargeSkipped', args: { callId: over, status: 2 } }]);
+});
+
+t.test('maxCharge changes only through the role timelock', async (t) => {
+  t.equal(await refusal(escrow(settler).proposeMaxCharge(1n)), 'NotOwner');
+  t.equal(await refusal(escrow(owner).proposeMaxCharge(0n)), 'ZeroAmount');
+  t.equal(await refusal(escrow(owner).applyMaxCharge()), 'NoProposal');
+  const higher = DEV_MAX_CHARGE * 2n;
+  const { events } = await mined(escrow(owner).proposeMaxCharge(higher));
+  matchEvents(t, events, [{ eventName: 'MaxChargeProposed', args: { maxCharge: higher } }]);
+  t.equal(await refusal(escrow(owner).applyMaxCharge()), 'ProposalNotReady');
+  const [early] = ids(1);
+  const refused = await mined(escrow(settler).charge([early!], [carol.address], [DEV_MAX_CHARGE + 1n]));
+  matchEvents(t, refused.events, [{ eventName: 'ChargeOverCap' }], );
+  await later(ROLE_DELAY);
+  const applied = await mined(escrow(owner).applyMaxCharge());
+  matchEvents(t, applied.events, [{ eventName: 'MaxChargeUpdated', args: { previousMaxCharge: DEV_MAX_CHARGE, maxCharge: higher } }]);
+  await fundEscrow(carol, DEV_MAX_CHARGE + 1n);
+  const charged = await mined(escrow(settler).charge(ids(1), [carol.address], [DEV_MAX_CHARGE + 1n]));
+  matchEvents(t, charged.events, [{ eventName: 'Charged', args: { amount: DEV_MAX_CHARGE + 1n } }]);
+  // Back to the dev cap, cancelling one proposal on the way.
+  await mined(escrow(owner).proposeMaxCharge(1n));
+  const cancelled = await mined(escrow(owner).cancelMaxChargeProposal());
+  matchEvents(t, cancelled.events, [{ eventName: 'MaxChargeProposalCancelled', args: { maxCharge: 1n } }]);
+  await mined(escrow(owner).proposeMaxCharge(DEV_MAX_CHARGE));
+  await later(ROLE_DELAY);
+  await mined(escrow(owner).applyMaxCharge());
+  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'maxCharge' }), DEV_MAX_CHARGE);
 });
 
 t.test('ownership transfer is two-step', async (t) => {
@@ -407,7 +554,7 @@ t.test('ownership transfer is two-step', async (t) => {
   t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'owner' }), owner.address, 'not moved before accept');
   const { events } = await mined(escrow(carol).acceptOwnership());
   matchEvents(t, events, [{ eventName: 'OwnershipTransferred', args: { previousOwner: owner.address, newOwner: carol.address } }]);
-  t.equal(await refusal(escrow(owner).setSettler(alice.address, true)), 'NotOwner', 'old owner lost its powers');
+  t.equal(await refusal(escrow(owner).proposeSettler(alice.address)), 'NotOwner', 'old owner lost its powers');
   await mined(escrow(carol).transferOwnership(owner.address));
   await mined(escrow(owner).acceptOwnership());
   t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'owner' }), owner.address);

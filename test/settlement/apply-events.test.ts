@@ -1,12 +1,13 @@
-// The watcher's apply script over many events: applied in scripts of at most APPLY_CHUNK events (a long script
-// would stall every gateway's hold and settle behind it), each event exactly once, in order, across chunk bounds.
+// The watcher's apply script: events applied in scripts of at most APPLY_CHUNK events (a long script would stall
+// every gateway's hold and settle behind it), each exactly once, in order, across chunk bounds; and events that do
+// not fit (amounts of 0, amounts of 2^53 and more, charges of unknown calls, malformed input) never stop a chain.
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import type { Address } from '../../plugins/chains/config.js';
-import type { EscrowEvent, Hex } from '../../plugins/chains/port.js';
-import { readWallet } from '../../plugins/billing/wallets.js';
+import { callIdOf, type EscrowEvent, type Hex } from '../../plugins/chains/port.js';
+import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
 import { keys } from '../../plugins/store/keys.js';
-import { APPLY_CHUNK, applyEvents, readCursor } from '../../plugins/settlement/apply-events.js';
+import { APPLY_CHUNK, applyEventBatch, applyEvents, readAnomalies, readCursor } from '../../plugins/settlement/apply-events.js';
 import { testRedis } from '../helpers/harness.js';
 
 const { redis } = await testRedis(t);
@@ -62,4 +63,145 @@ t.test('events over several chunks: one script per APPLY_CHUNK events, each appl
   const cursor = await readCursor(redis, 'chain_b');
   t.same(cursor && { block: cursor.block, logIndex: cursor.logIndex }, { block: lastEvent.blockNumber, logIndex: lastEvent.logIndex });
   t.same(await applyEvents(redis, 'chain_b', events), [], 'the whole history again: nothing applied');
+});
+
+let block = 1_000n;
+/** One event at the next block (log index 0), with defaults for the fields its kind does not use. */
+function ev(kind: EscrowEvent['kind'], account: Address, amount: bigint, more: Record<string, unknown> = {}): EscrowEvent {
+  block += 1n;
+  const callId = kind.startsWith('charge') ? callIdOf(`apply-${block}`) : null;
+  return { kind, account, amount, callId, from: account, requested: amount, readyAt: 0n, balance: 0n, status: 'charged', blockNumber: block, logIndex: 0, txHash: tx(), ...more } as EscrowEvent;
+}
+
+/** A pending debit of `price` on chain_a, made by the wallet scripts as a billed call makes it. */
+async function debit(account: Address, price: bigint): Promise<Hex> {
+  const requestId = `req_${randomBytes(16).toString('hex')}`;
+  const callId = callIdOf(requestId);
+  const a = account.toLowerCase();
+  const held = await placeHold(redis, { requestId, callId, account: a, chain: 'chain_a', amount: price, owner: 'apply-test', ttlMs: 60_000, model: 'gamma-k3', keyId: 'key_test', retentionMs: 3_600_000 });
+  if (!held.placed) throw new Error('hold refused');
+  await debitHold(redis, { requestId, callId, account: a, chain: 'chain_a', owner: 'apply-test', price, usageJson: '{}', retentionMs: 3_600_000 });
+  return callId;
+}
+
+const wallet = async (a: Address) => {
+  const w = await readWallet(redis, a, 'chain_a');
+  return { synced: w.synced, locked: w.locked, pending: w.pending };
+};
+
+t.test('a Withdrawn of 0 (charges took the balance during the timelock) applies; the deposit before it is credited once', async (t) => {
+  const a = account();
+  const events = [
+    ev('deposited', a, 500n),
+    ev('withdrawal_requested', a, 500n),
+    ev('withdrawn', a, 0n, { requested: 500n }),
+    ev('deposited', a, 300n),
+  ];
+  t.same(await applyEvents(redis, 'chain_a', events), ['deposited', 'withdrawal_requested', 'withdrawn', 'deposited']);
+  t.same(await wallet(a), { synced: 800n, locked: 0n, pending: 0n });
+  t.same(await applyEvents(redis, 'chain_a', events), [], 'applied again: nothing');
+  t.same(await wallet(a), { synced: 800n, locked: 0n, pending: 0n }, 'the deposit credited once');
+  const last = events[events.length - 1]!;
+  t.equal((await readCursor(redis, 'chain_a'))?.raw, `${last.blockNumber}:0`, 'the cursor moved past all four');
+});
+
+t.test('an amount of 0 of every kind writes nothing and stops nothing', async (t) => {
+  const a = account();
+  await applyEvents(redis, 'chain_a', [ev('deposited', a, 1_000n), ev('withdrawal_requested', a, 400n)]);
+  const callId = await debit(a, 250n);
+  const zeros = [
+    ev('deposited', a, 0n),
+    ev('charged', a, 0n),
+    ev('charge_refused', a, 0n),
+    ev('charge_skipped', a, 0n),
+    ev('withdrawal_cancelled', a, 0n),
+    ev('withdrawal_requested', a, 0n),
+    ev('withdrawn', a, 0n),
+    ev('charged', a, 0n, { callId }),
+  ];
+  const r = await applyEventBatch(redis, 'chain_a', zeros);
+  t.same(r.applied, zeros.map((e) => e.kind));
+  t.same(await wallet(a), { synced: 1_000n, locked: 0n, pending: 0n }, 'the debit left pending by its record, 0 charged');
+  t.equal(await redis.hget(keys.call(callId), 'status'), 'settled');
+  t.same(r.anomalies, []);
+  t.same(r.unmatched.map((u) => [u.kind, u.reason, u.released]), [['charged', 'unknown_call', 0n], ['charge_refused', 'unknown_call', 0n]]);
+});
+
+t.test('an amount of 2^53 or more is not applied: recorded as an anomaly, the cursor moves on, later events apply', async (t) => {
+  const a = account();
+  const b = account();
+  const huge = [
+    ev('deposited', a, 2n ** 53n),
+    ev('deposited', b, 2n ** 53n - 1n),
+    ev('withdrawal_requested', a, 2n ** 64n),
+    ev('charged', a, 2n ** 255n),
+    ev('withdrawn', b, 10n ** 30n),
+    ev('deposited', a, 7n),
+  ];
+  const r = await applyEventBatch(redis, 'chain_a', huge);
+  t.same(r.applied, ['deposited', 'deposited'], 'the largest exact amount and the deposit after the anomalies');
+  t.same(r.anomalies.map((x) => [x.kind, x.amount, x.txHash]), [
+    ['deposited', 2n ** 53n, huge[0]!.txHash],
+    ['withdrawal_requested', 2n ** 64n, huge[2]!.txHash],
+    ['charged', 2n ** 255n, huge[3]!.txHash],
+    ['withdrawn', 10n ** 30n, huge[4]!.txHash],
+  ]);
+  t.same(await wallet(a), { synced: 7n, locked: 0n, pending: 0n });
+  t.same(await wallet(b), { synced: 2n ** 53n - 1n, locked: 0n, pending: 0n });
+  t.equal((await readCursor(redis, 'chain_a'))?.block, huge[5]!.blockNumber);
+  const kept = await readAnomalies(redis, 'chain_a');
+  t.match(kept.at(-1), { reason: 'amount_out_of_range', kind: 'withdrawn', amount: (10n ** 30n).toString(), tx: huge[4]!.txHash, block: huge[4]!.blockNumber.toString(), account: b.toLowerCase() });
+  t.same(await applyEvents(redis, 'chain_a', huge), [], 'applied again: nothing, and no second record');
+  t.equal((await readAnomalies(redis, 'chain_a')).length, kept.length);
+});
+
+t.test('a charge of a call whose record expired releases its amount from pending; an unknown one never goes below 0', async (t) => {
+  const a = account();
+  await applyEvents(redis, 'chain_a', [ev('deposited', a, 1_000_000n)]);
+  const kept = await debit(a, 40_000n);
+  const expired = await debit(a, 30_000n);
+  const refusedExpired = await debit(a, 20_000n);
+  await redis.del(keys.call(expired), keys.call(refusedExpired)); // retention ran out before the charge
+  t.equal((await wallet(a)).pending, 90_000n);
+  const r = await applyEventBatch(redis, 'chain_a', [
+    ev('charged', a, 30_000n, { callId: expired }),
+    ev('charge_refused', a, 20_000n, { callId: refusedExpired }),
+    ev('charged', a, 40_000n, { callId: kept }),
+    ev('charged', a, 5_000n), // never made here: nothing left pending to release
+  ]);
+  t.same(r.applied, ['charged', 'charge_refused', 'charged', 'charged']);
+  t.same(await wallet(a), { synced: 1_000_000n - 75_000n, locked: 0n, pending: 0n });
+  t.same(r.unmatched.map((u) => [u.reason, u.callId, u.released]), [
+    ['unknown_call', expired, 30_000n],
+    ['unknown_call', refusedExpired, 20_000n],
+    ['unknown_call', r.unmatched[2]?.callId, 0n],
+  ]);
+  t.equal(await redis.hget(keys.call(kept), 'status'), 'settled');
+  t.equal(await redis.exists(keys.call(expired)), 0, 'no record made');
+
+  // A record that is not pending (released at 0, or another wallet's) releases nothing.
+  const other = account();
+  await applyEvents(redis, 'chain_a', [ev('deposited', other, 10_000n)]);
+  const foreign = await debit(other, 10_000n);
+  const r2 = await applyEventBatch(redis, 'chain_a', [ev('charged', a, 10_000n, { callId: foreign })]);
+  t.same(r2.unmatched.map((u) => [u.reason, u.released]), [['call_not_pending', 0n]]);
+  t.equal((await wallet(other)).pending, 10_000n, "the other wallet's pending untouched");
+  t.equal(await redis.hget(keys.call(foreign), 'status'), 'pending');
+});
+
+t.test('a malformed event is refused before the first write: nothing of its chunk applied', async (t) => {
+  const a = account();
+  const good = ev('deposited', a, 100n);
+  for (const bad of [
+    { ...ev('deposited', a, 1n), account: 'nope' },
+    { ...ev('deposited', a, 1n), kind: 'minted' },
+    { ...ev('charged', a, 1n), callId: '0x12' },
+    { ...ev('deposited', a, 1n), amount: -1n },
+    { ...ev('deposited', a, 1n), txHash: '0x' },
+  ] as EscrowEvent[]) {
+    const cursor = await redis.get('cursor:chain_c');
+    await t.rejects(applyEvents(redis, 'chain_c', [good, bad]), /malformed; nothing applied/);
+    t.equal(await redis.get('cursor:chain_c'), cursor, 'cursor unchanged');
+    t.equal((await readWallet(redis, a, 'chain_c')).synced, 0n, 'the good event before it not applied');
+  }
 });

@@ -2,10 +2,12 @@ import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { createPublicClient, createTestClient, createWalletClient, http, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
-import { ChainWatcher, type WatcherSettings } from '../../plugins/settlement/chain-watcher.js';
+import { ChainWatcher, resumeChain, type ChainHalt, type WatcherSettings } from '../../plugins/settlement/chain-watcher.js';
+import { readAnomalies } from '../../plugins/settlement/apply-events.js';
+import { startRpcProxy } from '../chains/rpc-proxy.js';
 import { escrowAbi, testStablecoinAbi, RECEIVE_WITH_AUTHORIZATION_TYPES } from '../../plugins/chains/abi.js';
 import { CHAIN_NAMES, type Address, type ChainConfig, type ChainName } from '../../plugins/chains/config.js';
-import { DEV_KEYS, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
+import { DEV_KEYS, DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { callIdOf, type SettlementChain } from '../../plugins/chains/port.js';
@@ -103,14 +105,20 @@ function session(t: Test) {
   const settings = (over: Partial<WatcherSettings> = {}): WatcherSettings => ({
     pollMs: 50,
     reconcileMs: 3_600_000, // reconcile only when a test calls reconcile()
-    maxRange: 2_000,
+    reconcileRate: 1_000,
     startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(dc.chains[n].deploy_block)])),
     ...over,
   });
   return {
     redis,
-    watcher(chains: Partial<Record<ChainName, SettlementChain>> = { chain_a: chainA }, instance = 'w1', metrics: Metrics = createMetrics({ defaults: false }), over: Partial<WatcherSettings> = {}) {
-      const w = new ChainWatcher(redis, chains, instance, settings(over), metrics, quiet);
+    watcher(
+      chains: Partial<Record<ChainName, SettlementChain>> = { chain_a: chainA },
+      instance = 'w1',
+      metrics: Metrics = createMetrics({ defaults: false }),
+      over: Partial<WatcherSettings> = {},
+      log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void } = quiet,
+    ) {
+      const w = new ChainWatcher(redis, chains, instance, settings(over), metrics, log);
       watchers.push(w);
       return { w, metrics };
     },
@@ -247,20 +255,34 @@ t.test('a watcher holding its lease polls an unmoved head with no Redis command;
   t.ok(commands > 0);
 });
 
-/** chain_a whose reads of the head and of events fail while `failing` says so (an RPC outage or rate limit). */
+/**
+ * chain_a whose reads of the head and of events fail while `state` says so (an RPC outage or rate limit), and whose
+ * balanceOf fails or answers only after `balanceDelayMs` (a slow archive read).
+ */
 function flaky(inner: SettlementChain) {
-  const state = { events: false, head: false };
+  const state = { events: false, head: false, balance: false, balanceDelayMs: 0, hang: undefined as Promise<void> | undefined };
   const outage = () => Promise.reject(new Error('HTTP request failed. Status: 503'));
+  // A request that never answers until `hang` resolves (a node that accepts the connection and goes silent).
+  const headOf = async () => {
+    if (state.hang) await state.hang;
+    return state.head ? outage() : inner.latestBlock();
+  };
   const chain: SettlementChain = {
     name: inner.name,
     chainId: inner.chainId,
     escrow: inner.escrow,
     canSettle: inner.canSettle,
-    balanceOf: (...args) => inner.balanceOf(...args),
-    pendingWithdrawal: (a) => inner.pendingWithdrawal(a),
+    balanceOf: async (...args) => {
+      if (state.balanceDelayMs) await new Promise((r) => setTimeout(r, state.balanceDelayMs));
+      return state.balance ? outage() : inner.balanceOf(...args);
+    },
+    pendingWithdrawal: (...args) => inner.pendingWithdrawal(...args),
+    blockHash: (n) => inner.blockHash(n),
+    maxCharge: () => inner.maxCharge(),
     callStatus: (id) => inner.callStatus(id),
-    latestBlock: () => (state.head ? outage() : inner.latestBlock()),
+    latestBlock: headOf,
     readEvents: (from, to) => (state.events ? outage() : inner.readEvents(from, to)),
+    scanEvents: (from, to, parent) => (state.events ? outage() : inner.scanEvents(from, to, parent)),
     submitCharges: (charges) => inner.submitCharges(charges),
     charge: (charges) => inner.charge(charges),
   };
@@ -493,4 +515,200 @@ t.test('settler consumers: one that stops leaves its group; idle ones holding no
   t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'busy'), 0, 'never one holding an entry');
   t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'live'), 1, 'only the one named');
   t.same(await consumers(), ['busy']);
+});
+
+t.test('a withdrawal emptied by charges (Withdrawn of 0) stops nothing: the chain\'s later events apply', async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher();
+  w.start();
+  const erin = DEV_KEYS.callers[4];
+  await mint(erin.address, 500_000n);
+  await approve(erin, 500_000n);
+  await deposit(erin, 500_000n);
+  const start = await s.synced(erin.address, 'chain_a', (v) => v.synced > 0n);
+  await debit(s, erin.address, start.synced, start.synced); // a call that takes all of it
+  await requestWithdrawal(erin, start.synced);
+  await s.synced(erin.address, 'chain_a', (v) => v.locked === start.synced);
+  await settler(t, s, metrics).start(); // charged during the timelock
+  await s.synced(erin.address, 'chain_a', (v) => v.pending === 0n && v.synced === 0n);
+  await passTimelock();
+  const withdrawnBefore = await counter(metrics.chainEvents, { chain: 'chain_a', kind: 'withdrawn' });
+  await withdraw(erin); // Withdrawn(erin, 0, requested)
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 42_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === 42_000n);
+  const after = await s.synced(erin.address, 'chain_a', (v) => v.locked === 0n);
+  t.same({ synced: after.synced, locked: after.locked, pending: after.pending }, { synced: 0n, locked: 0n, pending: 0n });
+  t.equal(await counter(metrics.chainEvents, { chain: 'chain_a', kind: 'withdrawn' }), withdrawnBefore + 1, 'the Withdrawn of 0 applied');
+  t.equal(await counter(metrics.chainErrors, { chain: 'chain_a' }), 0, 'not one failed poll on the way');
+});
+
+t.test('a charge above the escrow cap: ChargeOverCap applied as a refusal, the debit leaves pending, nothing charged', async (t) => {
+  const s = session(t);
+  const { w, metrics } = s.watcher();
+  w.start();
+  const x = randomAccount();
+  await mintAndDeposit(c, x, DEV_MAX_CHARGE + 5_000_000n);
+  await s.synced(x, 'chain_a', (v) => v.synced === DEV_MAX_CHARGE + 5_000_000n);
+  const { callId } = await debit(s, x, DEV_MAX_CHARGE + 1n, DEV_MAX_CHARGE + 1n);
+  await settler(t, s, metrics).start();
+  const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
+  t.equal(done.synced, DEV_MAX_CHARGE + 5_000_000n, 'nothing charged');
+  t.equal(await s.redis.hget(keys.call(callId), 'status'), 'failed');
+  t.equal(await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'over_cap' }), 1);
+  t.equal(await counter(metrics.chainEvents, { chain: 'chain_a', kind: 'charge_over_cap' }), 1);
+});
+
+t.test('a lagging backend: a range its node has not reached is retried, never taken as scanned', async (t) => {
+  const s = session(t);
+  const proxy = await startRpcProxy(c.rpc_url);
+  t.teardown(() => proxy.close());
+  const viaProxy = createEvmChain('chain_a', { ...c, rpc_url: proxy.url });
+  const { w, metrics } = s.watcher({ chain_a: viaProxy }, 'w-lag');
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 9_000n);
+  const head = await chainA.latestBlock();
+  proxy.lagHead = head - 1n; // logs and blocks from a backend a block behind; the head from an up-to-date one
+  w.start();
+  await until('the node counted behind', async () => (await counter(metrics.chainNodeBehind, { chain: 'chain_a' })) >= 3);
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 0n, 'the deposit not applied');
+  t.ok(BigInt((await s.redis.get('scanned:chain_a')) ?? '0') < head, 'its block not marked scanned');
+  proxy.lagHead = undefined;
+  t.equal((await s.synced(x, 'chain_a', (v) => v.synced === 9_000n)).synced, 9_000n, 'applied once the backend has it');
+});
+
+// chain_d: history there is rewound (evm_snapshot / evm_revert), so the other tests' chain_a stays as it is.
+const d = dc.chains.chain_d;
+const dTest = createTestClient({ chain: devViemChain('chain_d', d.chain_id, d.rpc_url), transport: http(d.rpc_url), mode: 'hardhat' });
+
+t.test('a reorg deeper than the confirmations halts the chain: nothing applied twice or dropped; resumeChain rebuilds from the fork', async (t) => {
+  const s = session(t);
+  const chainD = evm.chain_d;
+  const errors: string[] = [];
+  const { w, metrics } = s.watcher({ chain_d: chainD }, 'w-reorg', undefined, {}, { error: (_o: object, msg: string) => void errors.push(msg), warn() {} });
+  await w.poll('chain_d', chainD); // up to the head
+  const x = randomAccount();
+  const y = randomAccount();
+  const snapshot = await dTest.snapshot();
+  await mintAndDeposit(d, x, 5_000n);
+  await w.poll('chain_d', chainD);
+  t.equal((await readWallet(s.redis, x, 'chain_d')).synced, 5_000n, 'applied on the first branch');
+  const scanned = await s.redis.get('scanned:chain_d');
+  const cursor = await s.redis.get('cursor:chain_d');
+
+  await dTest.revert({ id: snapshot }); // x's deposit is gone; another branch grows past it
+  await mintAndDeposit(d, y, 7_000n);
+  await dTest.mine({ blocks: 2 });
+  t.equal(await w.poll('chain_d', chainD), 0, 'nothing applied');
+  const halt = JSON.parse((await s.redis.get('chain-halt:chain_d'))!) as ChainHalt;
+  t.match(halt, { reason: 'reorg', block: scanned, cursor });
+  t.not(halt.found, halt.expected);
+  t.equal(await counter(metrics.chainHalted, { chain: 'chain_d' }), 1, 'farebox_chain_halted');
+  t.ok(errors.some((m) => /reorganised/.test(m)), 'an error logged');
+  await dTest.mine({ blocks: 1 });
+  t.equal(await w.poll('chain_d', chainD), 0, 'still halted at the next poll');
+  t.equal(await w.reconcile('chain_d', chainD), 0, 'and not reconciled');
+  t.equal(await s.redis.get('cursor:chain_d'), cursor, 'the cursor where it was');
+  t.same([(await readWallet(s.redis, x, 'chain_d')).synced, (await readWallet(s.redis, y, 'chain_d')).synced], [5_000n, 0n], 'no guess made');
+
+  const resumed = await resumeChain(s.redis, 'chain_d', chainD);
+  t.equal(resumed.fork.number, BigInt(scanned!) - 2n, 'the fork: the last block scanned before the mint and deposit');
+  await w.poll('chain_d', chainD);
+  for (const a of [x, y]) {
+    t.equal((await readWallet(s.redis, a, 'chain_d')).synced, await chainD.balanceOf(a), `${a === x ? 'x' : 'y'}: synced = balanceOf`);
+  }
+  t.equal((await readWallet(s.redis, y, 'chain_d')).synced, 7_000n, "the new branch's deposit applied once");
+  t.equal(await counter(metrics.chainHalted, { chain: 'chain_d' }), 0);
+  await t.rejects(resumeChain(s.redis, 'chain_d', chainD), /not halted/);
+});
+
+t.test('a reorg within the confirmations is never seen: the orphaned deposit is never applied, the new one once', async (t) => {
+  const s = session(t);
+  const confirmed = createEvmChain('chain_d', { ...(d as ChainConfig), confirmations: 3 });
+  const { w } = s.watcher({ chain_d: confirmed }, 'w-shallow');
+  await w.poll('chain_d', confirmed);
+  const x = randomAccount();
+  const y = randomAccount();
+  const snapshot = await dTest.snapshot();
+  await mintAndDeposit(d, x, 1_000n); // two blocks: not confirmed
+  await w.poll('chain_d', confirmed);
+  await dTest.revert({ id: snapshot });
+  await mintAndDeposit(d, y, 2_000n);
+  await dTest.mine({ blocks: 2 });
+  await w.poll('chain_d', confirmed);
+  t.same([(await readWallet(s.redis, x, 'chain_d')).synced, (await readWallet(s.redis, y, 'chain_d')).synced], [0n, 2_000n]);
+  t.equal(await s.redis.get('chain-halt:chain_d'), null, 'no halt');
+});
+
+t.test('reconciliation runs in a loop of its own: failing polls do not stop it, a slow one does not delay events', async (t) => {
+  const s = session(t);
+  const f = flaky(chainA);
+  const { w, metrics } = s.watcher({ chain_a: f.chain }, 'w-rec', undefined, { reconcileMs: 100 });
+  const x = randomAccount();
+  await mintAndDeposit(c, x, 3_000n);
+  w.start();
+  await s.synced(x, 'chain_a', (v) => v.synced === 3_000n);
+
+  f.state.events = true; // every poll fails from now on
+  await mintAndDeposit(c, randomAccount(), 1n); // the head moves
+  await s.redis.hset(keys.wallet(x, 'chain_a'), 'synced', '1');
+  await until('corrected while the polls fail', async () => (await readWallet(s.redis, x, 'chain_a')).synced === 3_000n);
+  t.ok((await counter(metrics.chainErrors, { chain: 'chain_a' })) > 0, 'the polls did fail meanwhile');
+  t.equal(await counter(metrics.driftCorrections, { chain: 'chain_a' }), 1);
+  f.state.events = false;
+
+  // A poll stuck longer than the lease (10 s): the reconciler keeps the lease and goes on.
+  let release = () => {};
+  f.state.hang = new Promise<void>((r) => (release = r));
+  await new Promise((r) => setTimeout(r, 11_000));
+  await s.redis.hset(keys.wallet(x, 'chain_a'), 'synced', '2');
+  await until('corrected with the poll loop stuck', async () => (await readWallet(s.redis, x, 'chain_a')).synced === 3_000n, 5_000);
+  t.equal(await s.redis.get('watcher-lease:chain_a'), 'w-rec', 'the lease still held');
+  f.state.hang = undefined;
+  release();
+
+  f.state.balanceDelayMs = 3_000; // balanceOf answers after 3 s
+  await new Promise((r) => setTimeout(r, 300)); // a round is waiting on it
+  const y = randomAccount();
+  const started = Date.now();
+  await mintAndDeposit(c, y, 4_000n);
+  await s.synced(y, 'chain_a', (v) => v.synced === 4_000n);
+  t.ok(Date.now() - started < 2_000, `applied in ${Date.now() - started} ms while the round waits`);
+  f.state.balanceDelayMs = 0;
+});
+
+t.test('escrow role proposals and amounts of 2^53 or more are counted, logged and kept; the chain goes on', async (t) => {
+  const s = session(t);
+  const logged: [string, string][] = [];
+  const log = { error: (_o: object, m: string) => void logged.push(['error', m]), warn: (_o: object, m: string) => void logged.push(['warn', m]) };
+  const { w, metrics } = s.watcher({ chain_a: chainA }, 'w-odd', undefined, {}, log);
+  const x = randomAccount();
+  const y = randomAccount();
+  await mintAndDeposit(c, x, 2n ** 53n);
+  const owner = wallet(DEV_KEYS.deployer);
+  await mined(owner.writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'proposeSettler', args: [bob.address] }));
+  await mined(owner.writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'cancelSettlerProposal', args: [bob.address] }));
+  await mintAndDeposit(c, y, 5n);
+  await w.poll('chain_a', chainA);
+  t.equal((await readWallet(s.redis, y, 'chain_a')).synced, 5n, 'the deposit after it applied');
+  t.equal((await readWallet(s.redis, x, 'chain_a')).synced, 0n, 'nothing of the out-of-range one');
+  t.equal(await counter(metrics.chainAnomalies, { chain: 'chain_a', kind: 'deposited' }), 1);
+  t.match((await readAnomalies(s.redis, 'chain_a')).at(-1), { reason: 'amount_out_of_range', account: x.toLowerCase(), amount: (2n ** 53n).toString() });
+  t.ok((await counter(metrics.escrowAdminEvents, { chain: 'chain_a', kind: 'settler_proposed' })) >= 1);
+  t.ok((await counter(metrics.escrowAdminEvents, { chain: 'chain_a', kind: 'settler_proposal_cancelled' })) >= 1);
+  t.ok(logged.some(([l, m]) => l === 'error' && /role change announced/.test(m)), 'a proposal is logged as an error');
+  t.ok(logged.some(([l, m]) => l === 'error' && /not applied/.test(m)));
+  t.equal(await w.reconcile('chain_a', chainA), 0, 'a balance beyond 2^53 fails its own reconciliation only');
+});
+
+t.test('reconciliation is paced: one balanceOf per account at most reconcileRate a second', async (t) => {
+  const s = session(t);
+  const { w } = s.watcher({ chain_a: chainA }, 'w-pace', undefined, { reconcileRate: 20 });
+  await w.poll('chain_a', chainA);
+  const accounts = await s.redis.scard('wallets:chain_a');
+  t.ok(accounts >= 10, `${accounts} wallets on chain_a`);
+  const started = Date.now();
+  await w.reconcile('chain_a', chainA);
+  const took = Date.now() - started;
+  t.ok(took >= ((accounts - 1) * 1000) / 20 - 20, `${accounts} balanceOf in ${took} ms at 20 a second`);
 });
