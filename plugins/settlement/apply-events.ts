@@ -151,8 +151,8 @@ const correctScript = new LuaScript(CORRECT);
 
 /**
  * Events per apply script. A script holds Redis for its whole run, and a charge is 4-5 commands: a settled batch of
- * hundreds applied at once stalled every gateway's hold and settle scripts behind it (in the bench, scripts of 64
- * events ran 1.6 ms). Each script is atomic and advances the cursor, so a watcher stopped between two loses nothing.
+ * hundreds applied at once would stall every gateway's hold and debit scripts behind it. Each script is atomic and
+ * advances the cursor, so a watcher stopped between two loses nothing.
  */
 export const APPLY_CHUNK = 16;
 
