@@ -37,6 +37,13 @@ const billingSchema = z.strictObject({
   hold_grace_ms: z.number().int().positive().default(60_000),
   /** An instance silent this long is dead; any other instance releases its holds. */
   instance_timeout_ms: z.number().int().positive().default(30_000),
+  /**
+   * Where debits wait while Redis is away (plugins/billing/spool.ts): a folder that outlives the process (a persistent
+   * volume in production). Default: farebox-spool/<redis prefix> under the system's temporary folder.
+   */
+  spool_dir: z.string().min(1).optional(),
+  /** Most debits one instance keeps waiting; past it a delivered call is not charged (farebox_debits_lost_total). */
+  spool_max: z.number().int().positive().default(100_000),
   /** Whether this instance charges debits onchain (any number of instances may). */
   settler: z.boolean().default(true),
   /** Whether this instance follows the escrow events and reconciles balances. */

@@ -11,6 +11,8 @@
  *   response closes).
  * The endpoints are modules (plugins/routes/) that declare what differs: schema, rewrite, quote, forward, bill.
  */
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import { KeyResolver } from './accounts/key-resolver.js';
@@ -30,7 +32,7 @@ import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
 import { ENDPOINTS, healthRoute } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
-import { closeRedis, connectRedis } from './store/redis.js';
+import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
 import { ModelCatalog } from '../policies/catalog.js';
 import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
@@ -114,6 +116,11 @@ function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): 
   reply.send(renderError(ge, call?.protocol ?? protocolOf(request.url)));
 }
 
+/** The spool folder when the config names none: per Redis prefix, so deployments on one host keep apart. */
+function defaultSpoolDir(prefix: string): string {
+  return join(tmpdir(), 'farebox-spool', prefix.replace(/[^A-Za-z0-9_.-]/g, '_') || 'default');
+}
+
 /** The config of a registration: the option, else FAREBOX_CONFIG, else the embedded default (started here). */
 async function configOf(app: FastifyInstance, opts: FareboxOptions, env: ConfigEnv): Promise<{ config: FareboxConfig; env: ConfigEnv }> {
   if (opts.config !== undefined) {
@@ -131,16 +138,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   const opts = checkOptions(options);
   const { config, env } = await configOf(app, opts, opts.env ?? process.env);
   const redis = opts.redis ?? connectRedis({ ...config.redis, failFast: true });
-  if (!opts.redis) {
-    let lastLog = 0;
-    redis.on('error', (err: Error) => {
-      // ioredis repeats the error on every reconnect attempt: log it at most every 10 s.
-      if (Date.now() - lastLog > 10_000) {
-        lastLog = Date.now();
-        app.log.error({ err }, 'redis connection');
-      }
-    });
-  }
+  if (!opts.redis) logRedisErrors(redis, (err) => app.log.error({ err }, 'redis connection'));
   const log = app.log;
   const keys = new KeyResolver(redis);
   keys.listen((err) => log.warn({ err }, 'key invalidation channel'));
@@ -163,6 +161,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       retentionMs: config.billing.retention_days * 86_400_000,
       holdTtlMs: Math.max(config.billing.hold_grace_ms, 3 * heartbeatMs),
       instanceTimeoutMs: config.billing.instance_timeout_ms,
+      spool: { dir: config.billing.spool_dir ?? defaultSpoolDir(config.redis.prefix), maxEntries: config.billing.spool_max },
     }, metrics, log)
     : undefined;
   const admission = new Admission(new RateLimiter(redis, config.limits), billing, log);

@@ -15,6 +15,7 @@ import { callIdOf } from '../chains/port.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
+import { DebitSpool, type SpooledDebit } from './spool.js';
 import { debitHold, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
@@ -27,6 +28,8 @@ export interface BillingSettings {
   holdTtlMs: number;
   /** An instance whose heartbeat is older than this is dead: its holds are released. */
   instanceTimeoutMs: number;
+  /** Where debits wait while Redis is away (spool.ts); none: they are retried for a few seconds, then lost. */
+  spool?: { dir: string; maxEntries: number };
 }
 
 /** What a call may cost at worst: the amount its hold takes. */
@@ -80,13 +83,24 @@ export class Billing {
   /** This instance's holds of calls still running: renewed at every heartbeat. */
   private readonly live = new Map<string, Hold>();
   private timer: NodeJS.Timeout | undefined;
+  /** Debits waiting for Redis. */
+  readonly spool: DebitSpool | undefined;
 
   constructor(
     private readonly r: Redis,
     readonly settings: BillingSettings,
     private readonly metrics: Metrics,
     private readonly log: Log,
-  ) {}
+  ) {
+    if (settings.spool) {
+      this.spool = new DebitSpool(settings.spool.dir, this.instance, settings.spool.maxEntries, (d) => debitHold(this.r, d), {
+        spooled: () => metrics.debitsSpooled.inc(),
+        drained: (done, d) => this.counted(d.chain, d.model, JSON.parse(d.usageJson) as Usage, d.requestId, done),
+        lost: () => metrics.debitsLost.inc(),
+        resized: (size) => metrics.debitSpoolSize.set(size),
+      }, log);
+    }
+  }
 
   /** Place a hold of `req.quote.amount`, deciding `limits` in the same script (rate-limit.ts). */
   async hold(req: HoldRequest, limits?: PreparedLimits): Promise<{ result: HoldResult; hold: Hold }> {
@@ -124,37 +138,54 @@ export class Billing {
    * (`limits`, RateLimiter.prepareAdjust). Retries while Redis is away. Never throws.
    */
   async debit(hold: Hold, bill: Bill, limits?: PreparedAdjust | null): Promise<DebitResult | null> {
+    const input: SpooledDebit = {
+      requestId: hold.requestId,
+      callId: hold.callId,
+      account: hold.account,
+      chain: hold.chain,
+      owner: hold.owner,
+      price: bill.price,
+      usageJson: JSON.stringify(bill.usage),
+      retentionMs: this.settings.retentionMs,
+      limits,
+      model: hold.model,
+    };
+    // Debits already wait for Redis: this one queues behind them, so they reach it in order.
+    if (this.spool?.busy) {
+      this.spool.add(input);
+      return null;
+    }
     for (let attempt = 0; ; attempt++) {
       try {
-        const done = await debitHold(this.r, {
-          requestId: hold.requestId,
-          callId: hold.callId,
-          account: hold.account,
-          chain: hold.chain,
-          owner: hold.owner,
-          price: bill.price,
-          usageJson: JSON.stringify(bill.usage),
-          retentionMs: this.settings.retentionMs,
-          limits,
-        });
-        if (done && done.debited > 0n) {
-          this.metrics.charged.inc({ chain: hold.chain, model: hold.model }, usdOf(done.debited));
-          this.countUnits(hold.model, bill.usage);
-        }
-        if (done?.capped) this.metrics.priceAboveHold.inc({ model: hold.model });
-        if (done?.late) {
-          this.metrics.lateDebits.inc({ chain: hold.chain });
-          this.log.warn({ requestId: hold.requestId, price: done.debited.toString() }, 'hold was released before its call ended; debited what was delivered');
-        }
+        const done = await debitHold(this.r, input);
+        this.counted(hold.chain, hold.model, bill.usage, hold.requestId, done);
         return done;
       } catch (err) {
-        // Redis away: retry for a while; after that the hold expires and is released (the call goes free).
+        if (this.spool) {
+          this.log.warn({ err, requestId: hold.requestId }, 'Redis away: the debit waits in the spool');
+          this.spool.add(input);
+          return null;
+        }
+        // No spool: retry for a while; after that the hold expires and is released (the call goes free).
         if (attempt >= 5) {
           this.log.error({ err, requestId: hold.requestId }, 'debit failed; the hold will expire');
           return null;
         }
         await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
       }
+    }
+  }
+
+  /** Count what a debit did in the metrics, and log a late one. */
+  private counted(chain: string, model: string, usage: Usage, requestId: string, done: DebitResult | null): void {
+    if (done && done.debited > 0n) {
+      this.metrics.charged.inc({ chain, model }, usdOf(done.debited));
+      this.countUnits(model, usage);
+    }
+    if (done?.capped) this.metrics.priceAboveHold.inc({ model });
+    if (done?.late) {
+      this.metrics.lateDebits.inc({ chain });
+      this.log.warn({ requestId, price: done.debited.toString() }, 'hold was released before its call ended; debited what was delivered');
     }
   }
 
@@ -166,8 +197,9 @@ export class Billing {
     if (writes) this.metrics.tokens.inc({ model, kind: 'cache_write' }, writes);
   }
 
-  /** Heartbeat, renew this instance's live holds and release what died, every `everyMs`. */
+  /** Heartbeat, renew this instance's live holds and release what died, every `everyMs`; retry spooled debits. */
   start(everyMs = 5_000): void {
+    this.spool?.start();
     const tick = () => {
       this.sweep().catch((err) => this.log.warn({ err }, 'hold sweep failed'));
     };
@@ -219,6 +251,11 @@ export class Billing {
   /** Stop the sweep and retire this instance (its holds are debited by then, or released by others later). */
   async stop(): Promise<void> {
     clearInterval(this.timer);
+    // What Redis takes in a few seconds is charged now; the rest waits in the file for the next process.
+    if (this.spool) {
+      await this.spool.flush(3_000);
+      await this.spool.stop();
+    }
     await this.r.zrem(keys.instances, this.instance).catch(() => {});
   }
 }

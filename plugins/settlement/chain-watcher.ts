@@ -58,7 +58,6 @@ const DEFAULT_RECONCILE_RATE = 20;
 /** Admin events that announce a change to who can take callers' money: logged as errors, alerted on. */
 const PROPOSALS = new Set<EscrowAdminEvent['kind']>(['settler_proposed', 'treasury_proposed', 'max_charge_proposed', 'ownership_transfer_started']);
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** What resumeChain did. */
 export interface ResumeReport {
@@ -162,6 +161,23 @@ export class ChainWatcher {
     else this.woken.add(chain);
   }
 
+  /** Sleepers to wake when the watcher stops. */
+  private readonly sleepers = new Set<() => void>();
+
+  /** Wait `ms`, or less if the watcher stops: a backoff of 30 s never holds a shutdown. */
+  private sleep(ms: number): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.sleepers.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.sleepers.add(done);
+    });
+  }
+
   /** Wait `ms` before the next poll of `chain`, or less if woken or stopping. */
   private pause(chain: ChainName, ms: number): Promise<void> {
     if (!this.running || this.woken.delete(chain)) return Promise.resolve();
@@ -229,7 +245,7 @@ export class ChainWatcher {
         this.metrics.chainErrors.inc({ chain: name });
         this.log.warn({ err, chain: name }, 'chain watcher error; retrying');
         backoff = Math.min(30_000, backoff ? backoff * 2 : this.settings.pollMs);
-        await sleep(backoff);
+        await this.sleep(backoff);
       }
     }
   }
@@ -356,7 +372,7 @@ export class ChainWatcher {
       cursor = next;
       for (const account of accounts) {
         if (this.stopping) return corrected;
-        if (!first) await sleep(gap);
+        if (!first) await this.sleep(gap);
         first = false;
         try {
           if (await this.reconcileOne(name, chain, account)) corrected++;
@@ -402,7 +418,7 @@ export class ChainWatcher {
   async stop(): Promise<void> {
     this.running = false;
     this.stopping = true;
-    for (const waker of [...this.wakers.values(), ...this.reconcileWakers.values()]) waker();
+    for (const waker of [...this.wakers.values(), ...this.reconcileWakers.values(), ...this.sleepers]) waker();
     await Promise.allSettled(this.loops);
     this.loops.length = 0;
     this.stopping = false;

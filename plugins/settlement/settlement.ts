@@ -15,7 +15,7 @@ import type { SettlementChain } from '../chains/port.js';
 import type { FareboxConfig } from '../config.js';
 import { createMetrics, initSeries, type Metrics } from '../metrics/metrics.js';
 import { startMetricsServer } from '../metrics/metrics-route.js';
-import { closeRedis, connectRedis } from '../store/redis.js';
+import { closeRedis, connectRedis, logRedisErrors } from '../store/redis.js';
 import { Settler } from './settler.js';
 
 /** Where settlement logs its failures. */
@@ -109,7 +109,7 @@ export async function startSettleProcess(
   const instance = `settle-${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const metrics = createMetrics();
   initSeries(metrics, CHAIN_NAMES, []);
-  const redis = connectRedis(config.redis);
+  const redis = logRedisErrors(connectRedis(config.redis), (err) => log.error({ err }, 'redis connection'));
   const settlement = new Settlement(redis, config.chains, { ...config.billing, settler: true, watcher: true }, instance, metrics, log, env);
   let server: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
   try {

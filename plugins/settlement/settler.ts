@@ -9,6 +9,7 @@ import type { Redis } from 'ioredis';
 import type { ChainName } from '../chains/config.js';
 import type { Charge, Hex, SettlementChain } from '../chains/port.js';
 import { countBy, type Metrics } from '../metrics/metrics.js';
+import { logRedisErrors } from '../store/redis.js';
 import { LuaScript } from '../store/redis-script.js';
 import { keys } from '../store/keys.js';
 
@@ -79,6 +80,7 @@ export class Settler {
   private readonly loops: Promise<void>[] = [];
   private readonly conns: Redis[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private readonly wakeOnStop = new Set<() => void>();
 
   constructor(
     private readonly redis: Redis,
@@ -95,7 +97,7 @@ export class Settler {
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
       if (!chain.canSettle) continue;
       // Blocking reads get a connection of their own: a BLOCK would stall every other command on a shared one.
-      const conn = this.redis.duplicate();
+      const conn = logRedisErrors(this.redis.duplicate(), (err) => this.log.warn({ err, chain: name }, 'settler redis connection'));
       this.conns.push(conn);
       this.loops.push(this.loop(name, chain, conn));
     }
@@ -155,7 +157,16 @@ export class Settler {
         this.log.error({ err, chain: name }, 'settlement batch failed; will retry');
         // Capped low: a settler that waits long leaves debits pending (and balances locked) for that long.
         backoff = Math.min(5_000, backoff ? backoff * 2 : 500);
-        await new Promise((r) => setTimeout(r, backoff));
+        // A stop ends the wait: a backoff never holds a shutdown.
+        await new Promise<void>((resolve) => {
+          const wake = () => {
+            clearTimeout(timer);
+            this.wakeOnStop.delete(wake);
+            resolve();
+          };
+          const timer = setTimeout(wake, backoff);
+          this.wakeOnStop.add(wake);
+        });
       }
     }
   }
@@ -204,8 +215,13 @@ export class Settler {
   async stop(): Promise<void> {
     this.running = false;
     clearInterval(this.timer);
+    for (const wake of [...this.wakeOnStop]) wake();
     for (const c of this.conns) c.disconnect();
-    await Promise.allSettled(this.loops);
+    // A loop stuck on a command of a Redis that is away must not hold a shutdown: what it did not finish is
+    // left pending in the stream, and taken over by another settler.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.allSettled(this.loops), new Promise((r) => (timer = setTimeout(r, 5_000)))]);
+    clearTimeout(timer);
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
       if (chain.canSettle) await pruneConsumers(this.redis, name, 0, this.consumer).catch(() => {});
     }

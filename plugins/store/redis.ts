@@ -57,6 +57,21 @@ function coalesceWrites(redis: Redis): void {
   });
 }
 
+/**
+ * Log a connection's errors through `log`, at most once every `everyMs`: ioredis repeats the error at every reconnect
+ * attempt, and prints `[ioredis] Unhandled error event` lines of its own on a connection nobody listens to.
+ */
+export function logRedisErrors(redis: Redis, log: (err: Error) => void, everyMs = 10_000): Redis {
+  let last = 0;
+  redis.on('error', (err: Error) => {
+    const now = Date.now();
+    if (now - last < everyMs) return;
+    last = now;
+    log(err);
+  });
+  return redis;
+}
+
 /** Whether Redis answers a PING within `timeoutMs`. */
 export async function redisAnswers(redis: Redis, timeoutMs = 500): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;

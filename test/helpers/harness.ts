@@ -105,7 +105,8 @@ export async function startHarness(opts: {
   opts.edit?.(input);
   const env = { FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, ...opts.env };
   const config = buildConfig(input, env, true);
-  const redis = connectRedis(config.redis);
+  // As the plugin opens its own: commands fail at once while Redis is away.
+  const redis = connectRedis({ ...config.redis, failFast: true });
   const app = Fastify({ logger: false });
   await opts.configure?.(app);
   const metrics = createMetrics();

@@ -13,6 +13,7 @@ import { DEV_CHAINS_KEY } from '../../plugins/serve.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness, testPrefix } from '../helpers/harness.js';
+import { outageRelay } from '../helpers/outage.js';
 import { runCli, until } from '../helpers/wait.js';
 
 // A gateway that neither settles nor watches: `farebox settle` does both beside it.
@@ -135,4 +136,24 @@ t.test('metrics.token_env puts its metrics behind the bearer token; the variable
   const unset = settleOnConfig(t, ['--metrics-port', '0'], {}, withToken);
   await t.rejects(unset.started, /exited [1-9]/);
   t.match(unset.stderr(), /FAREBOX_TEST_SETTLE_METRICS_TOKEN is not set/);
+});
+
+t.test('Redis going away: the settle process logs it as JSON lines, never ioredis\'s own unhandled-error lines', async (t) => {
+  const relay = await outageRelay();
+  t.teardown(() => relay.close());
+  const p = settleOnConfig(t, [], {}, (c) => void (c.redis = { ...(c.redis as object), url: relay.url }));
+  await p.started;
+  relay.down();
+  await new Promise((r) => setTimeout(r, 2_000));
+  relay.up();
+  await new Promise((r) => setTimeout(r, 1_000));
+  p.child.kill('SIGTERM');
+  await p.done;
+  const lines = p.stderr().split('\n').filter((l) => l.trim() !== '');
+  t.ok(lines.length > 0, 'the outage was logged');
+  t.notMatch(p.stderr(), /\[ioredis\]|Unhandled error event/);
+  for (const line of lines) {
+    const entry = JSON.parse(line) as { level?: string; msg?: string };
+    t.match(entry, { level: /^(error|warn)$/, msg: String }, line.slice(0, 100));
+  }
 });
