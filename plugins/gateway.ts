@@ -164,7 +164,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       spool: { dir: config.billing.spool_dir ?? defaultSpoolDir(config.redis.prefix), maxEntries: config.billing.spool_max },
     }, metrics, log)
     : undefined;
-  const admission = new Admission(new RateLimiter(redis, config.limits), billing, log);
+  const admission = new Admission(new RateLimiter(redis, config.limits), billing, log, redis);
   const finisher = new Finisher(admission, config.prices, log);
   // The settler and the chain watcher beside the call path, unless this instance leaves them to others
   // (`farebox settle`, plugins/settlement/settlement.ts).
@@ -173,10 +173,12 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     : undefined;
   app.addHook('onReady', async () => {
     billing?.start(heartbeatMs);
+    await admission.start();
     await settlement?.start();
   });
   // Debits still running at shutdown finish before Redis closes (else their holds would only expire).
   app.addHook('onClose', async () => {
+    admission.stop();
     await finisher.drained();
     await settlement?.stop();
     await billing?.stop();

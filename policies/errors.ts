@@ -16,6 +16,7 @@ export const ERROR_CODES = {
   unsupported_tool: { status: 400, message: 'A tool of this request is not supported: its cost cannot be bounded before the call.' },
   unsupported_parameter: { status: 400, message: 'A parameter of this request is not supported: its cost is not in the price table.' },
   context_window_exceeded: { status: 400, message: "The request cannot fit the model's context window." },
+  charge_cap_exceeded: { status: 400, message: 'The worst-case price of this call is above what one charge may take on its chain.' },
   upstream_invalid_request: { status: 400, message: 'The model provider refused the request as invalid.' },
   missing_api_key: { status: 401, message: 'An API key is required: send x-api-key or Authorization: Bearer.' },
   invalid_api_key: { status: 401, message: 'The API key is not valid.' },

@@ -5,7 +5,9 @@
  * tokens billed, in one script too (wallets.ts DEBIT), so a resent or retried script counts once.
  */
 import type { KeyIdentity } from '../accounts/accounts.js';
+import type { Redis } from 'ioredis';
 import { CHAIN_NAMES, type ChainName } from '../chains/config.js';
+import { keys } from '../store/keys.js';
 import { GatewayError, type Protocol } from '../../policies/errors.js';
 import { UNLIMITED, type Decision } from '../../policies/limits.js';
 import type { Usage } from '../../pricing/index.js';
@@ -59,11 +61,39 @@ type Log = { warn(obj: object, msg: string): void };
 
 /** Admits calls and finishes them. Without billing (no chains configured) it keeps the rate limits only. */
 export class Admission {
+  /** Each chain's per-charge cap, as the watcher published it (refreshed in the background, never per call). */
+  private readonly caps = new Map<string, bigint>();
+  private timer: NodeJS.Timeout | undefined;
+
   constructor(
     private readonly limiter: RateLimiter,
     readonly billing: Billing | undefined,
     private readonly log: Log,
+    private readonly redis?: Redis,
   ) {}
+
+  /** Read the escrows' per-charge caps now and every `everyMs`. */
+  async start(everyMs = 30_000): Promise<void> {
+    const refresh = () => this.refreshCaps().catch((err) => this.log.warn({ err }, 'reading the escrows\' caps failed'));
+    await refresh();
+    this.timer = setInterval(refresh, everyMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  /** Read the caps the watcher published (keys.escrowCap). */
+  async refreshCaps(): Promise<void> {
+    if (!this.redis || !this.billing) return;
+    const values = await this.redis.mget(...CHAIN_NAMES.map((c) => keys.escrowCap(c)));
+    CHAIN_NAMES.forEach((c, i) => {
+      const v = values[i];
+      if (v && /^\d+$/.test(v)) this.caps.set(c, BigInt(v));
+      else this.caps.delete(c);
+    });
+  }
 
   /** Admit a call, or throw its refusal: 400 bad chain, 429 rate limited, 402 insufficient funds. */
   async admit(req: AdmitRequest): Promise<Admitted> {
@@ -74,6 +104,14 @@ export class Admission {
       return { decision, limits };
     }
     const chain = chooseChain(req.identity, req.chainHeader);
+    const cap = this.caps.get(chain);
+    if (cap !== undefined && req.quote.amount > cap) {
+      // The escrow would refuse the charge (ChargeOverCap), and the call would go free.
+      throw new GatewayError('charge_cap_exceeded', {
+        message: `This call may cost up to ${formatUsd(req.quote.amount)} USD, more than the ${formatUsd(cap)} USD one charge may take on ${chain}; lower max_tokens.`,
+        headers: { 'x-gw-billing-chain': chain },
+      });
+    }
     const prepared = this.limiter.prepare(limits);
     const { result, hold } = await this.billing.hold({
       requestId: req.requestId, account: req.identity.account, keyId: req.identity.keyId, chain, quote: req.quote,

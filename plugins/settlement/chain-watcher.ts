@@ -228,6 +228,7 @@ export class ChainWatcher {
           // A standby's last readings would go stale: the lease holder reports them.
           for (const g of [this.metrics.chainLagBlocks, this.metrics.chainHalted, this.metrics.chainLogRange]) g.remove({ chain: name });
         } else {
+          if (!this.capPublished.has(name)) await this.publishCap(name, chain);
           // Polls mostly find the head where the last one left it: that costs one RPC request and no Redis.
           const head = await chain.latestBlock();
           if (head !== this.scannedHead.get(name)) {
@@ -349,12 +350,26 @@ export class ChainWatcher {
           this.metrics.reconcileLastRound.remove({ chain: name });
           continue;
         }
+        await this.publishCap(name, chain);
         await this.reconcile(name, chain);
       } catch (err) {
         this.metrics.chainErrors.inc({ chain: name });
         this.log.warn({ err, chain: name }, 'reconciliation round failed');
       }
     }
+  }
+
+  /** Chains whose cap this watcher has published since it started. */
+  private readonly capPublished = new Set<ChainName>();
+
+  /**
+   * Publish the escrow's per-charge cap, so gateways refuse a call whose worst case it could not charge (that call
+   * would be refused onchain, and so go free). Read at the first lease and every reconciliation round.
+   */
+  async publishCap(name: ChainName, chain: SettlementChain): Promise<void> {
+    const cap = await chain.maxCharge();
+    await this.r.set(keys.escrowCap(name), cap.toString());
+    this.capPublished.add(name);
   }
 
   /**

@@ -34,6 +34,7 @@
  *                                    after a reorg finds the last block both branches share
  *   chain-halt:<chain>       string  JSON: why the watcher stopped applying the chain's events (a deep reorg),
  *                                    until an operator resumes it (chain-watcher.ts, resumeChain)
+ *   escrow-cap:<chain>       string  the escrow's maxCharge, as the watcher last read it
  *   chain-anomalies:<chain>  list    JSON per escrow event the watcher could not apply (apply-events.ts); kept
  *   watcher-lease:<chain>    string  the instance watching the chain
  * Embedded default (plugins/serve.ts)
@@ -73,6 +74,8 @@ export const keys = {
   scannedHash: (chain: string) => `scanned-hash:${chain}`,
   scanAnchors: (chain: string) => `scan-anchors:${chain}`,
   chainHalt: (chain: string) => `chain-halt:${chain}`,
+  /** The escrow's per-charge cap (atomic units), as the watcher last read it: holds above it are refused. */
+  escrowCap: (chain: string) => `escrow-cap:${chain}`,
   chainAnomalies: (chain: string) => `chain-anomalies:${chain}`,
   watcherLease: (chain: string) => `watcher-lease:${chain}`,
 

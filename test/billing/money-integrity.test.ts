@@ -4,7 +4,12 @@
 import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import { Admission } from '../../plugins/billing/admission.js';
 import { Billing } from '../../plugins/billing/billing.js';
+import { RateLimiter } from '../../plugins/billing/rate-limit.js';
+import { newRequestId } from '../../plugins/call.js';
+import { keys } from '../../plugins/store/keys.js';
+import { limitsConfigSchema } from '../../policies/limits.js';
 import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
 import { redisNow } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
@@ -175,4 +180,22 @@ t.test('anthropic-beta flags outside the allow-list are dropped and named; price
   const tool = await anthropic.messages.create({ model: 'alpha-haiku-4-5', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }], tools: [{ type: 'web_search_20250305', name: 'web_search' }] } as never).catch((err: unknown) => err);
   t.ok(tool instanceof Anthropic.BadRequestError);
   t.match((tool as InstanceType<typeof Anthropic.BadRequestError>).error, { error: { code: 'unsupported_tool' } });
+});
+
+t.test("a call whose worst case is above the escrow's per-charge cap is refused before any hold", async (t) => {
+  // The watcher publishes each escrow's cap (the dev chains': 1,000 USD).
+  const published = await until('the cap published', async () => h.redis.get(keys.escrowCap('chain_a')));
+  t.equal(BigInt(published), 1_000_000_000n);
+  const metrics = createMetrics();
+  const log = { error() {}, warn() {} };
+  const billing = new Billing(h.redis, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 60_000 }, metrics, log);
+  const admission = new Admission(new RateLimiter(h.redis, limitsConfigSchema.parse({})), billing, log, h.redis);
+  await admission.refreshCaps();
+  const identity = { keyId: h.keyId, keyHash: 'x', account: h.account, status: 'active' as const, defaultChain: 'chain_a' };
+  const ask = (amount: bigint) => admission.admit({ requestId: newRequestId(), protocol: 'openai', identity, family: 'gamma', tokens: 0, quote: { model: 'gamma-k3', amount } });
+  const refused = await ask(1_000_000_001n).catch((e: unknown) => e);
+  t.match(refused, { code: 'charge_cap_exceeded', status: 400, headers: { 'x-gw-billing-chain': 'chain_a' } });
+  const at = await ask(1_000n);
+  t.ok(at.hold, 'a call under the cap is held');
+  await admission.finish(at);
 });
