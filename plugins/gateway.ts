@@ -103,6 +103,10 @@ export function toGatewayError(err: unknown): GatewayError {
     return new GatewayError('service_unavailable', { cause: err });
   }
   if (e.statusCode === 400) return new GatewayError('invalid_request', { cause: err });
+  // A body nested deeper than a recursive step of the call path can follow.
+  if (err instanceof RangeError && /call stack/.test(err.message)) {
+    return new GatewayError('invalid_request', { message: 'The request body nests too deeply.', cause: err });
+  }
   return new GatewayError('internal_error', { cause: err });
 }
 
@@ -230,3 +234,4 @@ export default farebox;
 export { farebox };
 export { buildConfig, loadConfig, type FareboxConfig } from './config.js';
 export { GatewayError, ERROR_CODES } from '../policies/errors.js';
+export { fareboxServerOptions } from './hooks/client-errors.js';

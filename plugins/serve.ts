@@ -15,6 +15,7 @@ import { mintAndDeposit } from './chains/dev-fund.js';
 import { DEFAULT_DASHBOARD_PATH, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
+import { fareboxServerOptions } from './hooks/client-errors.js';
 import type { Simulator } from './simulator/index.js';
 import { keys } from './store/keys.js';
 
@@ -85,6 +86,8 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       logController: new LogController({ disableRequestLogging: env.LOG_REQUESTS !== '1' }),
       // The gateway answers 404s under /v1 itself; the router should not split hairs about slashes.
       routerOptions: { ignoreTrailingSlash: true },
+      // What the HTTP parser and the router refuse gets a request id and the caller's error shape too.
+      ...fareboxServerOptions,
     });
     // While stopping, answers tell keep-alive clients the connection closes (RFC 9112 9.6): an open socket would
     // hold close() for the keep-alive timeout (72 s).

@@ -8,6 +8,7 @@
 export const ERROR_CODES = {
   invalid_request: { status: 400, message: 'The request is not valid.' },
   invalid_json: { status: 400, message: 'The request body is not valid JSON.' },
+  malformed_request: { status: 400, message: 'The HTTP request is malformed.' },
   unknown_model: { status: 400, message: 'The model is not served by this gateway.' },
   wrong_endpoint: { status: 400, message: 'The model is not served on this endpoint.' },
   too_many_stop_sequences: { status: 400, message: 'At most 4 stop sequences are allowed.' },
@@ -25,6 +26,8 @@ export const ERROR_CODES = {
   unsupported_client: { status: 403, message: 'This client is not supported for this model.' },
   not_found: { status: 404, message: 'No such endpoint.' },
   request_too_large: { status: 413, message: 'The request body is too large.' },
+  request_timeout: { status: 408, message: 'The request took too long to arrive.' },
+  headers_too_large: { status: 431, message: 'The request headers are too large.' },
   rate_limited: { status: 429, message: 'Rate limit reached; retry after the time in Retry-After.' },
   upstream_rate_limited: { status: 429, message: 'The model provider is rate limiting; retry later.' },
   internal_error: { status: 500, message: 'Internal error.' },
@@ -76,7 +79,9 @@ const ANTHROPIC_TYPES: Record<number, string> = {
   402: 'billing_error',
   403: 'permission_error',
   404: 'not_found_error',
+  408: 'timeout_error',
   413: 'request_too_large',
+  431: 'invalid_request_error',
   429: 'rate_limit_error',
   500: 'api_error',
   502: 'api_error',
@@ -92,7 +97,9 @@ const OPENAI_TYPES: Record<number, string> = {
   402: 'billing_error',
   403: 'permission_error',
   404: 'invalid_request_error',
+  408: 'invalid_request_error',
   413: 'invalid_request_error',
+  431: 'invalid_request_error',
   429: 'rate_limit_error',
 };
 

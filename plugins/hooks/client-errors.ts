@@ -1,0 +1,60 @@
+/**
+ * Answers for what Node's HTTP parser or Fastify's router refuse before any route runs (oversized headers, a CRLF
+ * in a header, a broken chunked body, a request that took too long to arrive, a URL that does not decode): with an
+ * `x-request-id` and the caller's protocol's error shape, like every other answer under /v1. Fastify takes these as
+ * server options (`clientErrorHandler`, `frameworkErrors`), so `farebox serve` sets them and a host app passes
+ * `fareboxServerOptions` to its own `Fastify()`.
+ */
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyError, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
+import { newRequestId } from '../call.js';
+import { GatewayError, renderError, type ErrorCode, type Protocol } from '../../policies/errors.js';
+
+/** The protocol of a request from its raw bytes, when the parser stopped before a URL was known. */
+function protocolOfRaw(packet: Buffer | undefined): Protocol {
+  return packet?.subarray(0, 256).includes(' /v1/messages') ? 'anthropic' : 'openai';
+}
+
+const CODE_OF: Record<string, ErrorCode> = {
+  ERR_HTTP_REQUEST_TIMEOUT: 'request_timeout',
+  HPE_HEADER_OVERFLOW: 'headers_too_large',
+};
+
+/** Node's `clientError`: answer, then close the connection (its stream cannot be trusted to continue). */
+export function clientErrorHandler(error: Error, socket: Socket): void {
+  const err = error as Error & { code?: string; rawPacket?: unknown };
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const ge = new GatewayError(CODE_OF[err.code ?? ''] ?? 'malformed_request', { cause: err });
+  const body = renderError(ge, protocolOfRaw(Buffer.isBuffer(err.rawPacket) ? err.rawPacket : undefined));
+  const head = [
+    `HTTP/1.1 ${ge.status} ${STATUS_CODES[ge.status] ?? 'Error'}`,
+    'content-type: application/json',
+    `content-length: ${Buffer.byteLength(body)}`,
+    `x-request-id: ${newRequestId()}`,
+    ...(ge.status === 408 ? [] : ['x-should-retry: false']),
+    'connection: close',
+  ];
+  // A socket the server already answered on cannot take a second status line.
+  if (socket.writable && !(socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
+    socket.end(`${head.join('\r\n')}\r\n\r\n${body}`);
+  }
+  socket.destroy(err);
+}
+
+/** Fastify's router errors (a URL that does not decode), in our shape. */
+export function frameworkErrors(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  const ge = new GatewayError(error.code === 'FST_ERR_BAD_URL' ? 'malformed_request' : 'invalid_request', { cause: error });
+  reply
+    .code(ge.status)
+    .header('content-type', 'application/json')
+    .header('x-request-id', newRequestId())
+    .header('x-should-retry', 'false')
+    .send(renderError(ge, request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai'));
+}
+
+/** Server options of `farebox serve` that a host app registering the plugin should pass to its own `Fastify()`. */
+export const fareboxServerOptions: Pick<FastifyServerOptions, 'clientErrorHandler' | 'frameworkErrors'> = {
+  clientErrorHandler,
+  frameworkErrors,
+};

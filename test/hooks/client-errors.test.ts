@@ -1,0 +1,81 @@
+// What Node's HTTP parser and Fastify's router refuse before any route runs still answers with a request id and the
+// caller's protocol's error shape, once the app passes fareboxServerOptions (farebox serve does).
+import net from 'node:net';
+import t, { type Test } from 'tap';
+import Fastify from 'fastify';
+import { embeddedDefault } from '../../plugins/config.js';
+import farebox, { fareboxServerOptions } from '../../plugins/gateway.js';
+import { startSimulator } from '../../plugins/simulator/index.js';
+import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
+import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
+import { dropPrefix, testPrefix } from '../helpers/harness.js';
+
+const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
+const prefix = testPrefix();
+const input = embeddedDefault(sim.url);
+input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };
+const app = Fastify({ logger: false, ...fareboxServerOptions });
+await app.register(farebox, { config: input, env: { FAREBOX_SIM_KEY: 'sim-key' } });
+await app.listen({ port: 0, host: '127.0.0.1' });
+const port = (app.server.address() as net.AddressInfo).port;
+const redis = connectRedis(input.redis as { url: string; prefix: string });
+const account = await createAccount(redis, {});
+const { key } = await createKey(redis, account.address);
+t.teardown(async () => {
+  await app.close();
+  await sim.close();
+  await dropPrefix(redis, prefix);
+  await closeRedis(redis);
+});
+
+interface Answer { status: number; headers: Record<string, string>; body: unknown }
+
+/** Send raw bytes and read the answer until the server closes the connection. */
+function raw(bytes: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write(bytes));
+    let out = '';
+    s.on('data', (d) => (out += d));
+    s.on('error', () => {});
+    s.on('close', () => {
+      const [head, ...rest] = out.split('\r\n\r\n');
+      const lines = head!.split('\r\n');
+      const status = Number(lines[0]!.split(' ')[1]);
+      const headers = Object.fromEntries(lines.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
+      try {
+        resolve({ status, headers, body: JSON.parse(rest.join('\r\n\r\n')) });
+      } catch (err) {
+        reject(new Error(`not JSON: ${out.slice(0, 300)} (${(err as Error).message})`));
+      }
+    });
+    setTimeout(() => s.end(), 3_000);
+  });
+}
+
+const openaiShape = (t: Test, a: Answer, status: number, code: string) => {
+  t.equal(a.status, status);
+  t.match(a.headers['x-request-id'], /^req_[0-9a-f]{32}$/, 'a request id');
+  t.match(a.body, { error: { code, type: String, message: String } }, 'the OpenAI shape');
+};
+
+t.test('oversized headers: 431 headers_too_large, in the protocol of the path', async (t) => {
+  const big = `x-big: ${'a'.repeat(20_000)}\r\n`;
+  openaiShape(t, await raw(`GET /v1/health HTTP/1.1\r\nhost: x\r\n${big}\r\n`), 431, 'headers_too_large');
+  const a = await raw(`POST /v1/messages HTTP/1.1\r\nhost: x\r\n${big}\r\n`);
+  t.equal(a.status, 431);
+  t.match(a.body, { type: 'error', error: { type: 'invalid_request_error', code: 'headers_too_large' } }, 'the Anthropic shape on /v1/messages');
+  t.match(a.headers['x-request-id'], /^req_/);
+});
+
+t.test('a bare CR in a header, a broken chunked body, an undecodable URL: 400 malformed_request', async (t) => {
+  openaiShape(t, await raw('GET /v1/health HTTP/1.1\r\nhost: x\r\nx-a: b\rc\r\n\r\n'), 400, 'malformed_request');
+  openaiShape(t, await raw(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n`), 400, 'malformed_request');
+  openaiShape(t, await raw('GET /v1/%E0%A4%A HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n'), 400, 'malformed_request');
+});
+
+t.test('a body nested 20,000 deep: 400 invalid_request, not a 500', async (t) => {
+  const body = `{"model":"gamma-k3","messages":[{"role":"user","content":"x"}],"x":${'['.repeat(20_000)}${']'.repeat(20_000)}}`;
+  const a = await raw(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+  openaiShape(t, a, 400, 'invalid_request');
+  t.match(a.body, { error: { message: /nests too deeply/ } });
+});
