@@ -199,3 +199,4 @@ t.test("a call whose worst case is above the escrow's per-charge cap is refused 
   t.ok(at.hold, 'a call under the cap is held');
   await admission.finish(at);
 });
+
