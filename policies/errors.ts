@@ -14,6 +14,7 @@ export const ERROR_CODES = {
   invalid_reasoning_effort: { status: 400, message: 'reasoning_effort has a value the model does not accept.' },
   invalid_billing_chain: { status: 400, message: 'x-gw-billing-chain must be chain_a, chain_b, chain_c, chain_d or auto.' },
   upstream_invalid_request: { status: 400, message: 'The model provider refused the request as invalid.' },
+  content_refused: { status: 400, message: "The model provider's safety system refused the prompt or the image." },
   missing_api_key: { status: 401, message: 'An API key is required: send x-api-key or Authorization: Bearer.' },
   invalid_api_key: { status: 401, message: 'The API key is not valid.' },
   insufficient_funds: { status: 402, message: 'The wallet does not cover the worst-case price of this call.' },
