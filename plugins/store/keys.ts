@@ -25,6 +25,10 @@
  *   cursor:<chain>           string  last applied escrow event, "block:logIndex"
  *   scanned:<chain>          string  last block scanned
  *   watcher-lease:<chain>    string  the instance watching the chain
+ * Images (plugins/store/image-store.ts)
+ *   image:<id>               hash    a url image: type, data (the bytes), expires (ms); expires with it
+ *   images                   zset    "<id>:<bytes>" by expiry (ms): what the store's budget counts
+ *   images-bytes             string  bytes of the images in `images`
  * Embedded default (plugins/serve.ts)
  *   dev-chains               string  the dev chains' config, for the CLI
  *   demo:account             string  the demo account's address
@@ -55,6 +59,10 @@ export const keys = {
   cursor: (chain: string) => `cursor:${chain}`,
   scanned: (chain: string) => `scanned:${chain}`,
   watcherLease: (chain: string) => `watcher-lease:${chain}`,
+
+  image: (id: string) => `image:${id}`,
+  images: 'images',
+  imagesBytes: 'images-bytes',
 
   devChains: 'dev-chains',
   demoAccount: 'demo:account',
