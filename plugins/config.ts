@@ -286,9 +286,10 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       openai('beta-5.5', 'beta', 'sim-openai', 128_000, true, ['low', 'medium', 'high']),
       openai('gamma-k3', 'gamma', 'sim-open-weights', 32_768, true, []),
       openai('gamma-q3', 'gamma', 'sim-open-weights', 32_768, true, []),
-      // Both image protocols run on the default: img-pro on Gemini generateContent, img-2 on the OpenAI Images API.
+      // Both image protocols run on the default: img-pro on Gemini generateContent, img-2 on the OpenAI Images API
+      // (gpt-image-1: its three sizes are those of OpenAI's published ImagesResponse schema).
       { id: 'img-pro', family: 'img', provider: 'sim-gemini', upstream_model: 'gemini-3-pro-image-preview' },
-      { id: 'img-2', family: 'img', provider: 'sim-openai', upstream_model: 'gpt-image-2' },
+      { id: 'img-2', family: 'img', provider: 'sim-openai', upstream_model: 'gpt-image-1' },
     ],
   };
 }
