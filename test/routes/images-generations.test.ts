@@ -199,3 +199,16 @@ t.test('refusals are 400 content_refused with the provider\'s reason; failures 5
     t.equal(cut.cause?.message, 'other side closed');
   }
 });
+
+t.test('the url store\'s byte budget: past it, a 503 that costs nothing; the caller may ask for b64_json', async (t) => {
+  const g = await startHarness({ edit: (c) => { c.images = { store_max_bytes: 300_000 }; } });
+  t.teardown(() => g.close());
+  const o = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
+  const first = (await o.images.generate({ model: 'img-pro', prompt: 'a field', response_format: 'url' } as never)) as unknown as Generated;
+  t.ok(first.data[0]!.url);
+  const full = (await o.images.generate({ model: 'img-pro', prompt: 'a field', response_format: 'url', size: '2K' } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+  t.equal(full.status, 503);
+  t.match(full.error, { code: 'service_unavailable', message: /image store is full/ });
+  const b64 = (await o.images.generate({ model: 'img-pro', prompt: 'a field', size: '2K' } as never)) as unknown as Generated;
+  t.ok(b64.data[0]!.b64_json, 'b64_json needs no store');
+});
