@@ -4,7 +4,7 @@
  * Memory and CPU are read from /proc/<pid>.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 
 /**
@@ -159,6 +159,11 @@ export function memOf(pid: number): { rssKiB: number; hwmKiB: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
   return { rssKiB: field('VmRSS'), hwmKiB: field('VmHWM') };
+}
+
+/** Reset a process's VmHWM to its current RSS (proc(5), clear_refs "5"), so a peak is read for one span only. */
+export function resetPeakRss(pid: number): void {
+  writeFileSync(`/proc/${pid}/clear_refs`, '5');
 }
 
 const TICKS_PER_S = 100; // USER_HZ on Linux (getconf CLK_TCK)

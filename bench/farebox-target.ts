@@ -29,6 +29,8 @@ export async function startFarebox(simUrl: string, redisUrl: string, redisPrefix
   // Settlement runs in a `farebox settle` process beside it (bench/server.ts settle), as a production deployment
   // runs it: its CPU and garbage stay off the gateway's event loop. The bench counts its CPU with the gateway's.
   input.billing = { settler: false, watcher: false };
+  // img-2 on gpt-image-2, whose 4K is a 4K-class image (2880x2880), so the image scenarios move 4K-sized answers.
+  for (const m of input.models as { id: string; upstream_model?: string }[]) if (m.id === 'img-2') m.upstream_model = 'gpt-image-2';
   const published = connectRedis({ url: redisUrl, prefix: redisPrefix });
   const chains = await published.get(DEV_CHAINS_KEY);
   await closeRedis(published);

@@ -1,6 +1,7 @@
 /** The benchmark's results: their JSON shape and the markdown tables written beside it. */
 import { cpus } from 'node:os';
 import { readFileSync } from 'node:fs';
+import { imagesMarkdown, type ImageResults } from './images.js';
 import type { LoadResult } from './load.js';
 import type { Scenario, TargetName } from './scenarios.js';
 import type { SequentialResult } from './sequential.js';
@@ -102,6 +103,8 @@ export interface BenchResults {
     baselineRssMiB: { node: number };
     farebox: MemoryPoint[];
   };
+  /** The image scenarios (bench/images.ts), run after the rest, so they leave the peaks above alone. */
+  images?: ImageResults;
   problems: string[];
 }
 
@@ -230,6 +233,7 @@ export function toMarkdown(r: BenchResults): string {
     ),
     '',
   );
+  if (r.images) lines.push(...imagesMarkdown(r.images));
   if (r.problems.length) lines.push('## Problems', '', ...r.problems.map((x) => `- ${x}`), '');
   return lines.join('\n');
 }

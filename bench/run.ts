@@ -14,6 +14,9 @@
  * direct and through farebox (BENCH_SEQUENTIAL=0: none), printing the added p50 and p99 (an A/B of a change in a
  * few minutes; writes nothing).
  * BENCH_FAREBOX_NODE_ARGS: extra node flags for farebox's gateway process (space-separated), to try V8 settings.
+ * Images (bench/images.ts): after the text cells, each image scenario on direct, farebox and the peer, at
+ * BENCH_IMAGE_CONCURRENCY (20) for BENCH_IMAGE_DURATION s (10) each, then BENCH_IMAGE_SEQUENTIAL (30) calls one at a
+ * time; BENCH_QUICK=images runs them alone (with any text scenarios named beside it) and prints their table.
  */
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
@@ -32,6 +35,7 @@ import {
 import { runLoad } from './load.js';
 import { summarizeProfile } from './profile.js';
 import { compare, machine, mib, toMarkdown, type BenchResults, type LoadCell, type MemoryPoint, type SequentialCell } from './report.js';
+import { IMAGE_SCENARIOS, imagesMarkdown, runImages } from './images.js';
 import { SCENARIOS, TARGETS, completeAnswer, requestFor, type Scenario, type Target, type TargetName } from './scenarios.js';
 import { runSequential, sendOnce } from './sequential.js';
 import { round } from './stats.js';
@@ -60,13 +64,18 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const PROFILE = process.env.BENCH_PROFILE as Scenario | undefined;
 const PROFILE_PROCESS = (process.env.BENCH_PROFILE_PROCESS ?? 'farebox') as 'farebox' | 'settle' | 'chains' | 'sim';
 const PROCESS_NAME = { farebox: 'farebox', settle: "farebox's settle process", chains: "farebox's chains process", sim: 'the simulator' }[PROFILE_PROCESS];
-const QUICK = process.env.BENCH_QUICK ? (process.env.BENCH_QUICK.split(',').map((x) => x.trim()) as Scenario[]) : undefined;
+const QUICK_NAMES = process.env.BENCH_QUICK ? process.env.BENCH_QUICK.split(',').map((x) => x.trim()) : undefined;
+const QUICK_IMAGES = QUICK_NAMES?.includes('images') ?? false;
+const QUICK = QUICK_NAMES?.filter((x) => x !== 'images') as Scenario[] | undefined;
+const IMAGE_CONCURRENCY = intEnv('BENCH_IMAGE_CONCURRENCY', 20);
+const IMAGE_DURATION = intEnv('BENCH_IMAGE_DURATION', 10);
+const IMAGE_SEQUENTIAL = intEnv('BENCH_IMAGE_SEQUENTIAL', 30);
 const REPEAT = intEnv('BENCH_REPEAT', 3);
 const FAREBOX_NODE_ARGS = (process.env.BENCH_FAREBOX_NODE_ARGS ?? '').split(' ').filter(Boolean);
 if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1)) throw new Error('BENCH_CONCURRENCY: comma-separated positive integers');
 if (PROFILE !== undefined && !SCENARIOS.includes(PROFILE)) throw new Error(`BENCH_PROFILE must be one of ${SCENARIOS.join(', ')}`);
 if (!['farebox', 'settle', 'chains', 'sim'].includes(PROFILE_PROCESS)) throw new Error('BENCH_PROFILE_PROCESS must be farebox, settle, chains or sim');
-if (QUICK?.some((q) => !SCENARIOS.includes(q))) throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}`);
+if (QUICK?.some((q) => !SCENARIOS.includes(q))) throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}, or images`);
 if (!DURATION) throw new Error('BENCH_DURATION must be at least 1');
 
 const require = createRequire(import.meta.url);
@@ -248,7 +257,7 @@ function loadCoreMeter(s: Servers, redisPid: number | null): (ok: number) => { b
 
 /** farebox alone: REPEAT cells per scenario and concurrency; req/s, latency and CPU per call, printed. */
 async function quickRun(scenarios: Scenario[], prefix: string, key: string): Promise<void> {
-  const s = await startServers(prefix, false);
+  const s = await startServers(prefix, QUICK_IMAGES);
   const fb: Target = { name: 'farebox', url: s.fbUrl, pid: s.fb.pid };
   const problems: string[] = [];
   const ok = await sanity([fb], s.simUrl, key, problems);
@@ -298,7 +307,17 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
       }
     }
   }
+  if (QUICK_IMAGES) lines.push('', ...imagesMarkdown(await imageCells(s, key)));
   process.stdout.write(lines.join('\n') + '\n');
+}
+
+/** The image scenarios on direct, farebox and (where it has the call) the peer. */
+function imageCells(s: Servers, key: string) {
+  const targets: Target[] = [{ name: 'direct', url: s.simUrl, pid: s.sim.pid }, { name: 'farebox', url: s.fbUrl, pid: s.fb.pid }];
+  if (s.peer) targets.push({ name: 'peer', url: s.peerUrl!, pid: s.peer.pid });
+  return runImages(targets, s.simUrl, key, s.settle.pid, {
+    concurrency: IMAGE_CONCURRENCY, durationS: IMAGE_DURATION, warmupS: Math.min(WARMUP, 2), sequential: IMAGE_SEQUENTIAL, log,
+  });
 }
 
 async function fullRun(prefix: string, key: string, redis: Redis): Promise<void> {
@@ -416,6 +435,8 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
     comparisons: compare(load),
     sequential,
     memory: { peakRssMiB, baselineRssMiB, farebox: memory },
+    // After the peaks above are read: 4K answers would raise them.
+    images: await imageCells(s, key),
     problems,
   };
   mkdirSync(RESULTS, { recursive: true });
@@ -479,11 +500,12 @@ function bail(code: number): void {
 // Bounded in time whatever happens: every cell, the sequential runs and start-up, with room to spare.
 const cells = SCENARIOS.length * CONCURRENCY.length * TARGETS.length;
 const quickCells = (QUICK?.length ?? 0) * CONCURRENCY.length;
+const imageS = IMAGE_SCENARIOS.length * 3 * (IMAGE_DURATION + Math.min(WARMUP, 2) + 2 + IMAGE_SEQUENTIAL * 2) + 60;
 const budgetS = PROFILE
   ? DURATION + WARMUP + 120
   : QUICK
-    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) + 120
-    : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180;
+    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) + 120 + (QUICK_IMAGES ? imageS : 0)
+    : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180 + imageS;
 const deadline = setTimeout(() => {
   log(`bench: over its ${Math.round(budgetS)} s budget; stopping`);
   bail(1);

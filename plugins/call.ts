@@ -44,6 +44,8 @@ export interface Exchange {
   meter?: Meter;
   /** Aborts the upstream exchange while it runs (the caller went away). */
   abort?: () => void;
+  /** Image calls: images whose answer (the image, or its URL) was ended; billed only if written out whole. */
+  delivered?: number;
 }
 
 /**

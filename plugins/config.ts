@@ -99,6 +99,18 @@ const dashboardSchema = z.strictObject({
   explorers: z.partialRecord(z.enum(CHAIN_NAMES), z.url({ protocol: /^https?$/ })).default({}),
 });
 
+const imagesSchema = z.strictObject({
+  /** How long a `response_format: url` image stays served (its URL's life), ms. One hour, as OpenAI's image URLs. */
+  url_ttl_ms: z.number().int().positive().max(7 * 86_400_000).default(3_600_000),
+  /**
+   * Most bytes of url images Redis holds at once, all instances together: past it, url calls get a 503 (and cost
+   * nothing) until images expire. Redis holds the money state too: keep this well under its maxmemory.
+   */
+  store_max_bytes: z.number().int().positive().default(256 * 1024 * 1024),
+  /** Origin the image URLs name (https://gateway.example.com); absent: the origin the call came in on. */
+  public_url: z.url({ protocol: /^https?$/ }).transform((u) => u.replace(/\/+$/, '')).optional(),
+});
+
 /** The whole configuration as written in a FAREBOX_CONFIG file. */
 export const configSchema = z
   .strictObject({
@@ -116,6 +128,8 @@ export const configSchema = z
     billing: billingSchema.prefault({}),
     metrics: metricsSchema.prefault({}),
     dashboard: dashboardSchema.prefault({}),
+    /** Image endpoints: where url images live and for how long. */
+    images: imagesSchema.prefault({}),
   })
   .superRefine((cfg, ctx) => {
     const seen = new Set<string>();
@@ -154,6 +168,7 @@ export interface FareboxConfig {
   readonly billing: Parsed['billing'];
   readonly metrics: Parsed['metrics'];
   readonly dashboard: Parsed['dashboard'];
+  readonly images: Parsed['images'];
   /** True when running on the embedded default (simulated upstreams). */
   readonly embedded: boolean;
 }
@@ -247,7 +262,7 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   return deepFreeze({
     server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
-    chains: data.chains, billing: data.billing, metrics: data.metrics, dashboard: data.dashboard, embedded,
+    chains: data.chains, billing: data.billing, metrics: data.metrics, dashboard: data.dashboard, images: data.images, embedded,
   });
 }
 
@@ -296,6 +311,7 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       'sim-anthropic-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
       'sim-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' },
       'sim-open-weights': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
+      'sim-gemini': { protocol: 'gemini', base_url: `${simulatorUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' },
     },
     models: [
       alpha('alpha-fable-5', 32_000, false, ALPHA_TOP_LEVELS),
@@ -311,6 +327,10 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       openai('beta-5.5', 'beta', 'sim-openai', 128_000, true, ['low', 'medium', 'high']),
       openai('gamma-k3', 'gamma', 'sim-open-weights', 32_768, true, []),
       openai('gamma-q3', 'gamma', 'sim-open-weights', 32_768, true, []),
+      // Both image protocols run on the default: img-pro on Gemini generateContent, img-2 on the OpenAI Images API
+      // (gpt-image-1: its three sizes are those of OpenAI's published ImagesResponse schema).
+      { id: 'img-pro', family: 'img', provider: 'sim-gemini', upstream_model: 'gemini-3-pro-image-preview' },
+      { id: 'img-2', family: 'img', provider: 'sim-openai', upstream_model: 'gpt-image-1' },
     ],
   };
 }

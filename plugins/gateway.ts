@@ -14,6 +14,7 @@
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import multipart from '@fastify/multipart';
 import type { Redis } from 'ioredis';
 import { KeyResolver } from './accounts/key-resolver.js';
 import { Admission } from './billing/admission.js';
@@ -30,8 +31,9 @@ import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
 import { parseJsonBody, policeCall } from './hooks/police.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
-import { ENDPOINTS, healthRoute } from './routes/index.js';
+import { ENDPOINTS, healthRoute, imageContentRoute, MULTIPART_LIMITS, type Endpoint } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
+import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
 import { ModelCatalog } from '../policies/catalog.js';
@@ -87,14 +89,14 @@ export function checkOptions(opts: unknown): FareboxOptions {
 }
 
 /** Any error thrown on the call path, as the GatewayError the caller sees. */
-export function toGatewayError(err: unknown): GatewayError {
+export function toGatewayError(err: unknown, contentType = 'application/json'): GatewayError {
   if (err instanceof GatewayError) return err;
   const e = err as { code?: string; statusCode?: number; name?: string; message?: string };
   switch (e.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new GatewayError('request_too_large', { cause: err });
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new GatewayError('invalid_request', { message: 'Content-Type must be application/json.', cause: err });
+      return new GatewayError('invalid_request', { message: `Content-Type must be ${contentType}.`, cause: err });
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new GatewayError('invalid_json', { cause: err });
@@ -149,6 +151,10 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   const catalog = new ModelCatalog(config);
   const metrics = opts.metrics ?? createMetrics();
   const upstreams = new Upstreams();
+  const images = {
+    store: new ImageStore(redis, { ttlMs: config.images.url_ttl_ms, maxBytes: config.images.store_max_bytes }),
+    publicUrl: config.images.public_url,
+  };
   // From the start of close(): proxied answers ask keep-alive callers to close (RFC 9112 9.6), else an open
   // socket would hold the server's close for its keep-alive timeout.
   app.addHook('preClose', async () => {
@@ -201,7 +207,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
 
       v1.addHook('onRequest', identifyCall(metrics, finisher.finish));
       v1.setErrorHandler((err, request, reply) => {
-        const ge = toGatewayError(err);
+        const ge = toGatewayError(err, request.routeOptions.config.endpoint?.body === 'multipart' ? 'multipart/form-data' : undefined);
         // Refusals are errors before the upstream was called; upstream failures have their own metric.
         if ((request.farebox as Call | null)?.exchange === undefined) metrics.rejections.inc({ code: ge.code });
         sendError(request, reply, ge);
@@ -211,19 +217,25 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       const identify = authenticate(keys);
       const police = policeCall({ catalog, clients: config.clients });
       const gate = gateCall(admission, config.prices, finisher.finish);
-      const forward = forwardCall({ upstreams, metrics });
-      for (const endpoint of ENDPOINTS) {
-        v1.route({
-          method: endpoint.method,
-          url: endpoint.path,
-          bodyLimit: config.server.body_limit,
-          config: { endpoint },
-          onRequest: identify,
-          preHandler: [police, gate],
-          handler: forward,
-        });
-      }
+      const forward = forwardCall({ upstreams, metrics, images });
+      const route = (context: FastifyInstance, endpoint: Endpoint) => context.route({
+        method: endpoint.method,
+        url: endpoint.path,
+        bodyLimit: config.server.body_limit,
+        config: { endpoint },
+        onRequest: identify,
+        preHandler: [police, gate],
+        handler: forward,
+      });
+      for (const endpoint of ENDPOINTS) if (endpoint.body !== 'multipart') route(v1, endpoint);
+      // Multipart endpoints (image edits) in a context of their own: @fastify/multipart's parser and hooks run on
+      // their calls only, not on every text call.
+      await v1.register(async (forms: FastifyInstance) => {
+        await forms.register(multipart, { limits: MULTIPART_LIMITS });
+        for (const endpoint of ENDPOINTS) if (endpoint.body === 'multipart') route(forms, endpoint);
+      });
       healthRoute(v1, redis);
+      imageContentRoute(v1, images.store);
     },
     { prefix: '/v1' },
   );

@@ -19,6 +19,7 @@ export const ERROR_CODES = {
   context_window_exceeded: { status: 400, message: "The request cannot fit the model's context window." },
   charge_cap_exceeded: { status: 400, message: 'The worst-case price of this call is above what one charge may take on its chain.' },
   upstream_invalid_request: { status: 400, message: 'The model provider refused the request as invalid.' },
+  content_refused: { status: 400, message: "The model provider's safety system refused the prompt or the image." },
   missing_api_key: { status: 401, message: 'An API key is required: send x-api-key or Authorization: Bearer.' },
   invalid_api_key: { status: 401, message: 'The API key is not valid.' },
   insufficient_funds: { status: 402, message: 'The wallet does not cover the worst-case price of this call.' },

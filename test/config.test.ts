@@ -101,8 +101,14 @@ t.test('FAREBOX_CONFIG is read from its file; unreadable or invalid JSON fails c
 
 t.test('deploy/ example config for real providers validates', async (t) => {
   const example = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8'));
-  const keys = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't' };
+  const keys = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't', GEMINI_API_KEY: 'g' };
   const c = buildConfig(example, keys);
   t.equal(c.providers.anthropic.protocol, 'anthropic');
   t.ok(c.models.length >= 10);
+  const image = (id: string) => c.models.find((m) => m.id === id)!;
+  t.match(image('img-pro'), { kind: 'image', provider: 'gemini', upstream_model: 'gemini-3-pro-image-preview' });
+  t.equal(c.providers[image('img-pro').provider]!.protocol, 'gemini');
+  t.equal(c.providers[image('img-pro').provider]!.base_url, 'https://generativelanguage.googleapis.com/v1beta');
+  t.match(image('img-2'), { kind: 'image', provider: 'openai', upstream_model: 'gpt-image-2' });
+  t.same(c.images, { url_ttl_ms: 3_600_000, store_max_bytes: 268_435_456 });
 });

@@ -44,6 +44,8 @@ export interface Quote {
 export interface Bill {
   readonly usage: Usage;
   readonly price: bigint;
+  /** The size class of a delivered image, kept on the call's usage record beside the usage. */
+  readonly size?: string;
 }
 
 /** Nothing delivered: a free call. */
@@ -145,7 +147,7 @@ export class Billing {
       chain: hold.chain,
       owner: hold.owner,
       price: bill.price,
-      usageJson: JSON.stringify(bill.usage),
+      usageJson: JSON.stringify(bill.size === undefined ? bill.usage : { ...bill.usage, size: bill.size }),
       retentionMs: this.settings.retentionMs,
       limits,
       model: hold.model,

@@ -19,6 +19,8 @@ export interface UsageRecord {
   price: string;
   status: 'held' | 'pending' | 'settled' | 'failed' | 'free';
   tx: string | null;
+  /** Image calls: the size class of the delivered image. */
+  size?: string;
 }
 
 /** A call's record with its money state: what was held, by whom, until when, and how the debit went. */
@@ -41,9 +43,9 @@ export interface CallRecord extends UsageRecord {
 
 function toRecord(h: Record<string, string>): CallRecord | null {
   if (!h.call_id) return null; // expired, or never held
-  const parsed = h.usage ? (JSON.parse(h.usage) as Record<string, number>) : {};
+  const parsed = h.usage ? (JSON.parse(h.usage) as Record<string, unknown>) : {};
   const usage: Record<string, number> = {};
-  for (const f of USAGE_FIELDS) usage[f] = parsed[f] ?? 0;
+  for (const f of USAGE_FIELDS) usage[f] = typeof parsed[f] === 'number' ? parsed[f] : 0;
   const priceAtomic = BigInt(h.price ?? '0');
   return {
     call_id: h.call_id,
@@ -62,6 +64,7 @@ function toRecord(h: Record<string, string>): CallRecord | null {
     capped: h.capped === '1',
     late: h.late === '1',
     released: h.released ?? null,
+    ...(typeof parsed.size === 'string' ? { size: parsed.size } : {}),
   };
 }
 
@@ -78,7 +81,9 @@ export async function listCallIds(redis: Redis, account: string, limit = 100, of
 /** The account's most recent records, newest first, as `farebox usage` prints them. */
 export async function listUsage(redis: Redis, account: string, limit = 100, offset = 0): Promise<UsageRecord[]> {
   const records = await listCallRecords(redis, account, limit, offset);
-  return records.map(({ call_id, time, key_id, model, chain, usage, price, status, tx }) => ({ call_id, time, key_id, model, chain, usage, price, status, tx }));
+  return records.map(({ call_id, time, key_id, model, chain, usage, price, status, tx, size }) => ({
+    call_id, time, key_id, model, chain, usage, ...(size === undefined ? {} : { size }), price, status, tx,
+  }));
 }
 
 /** The account's most recent call records with their money state, newest first. */

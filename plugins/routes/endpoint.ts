@@ -8,6 +8,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Metrics } from '../metrics/metrics.js';
 import type { Bill, Quote } from '../billing/billing.js';
 import type { Call } from '../call.js';
+import type { ImageStore } from '../store/image-store.js';
 import type { Upstreams } from '../upstream/pools.js';
 import type { ModelCatalog, ModelRoute } from '../../policies/catalog.js';
 import type { ClientRuleEndpoint } from '../../policies/client-rules.js';
@@ -15,7 +16,7 @@ import type { Protocol } from '../../policies/errors.js';
 import type { PriceTable } from '../../pricing/index.js';
 
 /** The endpoints of the call path (the `route` label of the metrics). */
-export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions';
+export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions' | 'image_generations' | 'image_edits';
 
 /** What police made of a request: every endpoint's own result extends this. */
 export interface Policed {
@@ -39,6 +40,8 @@ export interface PoliceContext {
 export interface ForwardContext {
   readonly upstreams: Upstreams;
   readonly metrics: Metrics;
+  /** Where url images are kept, and the origin their URLs name (config images.public_url; absent: the call's). */
+  readonly images: { readonly store: ImageStore; readonly publicUrl?: string };
 }
 
 /** One endpoint of the call path. */
@@ -51,6 +54,8 @@ export interface Endpoint<P extends Policed = Policed> {
   readonly protocol: Protocol;
   /** The endpoint as the client rules name it (SPEC "Client and model-family rules"). */
   readonly clientRule: ClientRuleEndpoint;
+  /** How the body arrives: JSON, parsed before police (the default), or multipart/form-data, which police reads. */
+  readonly body?: 'json' | 'multipart';
   /** Validate the request against the endpoint's schema, route its model, rewrite it for the upstream (400s). */
   police(request: FastifyRequest, ctx: PoliceContext): P | Promise<P>;
   /** Its worst-case price and token estimate, from the policed request only. */

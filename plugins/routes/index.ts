@@ -2,10 +2,14 @@
 import type { Endpoint } from './endpoint.js';
 import { chatCompletions } from './chat-completions.js';
 import { countTokens } from './count-tokens.js';
+import { imageEdits } from './image-edits.js';
+import { imageGenerations } from './image-generations.js';
 import { messages } from './messages.js';
 
 export { healthRoute } from './health.js';
+export { imageContentRoute } from './image-content.js';
+export { MULTIPART_LIMITS } from './image-form.js';
 export type { Endpoint, EndpointName, ForwardContext, PoliceContext, Policed, Quoted } from './endpoint.js';
 
 /** Every endpoint module. */
-export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions] as readonly Endpoint[];
+export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions, imageGenerations, imageEdits] as readonly Endpoint[];

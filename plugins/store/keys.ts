@@ -37,6 +37,10 @@
  *   escrow-cap:<chain>       string  the escrow's maxCharge, as the watcher last read it
  *   chain-anomalies:<chain>  list    JSON per escrow event the watcher could not apply (apply-events.ts); kept
  *   watcher-lease:<chain>    string  the instance watching the chain
+ * Images (plugins/store/image-store.ts)
+ *   image:<id>               hash    a url image: type, data (the bytes), expires (ms); expires with it
+ *   images                   zset    "<id>:<bytes>" by expiry (ms): what the store's budget counts
+ *   images-bytes             string  bytes of the images in `images`
  * Embedded default (plugins/serve.ts)
  *   dev-chains               string  the dev chains' config, for the CLI
  *   demo:account             string  the demo account's address
@@ -78,6 +82,10 @@ export const keys = {
   escrowCap: (chain: string) => `escrow-cap:${chain}`,
   chainAnomalies: (chain: string) => `chain-anomalies:${chain}`,
   watcherLease: (chain: string) => `watcher-lease:${chain}`,
+
+  image: (id: string) => `image:${id}`,
+  images: 'images',
+  imagesBytes: 'images-bytes',
 
   devChains: 'dev-chains',
   demoAccount: 'demo:account',

@@ -1,0 +1,29 @@
+/**
+ * POST /v1/images/edits: image-to-image (SPEC "Image edit request"): a multipart/form-data body with the scalar
+ * fields of a generation and 1 to 14 reference images, read and checked by police (image-form.ts) before any hold.
+ */
+import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
+import { parseImageRequest } from '../../policies/image-request.js';
+import type { Endpoint } from './endpoint.js';
+import { readImageForm } from './image-form.js';
+import { billImage, forwardImage, quoteImage, type ImagePoliced } from './images.js';
+
+/** The image edit endpoint. */
+export const imageEdits: Endpoint<ImagePoliced> = {
+  name: 'image_edits',
+  method: 'POST',
+  path: '/images/edits',
+  protocol: 'openai',
+  clientRule: 'images',
+  body: 'multipart',
+  async police(request, ctx) {
+    // The model is routed as soon as its field arrives: an unknown one is refused before the images are read.
+    const form = await readImageForm(request, (model) => ctx.catalog.route('images', model));
+    const parsed = parseImageRequest(form.fields);
+    const route = ctx.catalog.route('images', parsed.model) as ModelRoute<ImageModel>;
+    return { route, request: parsed, references: form.images };
+  },
+  quote: quoteImage,
+  forward: forwardImage,
+  bill: billImage,
+};

@@ -1,0 +1,163 @@
+/**
+ * The form of an image edit, read with @fastify/multipart as it streams in, within EDIT_LIMITS
+ * (policies/image-request.ts): text fields, and 1 to 14 reference images in `image` parts (or repeated `image[]`
+ * parts, as the official SDK sends several). An image's format is decided by its first bytes; an image over its size,
+ * or the images over their total, are refused as soon as the bytes that pass the limit arrive, so an oversized upload
+ * is never buffered whole (what follows is dropped as it arrives, and the connection cut after LINGER_MS). Every image is decoded in full
+ * (sharp, at a thumbnail's cost) so a truncated or corrupt one is refused here, not by the provider.
+ */
+import type { FastifyRequest } from 'fastify';
+import type { Multipart } from '@fastify/multipart';
+import type sharpType from 'sharp';
+import { GatewayError } from '../../policies/errors.js';
+import { EDIT_LIMITS, formValue, imageError, sniffImage, type ImageFormat } from '../../policies/image-request.js';
+import type { ReferenceImage } from '../upstream/openai-images.js';
+
+/** Limits of @fastify/multipart (busboy) behind the gateway's own: it stops what gets past them. */
+export const MULTIPART_LIMITS = {
+  fileSize: EDIT_LIMITS.imageBytes + 1,
+  files: EDIT_LIMITS.images + 1,
+  fields: 64,
+  parts: 96,
+  fieldSize: EDIT_LIMITS.fieldBytes,
+  fieldNameSize: 200,
+  headerPairs: 100,
+} as const;
+
+/** Part names that carry reference images. */
+const IMAGE_PARTS = new Set(['image', 'image[]']);
+
+const MB = (n: number) => `${n / 1_000_000} MB`;
+
+/** A refusal in the middle of an upload. */
+function midUpload(code: 'invalid_request' | 'request_too_large', param: string, message: string): GatewayError {
+  return new GatewayError(code, { param, message });
+}
+
+/** How long the rest of a refused upload is read (and dropped) after the refusal, before its connection is cut. */
+const LINGER_MS = 2_000;
+
+/**
+ * After a refusal mid-upload: Node discards what still arrives, so the caller reads the answer (closing at once would
+ * reset the connection and lose it); an upload still running after LINGER_MS has its connection cut.
+ */
+function cutAfterAnswer(request: FastifyRequest): void {
+  const raw = request.raw;
+  if (raw.complete) return;
+  setTimeout(() => {
+    if (!raw.complete) raw.socket?.destroy();
+  }, LINGER_MS).unref();
+}
+
+let sharpLoaded: Promise<typeof sharpType> | undefined;
+
+/** sharp is loaded with the first edit: a gateway serving text never maps libvips. */
+function loadSharp(): Promise<typeof sharpType> {
+  sharpLoaded ??= import('sharp').then((m) => m.default);
+  return sharpLoaded;
+}
+
+/** Decode the whole image (to a thumbnail): a truncated, corrupt or oversized one is refused naming it. */
+async function checkDecodes(bytes: Buffer, n: number, format: ImageFormat): Promise<void> {
+  const sharp = await loadSharp();
+  try {
+    await sharp(bytes, { failOn: 'truncated', limitInputPixels: EDIT_LIMITS.pixels }).resize(16, 16, { fit: 'inside' }).raw().toBuffer();
+  } catch (err) {
+    const why = (err as Error).message ?? '';
+    if (/pixel limit/i.test(why)) throw imageError(`Image ${n} has more than ${EDIT_LIMITS.pixels / 1e6} megapixels.`);
+    throw imageError(`Image ${n} is not a whole ${format.toUpperCase()} image: it is truncated or cannot be decoded.`);
+  }
+}
+
+/** The form's error from @fastify/multipart or busboy, as the caller's 400 or 413. */
+function formError(err: unknown): GatewayError {
+  if (err instanceof GatewayError) return err;
+  const e = err as { code?: string; message?: string };
+  if (e.code === 'FST_REQ_FILE_TOO_LARGE') return midUpload('request_too_large', 'image', `An image is over ${MB(EDIT_LIMITS.imageBytes)}.`);
+  if (e.code === 'FST_FILES_LIMIT') return midUpload('invalid_request', 'image', `At most ${EDIT_LIMITS.images} reference images are taken.`);
+  if (e.code === 'FST_PARTS_LIMIT' || e.code === 'FST_FIELDS_LIMIT') return midUpload('invalid_request', 'body', 'The form has too many parts.');
+  return midUpload('invalid_request', 'body', `The multipart body is malformed: ${String(e.message ?? 'unreadable').slice(0, 200)}`);
+}
+
+/** An edit's form: its fields as the schema reads them, and its checked reference images in order. */
+export interface ImageForm {
+  readonly fields: Record<string, unknown>;
+  readonly images: ReferenceImage[];
+}
+
+/** Read one image part within the limits; `total` is what the images before it took. */
+async function readImage(part: Extract<Multipart, { type: 'file' }>, n: number, total: number): Promise<{ bytes: Buffer; format: ImageFormat }> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let format: ImageFormat | null = null;
+  for await (const chunk of part.file as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > EDIT_LIMITS.imageBytes) {
+      throw midUpload('request_too_large', 'image', `Image ${n} is over ${MB(EDIT_LIMITS.imageBytes)}, the largest reference image taken.`);
+    }
+    if (total + size > EDIT_LIMITS.totalBytes) {
+      throw midUpload('request_too_large', 'image', `The reference images are over ${MB(EDIT_LIMITS.totalBytes)} in total.`);
+    }
+    chunks.push(chunk);
+    if (format === null && size >= 12) {
+      format = sniffImage(chunks.length === 1 ? chunk : Buffer.concat(chunks));
+      if (format === null) throw midUpload('invalid_request', 'image', `Image ${n} is not a PNG, JPEG or WebP image (judged by its bytes).`);
+    }
+  }
+  if ((part.file as { truncated?: boolean }).truncated) {
+    throw midUpload('request_too_large', 'image', `Image ${n} is over ${MB(EDIT_LIMITS.imageBytes)}, the largest reference image taken.`);
+  }
+  if (format === null) throw imageError(size === 0 ? `Image ${n} is empty.` : `Image ${n} is not a PNG, JPEG or WebP image (judged by its bytes).`);
+  return { bytes: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size), format };
+}
+
+/**
+ * Read an edit's form. `onModel` is called with the model field as soon as it arrives (it throws for a model not
+ * served here). 400 for a body that is not multipart, a missing, extra or undecodable image, a field over its size;
+ * 413 for images over their limits.
+ */
+export async function readImageForm(request: FastifyRequest, onModel: (model: string) => unknown): Promise<ImageForm> {
+  if (!request.isMultipart()) {
+    throw new GatewayError('invalid_request', {
+      param: 'body',
+      message: 'Image edits take a multipart/form-data body: the fields as text parts, 1 to 14 images in image parts.',
+    });
+  }
+  const fields: Record<string, unknown> = {};
+  const images: ReferenceImage[] = [];
+  const checks: Promise<void>[] = [];
+  let total = 0;
+  try {
+    for await (const part of request.parts()) {
+      if (part.type === 'field') {
+        if (part.valueTruncated || part.fieldnameTruncated) {
+          throw midUpload('invalid_request', part.fieldname, `${part.fieldname}: over ${EDIT_LIMITS.fieldBytes / 1024} KiB.`);
+        }
+        const value = typeof part.value === 'string' ? formValue(part.fieldname, part.value) : part.value;
+        fields[part.fieldname] = value;
+        if (part.fieldname === 'model' && typeof value === 'string' && value !== '') onModel(value);
+        continue;
+      }
+      if (!IMAGE_PARTS.has(part.fieldname)) {
+        throw midUpload('invalid_request', part.fieldname, `${part.fieldname}: unexpected file part; reference images go in image parts.`);
+      }
+      if (images.length === EDIT_LIMITS.images) {
+        throw midUpload('invalid_request', 'image', `More than ${EDIT_LIMITS.images} reference images: an edit takes 1 to ${EDIT_LIMITS.images}.`);
+      }
+      const n = images.length + 1;
+      const image = await readImage(part, n, total);
+      total += image.bytes.length;
+      images.push(image);
+      // Decoded while the next parts arrive; every check is awaited below.
+      const check = checkDecodes(image.bytes, n, image.format);
+      check.catch(() => {});
+      checks.push(check);
+    }
+  } catch (err) {
+    cutAfterAnswer(request);
+    throw formError(err);
+  }
+  if (images.length === 0) throw imageError(`No reference image: an edit takes 1 to ${EDIT_LIMITS.images} images in image parts.`);
+  await Promise.all(checks);
+  return { fields, images };
+}

@@ -1,0 +1,154 @@
+/**
+ * What the image adapters share: an upstream request, a reader of a 2xx answer that hands the image's base64 to a
+ * sink as it arrives, and the first characters of that base64 checked for an image before anyone is told there is
+ * one (so a 200 head is written only once an image is certain).
+ */
+import type { Readable } from 'node:stream';
+import { sniffImage, type ImageFormat } from '../../policies/image-request.js';
+import type { GatewayError } from '../../policies/errors.js';
+
+/** Receives one image's base64 as the answer is read. */
+export interface ImageSink {
+  /** An image is certain: its base64 starts with the signature of `format`. */
+  begin(format: ImageFormat): void;
+  /** The next base64 characters of it. */
+  piece(b64: Buffer): void;
+  /** Its base64 string ended. */
+  end(): void;
+}
+
+/** What a reader found once the answer ended. */
+export interface ImageAnswerEnd {
+  /** A whole image was read: its string began with an image signature and closed, in a whole JSON answer. */
+  readonly image: boolean;
+  /** The provider's `created` (Unix seconds), if it gave one. */
+  readonly created?: number;
+  /** Usage in OpenAI's ImageGenUsage shape, when the provider reported it. */
+  readonly usage?: Record<string, unknown>;
+  /** Why there is no image: a refusal (400 content_refused) or a failure (502); null with an image. */
+  readonly failure: GatewayError | null;
+}
+
+/** Reads one protocol's 2xx answer, chunk by chunk. */
+export interface ImageAnswerReader {
+  feed(chunk: Buffer): void;
+  end(): ImageAnswerEnd;
+}
+
+/** One upstream image call, as an adapter builds it. */
+export interface ImageUpstreamRequest {
+  readonly url: string;
+  readonly headers: Record<string, string>;
+  /** The body; a stream when it carries reference images (content-length set in headers). */
+  readonly body: string | Readable;
+  /** The provider's name (metrics label). */
+  readonly provider: string;
+  readonly timeoutMs: number;
+  readonly maxDurationMs: number;
+  /** A reader of the 2xx answer, reporting the image to `sink`. */
+  reader(sink: ImageSink): ImageAnswerReader;
+  /** The GatewayError of a non-2xx answer (`body`: its first 64 KiB). */
+  error(status: number, body: string, retryAfter: string | undefined): GatewayError;
+}
+
+/** Base64 characters that hold 12 bytes: enough for any signature sniffImage knows. */
+const SNIFF_CHARS = 16;
+
+/**
+ * Between a reader and its sink: holds the first 16 base64 characters of a string, decodes them, and begins the
+ * sink only if they start an image; a string that does not is dropped.
+ */
+export class ImageString {
+  private held: Buffer[] = [];
+  private heldChars = 0;
+  private state: 'sniffing' | 'image' | 'other' = 'sniffing';
+  /** The string closed. */
+  ended = false;
+
+  constructor(private readonly sink: ImageSink) {}
+
+  /** Whether the string began with an image signature. */
+  get isImage(): boolean {
+    return this.state === 'image';
+  }
+
+  piece(p: Buffer): void {
+    if (this.state === 'image') {
+      this.sink.piece(p);
+      return;
+    }
+    if (this.state === 'other') return;
+    this.held.push(Buffer.from(p));
+    this.heldChars += p.length;
+    if (this.heldChars >= SNIFF_CHARS) this.decide();
+  }
+
+  end(): void {
+    if (this.state === 'sniffing') this.decide();
+    this.ended = true;
+    if (this.state === 'image') this.sink.end();
+  }
+
+  private decide(): void {
+    const head = Buffer.concat(this.held);
+    const format = sniffImage(Buffer.from(head.toString('latin1', 0, SNIFF_CHARS), 'base64'));
+    this.held = [];
+    if (format === null) {
+      this.state = 'other';
+      return;
+    }
+    this.state = 'image';
+    this.sink.begin(format);
+    this.sink.piece(head);
+  }
+}
+
+/** Decodes base64 pieces into one Buffer as they come: four characters at a time, the rest carried over. */
+export class Base64Bytes {
+  private buf: Buffer;
+  private size = 0;
+  private carry = '';
+  /** More than `max` bytes arrived: the image is not kept. */
+  over = false;
+
+  constructor(
+    /** Bytes the image can take at most (from the answer's content-length), to allocate once; 0: unknown. */
+    capacity: number,
+    private readonly max: number,
+  ) {
+    this.buf = Buffer.allocUnsafe(Math.min(Math.max(capacity, 64 * 1024), max));
+  }
+
+  add(b64: Buffer): void {
+    if (this.over) return;
+    const text = this.carry + b64.toString('latin1');
+    const whole = text.length - (text.length % 4);
+    this.carry = text.slice(whole);
+    if (whole === 0) return;
+    const need = this.size + (whole / 4) * 3;
+    if (need > this.max) {
+      this.over = true;
+      return;
+    }
+    if (need > this.buf.length) {
+      const bigger = Buffer.allocUnsafe(Math.min(this.max, Math.max(need, this.buf.length * 2)));
+      this.buf.copy(bigger, 0, 0, this.size);
+      this.buf = bigger;
+    }
+    this.size += this.buf.write(text.slice(0, whole), this.size, 'base64');
+  }
+
+  /** The decoded bytes (a view, not a copy). */
+  bytes(): Buffer {
+    if (this.carry !== '' && !this.over) {
+      if (this.size + 3 > this.buf.length) {
+        const bigger = Buffer.allocUnsafe(this.size + 3);
+        this.buf.copy(bigger, 0, 0, this.size);
+        this.buf = bigger;
+      }
+      this.size += this.buf.write(this.carry, this.size, 'base64');
+      this.carry = '';
+    }
+    return this.buf.subarray(0, this.size);
+  }
+}

@@ -1,0 +1,318 @@
+/**
+ * One image call's upstream exchange, and how its image reaches the caller (`ImageDelivery`):
+ * - pass: the provider's own ImagesResponse (OpenAI protocol, b64_json) goes through byte for byte as it arrives,
+ *   its 200 head (and the few bytes before the image) held back until the image's first characters show an image,
+ *   so a provider that hangs up or answers without one still gets the caller a 502; its reader checks that the
+ *   answer held a whole image.
+ * - convert: a Gemini answer becomes an ImagesResponse while it is read: the 200 head and
+ *   `{"created":..,"output_format":..,"data":[{"b64_json":"` are written once the image's first base64 characters
+ *   show an image signature, then its base64 goes out slice by slice as it arrives, and the usage closes the body.
+ * - store (url): the image's base64 is decoded as it arrives into one buffer, stored (plugins/store/image-store.ts),
+ *   and answered as `{"created":..,"data":[{"url":..}]}`.
+ * So an image is held whole only where the caller asked for a URL. `exchange.delivered` counts the images the
+ * caller was given: set when the body that carries one (or its URL) is ended; billing also checks that it was
+ * written out whole (the caller did not hang up). An answer without an image is the refusal or error it was, and a
+ * failure before the head is a 502 or 504; after the head the caller's answer is cut, as the provider's was, unless
+ * the image was already whole (convert): then the body is closed and the image counts as delivered.
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import type { FastifyReply } from 'fastify';
+import type { Dispatcher } from 'undici';
+import type { Call, Exchange } from '../call.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { ImageStore } from '../store/image-store.js';
+import { GatewayError } from '../../policies/errors.js';
+import { IMAGE_MIME, type ImageFormat } from '../../policies/image-request.js';
+import { Base64Bytes, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
+import type { Upstreams } from './pools.js';
+import { sendUpstreamError } from './proxy.js';
+
+/** How the caller receives the image. */
+export type ImageDelivery =
+  | { readonly kind: 'pass' }
+  | { readonly kind: 'convert' }
+  | { readonly kind: 'store'; readonly store: ImageStore; readonly urlOf: (id: string) => string };
+
+/** Largest image a url call keeps (decoded): far above any provider's 4K PNG. */
+const MAX_STORED_BYTES = 64 * 1024 * 1024;
+const ERROR_BODY_LIMIT = 64 * 1024;
+
+const ABORTED = new Error('caller went away');
+const TOO_LONG = new Error('call ran past its maximum duration');
+
+
+/** Send an image call upstream; the caller is answered by the handler. Returns the reply, sent later. */
+export function exchangeImage(
+  upstreams: Upstreams, reply: FastifyReply, call: Call, req: ImageUpstreamRequest, delivery: ImageDelivery, metrics?: Metrics,
+): FastifyReply {
+  const { pool, path } = upstreams.target(req.url);
+  const exchange: Exchange = { delivered: 0 };
+  call.exchange = exchange;
+  pool.dispatch({
+    path,
+    method: 'POST',
+    headers: req.headers,
+    body: req.body,
+    headersTimeout: req.timeoutMs,
+    bodyTimeout: req.timeoutMs,
+  }, new ImageExchange(upstreams, reply, call, exchange, req, delivery, metrics));
+  return reply;
+}
+
+class ImageExchange implements Dispatcher.DispatchHandler {
+  private controller: Dispatcher.DispatchController | undefined;
+  private readonly sent = process.hrtime.bigint();
+  private deadline: NodeJS.Timeout | undefined;
+  private errorBody: Buffer[] | null = null;
+  private errorSize = 0;
+  private retryAfter: string | undefined;
+  private reader: ImageAnswerReader | undefined;
+  private paused = false;
+  private mustDrain = false;
+  /** The head is written (pass, convert). */
+  private began = false;
+  /** pass: the upstream's head, and its bytes before the image began. */
+  private upstreamHeaders: IncomingHttpHeaders | null = null;
+  private held: Buffer[] = [];
+  /** convert: what to write before the next slice. */
+  private prefix = '';
+  /** The image's string closed (convert, store). */
+  private imageDone = false;
+  private format: ImageFormat | undefined;
+  private bytes: Base64Bytes | undefined;
+  private readonly resume = () => {
+    this.paused = false;
+    this.controller?.resume();
+  };
+
+  constructor(
+    private readonly upstreams: Upstreams,
+    private readonly reply: FastifyReply,
+    private readonly call: Call,
+    private readonly exchange: Exchange,
+    private readonly req: ImageUpstreamRequest,
+    private readonly delivery: ImageDelivery,
+    private readonly metrics: Metrics | undefined,
+  ) {}
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.call.ended) {
+      controller.abort(ABORTED);
+      return;
+    }
+    this.exchange.abort = () => controller.abort(ABORTED);
+    this.deadline = setTimeout(() => controller.abort(TOO_LONG), this.req.maxDurationMs);
+    this.deadline.unref();
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    this.exchange.status = statusCode;
+    const provider = this.req.provider;
+    this.metrics?.upstreamDuration.observe({ provider }, Number(process.hrtime.bigint() - this.sent) / 1e9);
+    if (statusCode >= 300) {
+      this.metrics?.upstreamErrors.inc({ provider, status: String(statusCode) });
+      const ra = headers['retry-after'];
+      this.retryAfter = typeof ra === 'string' ? ra : undefined;
+      this.errorBody = [];
+      return;
+    }
+    switch (this.delivery.kind) {
+      case 'pass':
+        this.upstreamHeaders = headers;
+        this.reader = this.req.reader({
+          begin: () => {
+            this.began = true;
+            this.writeHead(this.upstreamHeaders, true);
+          },
+          piece() {},
+          end() {},
+        });
+        return;
+      case 'convert':
+        this.reader = this.req.reader(this.convertSink());
+        return;
+      case 'store': {
+        const length = Number(headers['content-length']);
+        this.bytes = new Base64Bytes(Number.isSafeInteger(length) ? Math.ceil((length * 3) / 4) : 0, MAX_STORED_BYTES);
+        this.reader = this.req.reader(this.storeSink(this.bytes));
+      }
+    }
+  }
+
+  /** The 200 head on the raw response: our headers, the upstream's content type (and length, passed through). */
+  private writeHead(upstream: IncomingHttpHeaders | null, pass: boolean): void {
+    const out = this.reply.getHeaders() as Record<string, unknown>;
+    out['content-type'] = pass && typeof upstream?.['content-type'] === 'string' ? upstream['content-type'] : 'application/json';
+    const upstreamId = upstream?.['x-request-id'] ?? upstream?.['request-id'];
+    if (upstreamId !== undefined) out['x-upstream-request-id'] = upstreamId;
+    if (pass && upstream?.['content-length'] !== undefined) out['content-length'] = upstream['content-length'];
+    if (this.upstreams.closing) out.connection = 'close';
+    this.reply.hijack();
+    this.reply.raw.writeHead(200, out as Record<string, string>);
+  }
+
+  private write(data: Buffer | string): void {
+    if (!this.reply.raw.write(data)) this.mustDrain = true;
+  }
+
+  private convertSink(): ImageSink {
+    return {
+      begin: (format) => {
+        this.began = true;
+        this.writeHead(null, false);
+        this.prefix = `{"created":${Math.floor(Date.now() / 1000)},"output_format":"${format}","data":[{"b64_json":"`;
+      },
+      piece: (b64) => {
+        if (this.prefix === '') {
+          this.write(b64);
+        } else {
+          // One write for the head of the body and the first slice.
+          this.write(this.prefix + b64.toString('latin1'));
+          this.prefix = '';
+        }
+      },
+      end: () => {
+        this.imageDone = true;
+      },
+    };
+  }
+
+  private storeSink(bytes: Base64Bytes): ImageSink {
+    return {
+      begin: (format) => {
+        this.format = format;
+      },
+      piece: (b64) => bytes.add(b64),
+      end: () => {
+        this.imageDone = true;
+      },
+    };
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.errorBody) {
+      if (this.errorSize < ERROR_BODY_LIMIT) this.errorBody.push(chunk);
+      this.errorSize += chunk.length;
+      return;
+    }
+    this.reader!.feed(chunk);
+    if (this.delivery.kind === 'pass') {
+      if (this.began && this.held.length === 0) {
+        this.write(chunk);
+      } else if (this.began) {
+        this.held.push(chunk);
+        this.write(Buffer.concat(this.held));
+        this.held = [];
+      } else {
+        this.held.push(chunk);
+      }
+    }
+    // Backpressure: a slow caller pauses the upstream until its socket drains.
+    const res = this.reply.raw;
+    if (this.mustDrain && !this.paused && !res.destroyed) {
+      this.mustDrain = false;
+      this.paused = true;
+      controller.pause();
+      res.once('drain', this.resume);
+    }
+  }
+
+  onResponseEnd(): void {
+    this.done();
+    if (this.errorBody) {
+      const text = Buffer.concat(this.errorBody).toString('utf8').slice(0, ERROR_BODY_LIMIT);
+      sendUpstreamError(this.reply, this.req.error(this.exchange.status!, text, this.retryAfter));
+      return;
+    }
+    const end = this.reader!.end();
+    const res = this.reply.raw;
+    switch (this.delivery.kind) {
+      case 'pass':
+        if (!this.began) {
+          sendUpstreamError(this.reply, end.failure ?? noImage());
+          return;
+        }
+        if (end.image) this.exchange.delivered = 1;
+        res.end();
+        return;
+      case 'convert':
+        if (this.imageDone) this.closeConverted(end);
+        else if (this.began) res.destroy();
+        else sendUpstreamError(this.reply, end.failure ?? noImage());
+        return;
+      case 'store':
+        if (!end.image) sendUpstreamError(this.reply, end.failure ?? noImage());
+        else if (this.bytes!.over) sendUpstreamError(this.reply, new GatewayError('upstream_error', { message: 'The image is larger than the gateway serves as a URL.' }));
+        else void this.storeAndAnswer(end, this.delivery);
+    }
+  }
+
+  /** The end of a converted body: the image's string, the usage if any, and the image counted. */
+  private closeConverted(end: ImageAnswerEnd | null): void {
+    const usage = end?.usage ? `,"usage":${JSON.stringify(end.usage)}` : '';
+    this.exchange.delivered = 1;
+    this.reply.raw.end(`"}]${usage}}`);
+  }
+
+  private async storeAndAnswer(end: ImageAnswerEnd, delivery: Extract<ImageDelivery, { kind: 'store' }>): Promise<void> {
+    const reply = this.reply;
+    if (this.call.ended) return;
+    const data = this.bytes!.bytes();
+    this.bytes = undefined;
+    let stored: { id: string; expires: number } | null;
+    try {
+      stored = await delivery.store.put(data, IMAGE_MIME[this.format!]);
+    } catch (err) {
+      sendUpstreamError(reply, new GatewayError('service_unavailable', { message: 'The image could not be stored; retry, or ask for b64_json.', cause: err }));
+      return;
+    }
+    if (stored === null) {
+      sendUpstreamError(reply, new GatewayError('service_unavailable', { message: 'The image store is full; retry later, or ask for b64_json.', headers: { 'retry-after': '60' } }));
+      return;
+    }
+    const { id } = stored;
+    // An image whose URL never reached the caller is removed at once.
+    const forget = () => void delivery.store.remove(id, data.length).catch(() => {});
+    if (this.call.ended || reply.raw.destroyed) {
+      forget();
+      return;
+    }
+    reply.raw.once('close', () => {
+      if (!reply.raw.writableFinished) forget();
+    });
+    const body: Record<string, unknown> = { created: end.created ?? Math.floor(Date.now() / 1000), data: [{ url: delivery.urlOf(id) }], output_format: this.format };
+    if (end.usage) body.usage = end.usage;
+    this.exchange.delivered = 1;
+    reply.code(200).header('content-type', 'application/json').send(JSON.stringify(body));
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    this.done();
+    if (err === ABORTED) return;
+    if (this.delivery.kind === 'convert' && this.imageDone) {
+      // The image is whole: the rest of the provider's answer (its usage) is not needed to deliver it.
+      this.closeConverted(null);
+      return;
+    }
+    const reply = this.reply;
+    if (reply.raw.headersSent) {
+      reply.raw.destroy(err);
+      return;
+    }
+    const code = (err as { code?: string }).code;
+    const timeout = err === TOO_LONG || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
+    this.exchange.status ??= timeout ? 504 : 502;
+    if (!this.errorBody) this.metrics?.upstreamErrors.inc({ provider: this.req.provider, status: '0' });
+    sendUpstreamError(reply, timeout ? new GatewayError('upstream_timeout', { cause: err }) : new GatewayError('upstream_error', { cause: err }));
+  }
+
+  private done(): void {
+    this.exchange.abort = undefined;
+    clearTimeout(this.deadline);
+  }
+}
+
+function noImage(): GatewayError {
+  return new GatewayError('upstream_error', { message: 'The model provider answered without an image.' });
+}

@@ -1,0 +1,175 @@
+/**
+ * The OpenAI Images API as an image upstream, from OpenAI's API reference ("Create image", "Create image edit",
+ * "The image generation response", error codes):
+ * - generations: POST {base}/images/generations, JSON; edits: POST {base}/images/edits, multipart/form-data with the
+ *   reference images as `image` (one) or repeated `image[]` parts (several), as the official SDK sends them.
+ * - `size` is the nearest size the model accepts (policies/image-sizes.ts). GPT image models always answer base64
+ *   and take no `response_format`; `dall-e-*` models are asked for `b64_json` (their default is a URL).
+ * - The answer is an ImagesResponse: `data[0].b64_json`, `created`, `usage` (GPT image models).
+ * - A prompt or image the safety system blocks is a 400 with `code: moderation_blocked` (GPT image models) or
+ *   `content_policy_violation` (DALL-E): a refusal, passed on as content_refused with the provider's message.
+ */
+import { randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
+import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
+import { GatewayError } from '../../policies/errors.js';
+import { IMAGE_MIME, type ImageFormat, type ImageRequest } from '../../policies/image-request.js';
+import { openaiSize } from '../../policies/image-sizes.js';
+import { ImageString, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
+import { JsonScanner, type JsonPath } from './json-scan.js';
+import { upstreamError } from './proxy.js';
+
+const VERSION = '0.1.0';
+
+/** A reference image of an edit, as police read and checked it. */
+export interface ReferenceImage {
+  readonly bytes: Buffer;
+  readonly format: ImageFormat;
+}
+
+/** Error codes of a refusal by OpenAI's safety system. */
+const REFUSAL_CODES = new Set(['moderation_blocked', 'content_policy_violation']);
+
+/** The GatewayError of an OpenAI Images error answer: a safety refusal is content_refused, the rest as any upstream's. */
+export function openaiImageError(status: number, text: string, retryAfter: string | undefined): GatewayError {
+  if (status === 400) {
+    try {
+      const e = (JSON.parse(text) as { error?: { code?: unknown; type?: unknown; message?: unknown } }).error;
+      if (e && (REFUSAL_CODES.has(String(e.code)) || e.type === 'image_generation_user_error')) {
+        const message = typeof e.message === 'string' ? e.message.slice(0, 1000) : undefined;
+        return new GatewayError('content_refused', { message, cause: new Error(`upstream ${status}: ${text.slice(0, 500)}`) });
+      }
+    } catch {
+      // not JSON: as any other error
+    }
+  }
+  return upstreamError(status, text, retryAfter);
+}
+
+/** Reads an ImagesResponse: the first image's base64 to the sink, `created` and `usage` captured. */
+export class OpenAIImageReader implements ImageAnswerReader {
+  private readonly scanner: JsonScanner;
+  private readonly image: ImageString;
+  private created: number | undefined;
+  private usage: Record<string, unknown> | undefined;
+  private inImage = false;
+
+  constructor(sink: ImageSink) {
+    this.image = new ImageString(sink);
+    this.scanner = new JsonScanner({
+      take: (path: JsonPath, kind) => {
+        if (path.length === 1 && (path[0] === 'created' || path[0] === 'usage')) return 'capture';
+        if (kind === 'string' && path.length === 3 && path[0] === 'data' && path[1] === 0 && path[2] === 'b64_json') {
+          this.inImage = true;
+          return 'stream';
+        }
+        return 'skip';
+      },
+      piece: (p) => this.image.piece(p),
+      stringEnd: () => {
+        this.inImage = false;
+        this.image.end();
+      },
+      captured: (path, value, whole) => {
+        if (!whole) return;
+        if (path[0] === 'created' && /^\d{1,12}$/.test(value)) this.created = Number(value);
+        if (path[0] === 'usage') {
+          try {
+            const u = JSON.parse(value) as unknown;
+            if (u && typeof u === 'object' && !Array.isArray(u)) this.usage = u as Record<string, unknown>;
+          } catch {
+            // no usage
+          }
+        }
+      },
+    });
+  }
+
+  feed(chunk: Buffer): void {
+    this.scanner.write(chunk);
+  }
+
+  end(): ImageAnswerEnd {
+    const whole = this.scanner.end();
+    const image = whole && this.image.ended && this.image.isImage;
+    return {
+      image,
+      created: this.created,
+      usage: this.usage,
+      failure: image ? null : new GatewayError('upstream_error', { message: 'The model provider answered without an image.' }),
+    };
+  }
+}
+
+function headers(route: ModelRoute<ImageModel>, contentType: string, length?: number): Record<string, string> {
+  const h: Record<string, string> = {
+    authorization: `Bearer ${route.provider.key}`,
+    'content-type': contentType,
+    accept: 'application/json',
+    'user-agent': `farebox/${VERSION}`,
+  };
+  if (length !== undefined) h['content-length'] = String(length);
+  return h;
+}
+
+/** The body fields of a call: the caller's other fields, then the model, prompt and size this gateway decides. */
+function fields(route: ModelRoute<ImageModel>, req: ImageRequest): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    ...req.extra,
+    model: route.upstreamModel,
+    prompt: req.prompt,
+    size: openaiSize(route.upstreamModel, req.size, req.aspectRatio),
+  };
+  if (route.upstreamModel.startsWith('dall-e')) body.response_format = 'b64_json';
+  return body;
+}
+
+/** A field name in a Content-Disposition header, encoded as the HTML standard encodes form names. */
+function formName(name: string): string {
+  return name.replace(/"/g, '%22').replace(/\r/g, '%0D').replace(/\n/g, '%0A');
+}
+
+/** A multipart/form-data body as a stream of the parts, the images not copied; and its length. */
+function multipart(values: Record<string, unknown>, images: readonly ReferenceImage[]): { body: Readable; boundary: string; length: number } {
+  const boundary = `----farebox${randomBytes(12).toString('hex')}`;
+  const chunks: Buffer[] = [];
+  for (const [name, value] of Object.entries(values)) {
+    if (value === undefined || value === null) continue;
+    const text = typeof value === 'string' ? value : JSON.stringify(value);
+    chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${formName(name)}"\r\n\r\n${text}\r\n`, 'utf8'));
+  }
+  const field = images.length === 1 ? 'image' : 'image[]';
+  images.forEach((img, i) => {
+    const ext = img.format === 'jpeg' ? 'jpg' : img.format;
+    chunks.push(Buffer.from(
+      `--${boundary}\r\nContent-Disposition: form-data; name="${field}"; filename="image-${i + 1}.${ext}"\r\nContent-Type: ${IMAGE_MIME[img.format]}\r\n\r\n`,
+      'latin1',
+    ));
+    chunks.push(img.bytes);
+    chunks.push(Buffer.from('\r\n', 'latin1'));
+  });
+  chunks.push(Buffer.from(`--${boundary}--\r\n`, 'latin1'));
+  const length = chunks.reduce((n, c) => n + c.length, 0);
+  return { body: Readable.from(chunks, { objectMode: false }), boundary, length };
+}
+
+/** The upstream request of an image call on the OpenAI Images API; `references` make it an edit. */
+export function openaiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): ImageUpstreamRequest {
+  const common = {
+    provider: route.provider.name,
+    timeoutMs: route.provider.timeout_ms,
+    maxDurationMs: route.provider.max_duration_ms,
+    reader: (sink: ImageSink) => new OpenAIImageReader(sink),
+    error: openaiImageError,
+  };
+  if (references === null) {
+    return { ...common, url: route.url, headers: headers(route, 'application/json'), body: JSON.stringify(fields(route, req)) };
+  }
+  const form = multipart(fields(route, req), references);
+  return {
+    ...common,
+    url: `${route.provider.base_url}/images/edits`,
+    headers: headers(route, `multipart/form-data; boundary=${form.boundary}`, form.length),
+    body: form.body,
+  };
+}

@@ -1,0 +1,122 @@
+/**
+ * The image endpoints' requests (SPEC "Image generation request", "Image edit request", "Limits"): the scalar fields
+ * both share, validated with zod (unknown fields pass through), the limits of an edit's reference images, and the
+ * format of an image decided by its bytes.
+ */
+import { z } from 'zod';
+import { IMAGE_SIZES, type ImageSize } from '../pricing/index.js';
+import { GatewayError } from './errors.js';
+import { parseBody } from './schemas.js';
+
+/** Aspect ratios of SPEC "Image generation request"; the first is the default. */
+export const ASPECT_RATIOS = ['1:1', '2:3', '3:2', '3:4', '4:3', '4:5', '5:4', '9:16', '16:9', '21:9'] as const;
+/** One aspect ratio. */
+export type AspectRatio = (typeof ASPECT_RATIOS)[number];
+
+/** Response formats; the first is the default. */
+export const RESPONSE_FORMATS = ['b64_json', 'url'] as const;
+/** One response format. */
+export type ResponseFormat = (typeof RESPONSE_FORMATS)[number];
+
+/** Image formats the edit endpoint takes (SPEC "Video submit request" names the same three for references). */
+export const IMAGE_FORMATS = ['png', 'jpeg', 'webp'] as const;
+/** One image format. */
+export type ImageFormat = (typeof IMAGE_FORMATS)[number];
+
+/** MIME type of each format. */
+export const IMAGE_MIME: Readonly<Record<ImageFormat, string>> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
+
+/**
+ * Limits of an edit's reference images, enforced while the upload is read.
+ * - images: 1 to 14 (SPEC "Limits").
+ * - 7 MB each: the Gemini 3 Pro Image model card (Vertex AI) caps an inline image at 7 MB; OpenAI's GPT image models
+ *   take up to 50 MB each ("Create image edit"), so the tighter bound serves every image model.
+ * - 14 MB in total: the Gemini API takes inline data in requests of up to 20 MB, and base64 makes 14 MB of images
+ *   18.7 MB, leaving room for the prompt.
+ * - 64 megapixels each (8192 x 8192): a small file can decode to an enormous image; no provider renders from more.
+ * - 128 KiB per text field: OpenAI's longest prompt is 32,000 characters (4 bytes each at most in UTF-8).
+ */
+export const EDIT_LIMITS = {
+  images: 14,
+  imageBytes: 7_000_000,
+  totalBytes: 14_000_000,
+  pixels: 8192 * 8192,
+  fieldBytes: 128 * 1024,
+} as const;
+
+/** The fields this gateway reads; every other field passes through to the upstream. */
+export const OWN_FIELDS = ['model', 'prompt', 'size', 'aspect_ratio', 'n', 'response_format', 'stream'] as const;
+
+const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
+  z.enum(values, { error: `must be one of ${values.join(', ')}` }).nullish();
+
+/** The scalar fields of both image endpoints; null counts as absent, as in OpenAI's API. */
+export const imageBody = z.looseObject({
+  model: z.string({ error: 'is required: a model id such as img-pro or img-2' }).min(1, 'is required: a model id such as img-pro or img-2'),
+  prompt: z
+    .string({ error: 'is required: a non-empty string' })
+    .refine((s) => s.trim().length > 0, 'must not be empty'),
+  size: oneOf(IMAGE_SIZES),
+  aspect_ratio: oneOf(ASPECT_RATIOS),
+  n: z.literal(1, { error: 'must be 1: one image per call' }).nullish(),
+  response_format: oneOf(RESPONSE_FORMATS),
+  // An image stream (partial images) cannot be billed per delivered image: refused rather than passed on.
+  stream: z.literal(false, { error: 'is not served on the image endpoints: leave it out' }).nullish(),
+});
+
+/** A validated image request. */
+export interface ImageRequest {
+  readonly model: string;
+  readonly prompt: string;
+  readonly size: ImageSize;
+  readonly aspectRatio: AspectRatio;
+  readonly responseFormat: ResponseFormat;
+  /** Fields this gateway does not read, passed on to the upstream as sent. */
+  readonly extra: Readonly<Record<string, unknown>>;
+}
+
+/** Validate the scalar fields of an image request (a JSON body, or an edit's form fields): 400 naming the field. */
+export function parseImageRequest(body: unknown): ImageRequest {
+  const parsed = parseBody(imageBody, body);
+  const extra: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(parsed)) if (!(OWN_FIELDS as readonly string[]).includes(k)) extra[k] = v;
+  return {
+    model: parsed.model,
+    prompt: parsed.prompt,
+    size: parsed.size ?? '1K',
+    aspectRatio: parsed.aspect_ratio ?? '1:1',
+    responseFormat: parsed.response_format ?? 'b64_json',
+    extra,
+  };
+}
+
+/** A form field's value as the schema reads it: `n` as a number when it is written as one. */
+export function formValue(name: string, value: string): unknown {
+  if (name === 'n' && /^\d{1,6}$/.test(value)) return Number(value);
+  if (name === 'stream') return value === 'true' ? true : value === 'false' ? false : value;
+  return value;
+}
+
+/**
+ * The format of an image from its first bytes (at least 12), never from a file name or a declared type: PNG's
+ * signature, JPEG's SOI marker followed by a marker, WebP's RIFF....WEBP container. Null for anything else.
+ */
+export function sniffImage(bytes: Uint8Array): ImageFormat | null {
+  const b = bytes;
+  if (b.length >= 8 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47 && b[4] === 0x0d && b[5] === 0x0a && b[6] === 0x1a && b[7] === 0x0a) {
+    return 'png';
+  }
+  if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return 'jpeg';
+  if (
+    b.length >= 12 && b[0] === 0x52 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x46 &&
+    b[8] === 0x57 && b[9] === 0x45 && b[10] === 0x42 && b[11] === 0x50
+  ) {
+    return 'webp';
+  }
+  return null;
+}
+
+/** The 400 of an edit's reference image (param `image`). */
+export function imageError(message: string): GatewayError {
+  return new GatewayError('invalid_request', { param: 'image', message });
+}

@@ -1,0 +1,195 @@
+// What image calls cost (README "Images"): held at one image of the requested model and size, debited at exactly
+// that listed price when the image reached the caller whole, nothing otherwise; the wallet is read after each call.
+import t from 'tap';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import OpenAI, { toFile } from 'openai';
+import { getCallRecord, listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
+import { readWallet } from '../../plugins/billing/wallets.js';
+import { publishPrices, parseUsd } from '../../pricing/index.js';
+import { closeDevChains, startHarness } from '../helpers/harness.js';
+import { referencePng } from '../helpers/media.js';
+import { until } from '../helpers/wait.js';
+
+// A provider that sends its answer slowly, in pieces: the caller can leave in the middle of the image.
+const png = await referencePng(256, 256);
+const slow = createServer((req, res) => {
+  req.resume();
+  const gemini = req.url!.includes(':generateContent');
+  const body = gemini
+    ? JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ inlineData: { mimeType: 'image/png', data: png.toString('base64') } }] }, finishReason: 'STOP' }] })
+    : JSON.stringify({ created: 1, data: [{ b64_json: png.toString('base64') }] });
+  res.writeHead(200, { 'content-type': 'application/json' });
+  const pieces = Math.ceil(body.length / 2000);
+  let i = 0;
+  const timer = setInterval(() => {
+    if (res.destroyed) return clearInterval(timer);
+    res.write(body.slice(i * 2000, (i + 1) * 2000));
+    if (++i === pieces) {
+      clearInterval(timer);
+      res.end();
+    }
+  }, 20);
+});
+await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+const slowUrl = `http://127.0.0.1:${(slow.address() as AddressInfo).port}`;
+
+const h = await startHarness({
+  chains: true,
+  edit: (c) => {
+    c.providers['slow-gemini'] = { protocol: 'gemini', base_url: `${slowUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' };
+    c.providers['slow-openai'] = { protocol: 'openai', base_url: `${slowUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
+    c.models.push({ id: 'img-slow-g', family: 'img', provider: 'slow-gemini' }, { id: 'img-slow-o', family: 'img', provider: 'slow-openai' } as never);
+    c.prices = { image: { 'img-slow-g': { '1K': '0.10', '2K': '0.20', '4K': '0.30' }, 'img-slow-o': { '1K': '0.10', '2K': '0.20', '4K': '0.30' } } };
+    c.limits = { families: { img: { key: { rpm: 1000, tpm: 1 } } } };
+  },
+});
+t.teardown(async () => {
+  await h.close();
+  slow.close();
+  await closeDevChains();
+});
+await h.fund('chain_a', 20_000_000n);
+
+const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
+const listed = publishPrices(h.config.prices).image;
+const price = (model: string, size: string) => parseUsd(listed[model]![size as '1K']);
+const available = async () => (await readWallet(h.redis, h.account, 'chain_a')).available;
+
+/** The call's record once its hold is debited (or released). */
+function settled(requestId: string): Promise<CallRecord> {
+  return until(`record of ${requestId}`, async () => {
+    const r = await getCallRecord(h.redis, requestId);
+    return r && r.status !== 'held' ? r : null;
+  });
+}
+
+/** The newest record once debited: for calls whose request id the caller never saw. */
+async function newest(after: number): Promise<CallRecord> {
+  return until('a new record', async () => {
+    const [r] = await listCallRecords(h.redis, h.account, 1);
+    return r && Date.parse(r.time) >= after && r.status !== 'held' ? r : null;
+  });
+}
+
+t.test('a delivered image costs exactly its listed price; the record says images 1, the size, the model', async (t) => {
+  for (const [model, size, rf] of [['img-pro', '1K', 'b64_json'], ['img-pro', '4K', 'url'], ['img-2', '2K', 'b64_json'], ['img-2', '4K', 'url']] as const) {
+    const before = await available();
+    const { response } = await openai.images.generate({ model, prompt: 'a quay', size, response_format: rf } as never).withResponse();
+    t.equal(response.headers.get('x-gw-billing-chain'), 'chain_a', 'the billed chain is named');
+    const rec = await settled(response.headers.get('x-request-id')!);
+    t.equal(rec.priceAtomic, price(model, size), `${model} ${size} ${rf}: ${listed[model]![size]} USD`);
+    t.equal(rec.held, price(model, size), 'held at one image of that size');
+    t.match(rec, { model, size, status: /^(pending|settled)$/ });
+    t.same(rec.usage, { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_5m_tokens: 0, cache_write_1h_tokens: 0, images: 1, video_seconds: 0 });
+    t.equal(before - (await available()), price(model, size), 'the wallet paid exactly that');
+  }
+});
+
+t.test('an edit costs one image of its size', async (t) => {
+  const before = await available();
+  const image = await toFile(await referencePng(80, 80), 'a.png', { type: 'image/png' });
+  const { response } = await openai.images.edit({ model: 'img-pro', prompt: 'dusk', image, size: '2K' } as never).withResponse();
+  const rec = await settled(response.headers.get('x-request-id')!);
+  t.equal(rec.priceAtomic, price('img-pro', '2K'));
+  t.equal(before - (await available()), price('img-pro', '2K'));
+});
+
+t.test('refusals and provider failures cost nothing', async (t) => {
+  for (const [model, prompt, status] of [
+    ['img-pro', 'x #sim:image=refuse', 400], ['img-pro', 'x #sim:image=refuse_output', 400], ['img-2', 'x #sim:image=refuse', 400],
+    ['img-pro', 'x #sim:status=500', 502], ['img-2', 'x #sim:status=502', 502], ['img-pro', 'x #sim:hangup_after=100', 502],
+  ] as const) {
+    for (const rf of ['b64_json', 'url']) {
+      const before = await available();
+      const e = (await openai.images.generate({ model, prompt, size: '4K', response_format: rf } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+      t.equal(e.status, status, `${model} ${prompt} ${rf}`);
+      const rec = await settled(e.headers!.get('x-request-id')!);
+      t.match(rec, { status: 'free', priceAtomic: 0n, held: price(model, '4K') }, 'held, then released');
+      t.equal(await available(), before, 'the wallet is whole');
+    }
+  }
+});
+
+t.test('a provider that hangs up inside the image: the caller\'s answer is cut, and free', async (t) => {
+  for (const model of ['img-pro', 'img-2']) {
+    const before = await available();
+    const res = await fetch(`${h.url}/v1/images/generations`, {
+      method: 'POST', headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt: 'x #sim:hangup_after=5000', size: '4K' }),
+    });
+    t.equal(res.status, 200, 'the image had begun');
+    await t.rejects(res.text());
+    t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n });
+    t.equal(await available(), before);
+  }
+});
+
+t.test('a caller who hangs up before the image is delivered pays nothing', async (t) => {
+  for (const model of ['img-pro', 'img-2']) {
+    // Gone while the provider renders.
+    for (const rf of ['b64_json', 'url']) {
+      const before = await available();
+      const started = Date.now();
+      const ac = new AbortController();
+      const call = fetch(`${h.url}/v1/images/generations`, {
+        method: 'POST', signal: ac.signal, headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt: 'x #sim:delay_ms=800', response_format: rf }),
+      });
+      setTimeout(() => ac.abort(), 300);
+      await t.rejects(call);
+      t.match(await newest(started), { model, status: 'free', priceAtomic: 0n }, `${model} ${rf}: gone before the answer`);
+      t.equal(await available(), before);
+    }
+  }
+  for (const model of ['img-slow-g', 'img-slow-o']) {
+    // Gone after the first bytes of the image (the provider sends it over about a second).
+    const before = await available();
+    const ac = new AbortController();
+    const res = await fetch(`${h.url}/v1/images/generations`, {
+      method: 'POST', signal: ac.signal, headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt: 'x' }),
+    });
+    t.equal(res.status, 200);
+    const reader = res.body!.getReader();
+    await reader.read();
+    ac.abort();
+    t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n }, `${model}: gone mid-image`);
+    t.equal(await available(), before);
+  }
+});
+
+t.test('a wallet that cannot cover one image of that size: 402, the provider never called', async (t) => {
+  const poor = await startHarness({ chains: true });
+  t.teardown(() => poor.close());
+  await poor.fund('chain_a', price('img-pro', '4K') - 1n);
+  const o = new OpenAI({ baseURL: `${poor.url}/v1`, apiKey: poor.key, maxRetries: 0 });
+  const calls = poor.sim.received.length;
+  const e = (await o.images.generate({ model: 'img-pro', prompt: 'x', size: '4K' } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+  t.equal(e.status, 402);
+  t.match(e.error, { code: 'insufficient_funds', message: /needs up to 0\.240000 USD/ });
+  t.equal(poor.sim.received.length, calls);
+  const ok = await o.images.generate({ model: 'img-pro', prompt: 'x', size: '2K' } as never).withResponse();
+  t.equal(ok.response.status, 200, 'a 2K image fits the same wallet');
+});
+
+t.test('the slow provider, read whole: charged, so the mid-image cases above were the caller leaving', async (t) => {
+  for (const model of ['img-slow-g', 'img-slow-o']) {
+    const { response } = await openai.images.generate({ model, prompt: 'x' } as never).withResponse();
+    t.equal((await settled(response.headers.get('x-request-id')!)).priceAtomic, 100_000n, 'its 1K price');
+  }
+});
+
+t.test('an image call counts one request against the rate limits and no tokens (the img family allows 1 token a minute)', async (t) => {
+  const g = await startHarness({ chains: true, edit: (c) => { c.limits = { families: { img: { key: { rpm: 2, tpm: 1 } } } }; } });
+  t.teardown(() => g.close());
+  await g.fund('chain_a', 1_000_000n);
+  const o = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
+  const first = await o.images.generate({ model: 'img-2', prompt: 'x' } as never).withResponse();
+  t.equal(first.response.headers.get('x-ratelimit-limit-requests'), '2');
+  t.equal(first.response.headers.get('x-ratelimit-remaining-requests'), '1');
+  await o.images.generate({ model: 'img-2', prompt: 'x' } as never);
+  const third = (await o.images.generate({ model: 'img-2', prompt: 'x' } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+  t.equal(third.status, 429);
+  t.equal(third.error && (third.error as { code: string }).code, 'rate_limited');
+});

@@ -1,0 +1,99 @@
+import t from 'tap';
+import { GatewayError } from '../../policies/errors.js';
+import { ASPECT_RATIOS, formValue, parseImageRequest, sniffImage } from '../../policies/image-request.js';
+import { geminiImageConfig, nearestSize, openaiSize } from '../../policies/image-sizes.js';
+
+function refusal(body: unknown): { param: string | undefined; message: string } {
+  try {
+    parseImageRequest(body);
+  } catch (err) {
+    if (err instanceof GatewayError) return { param: err.param, message: err.message };
+    throw err;
+  }
+  throw new Error('accepted');
+}
+
+t.test('defaults: 1K, 1:1, b64_json; every listed value accepted; unknown fields kept apart for the upstream', async (t) => {
+  const r = parseImageRequest({ model: 'img-pro', prompt: 'a boat', quality: 'high', user: 'u1' });
+  t.same(r, { model: 'img-pro', prompt: 'a boat', size: '1K', aspectRatio: '1:1', responseFormat: 'b64_json', extra: { quality: 'high', user: 'u1' } });
+  for (const size of ['1K', '2K', '4K']) t.equal(parseImageRequest({ model: 'm', prompt: 'p', size }).size, size);
+  for (const ratio of ASPECT_RATIOS) t.equal(parseImageRequest({ model: 'm', prompt: 'p', aspect_ratio: ratio }).aspectRatio, ratio);
+  t.equal(parseImageRequest({ model: 'm', prompt: 'p', response_format: 'url', n: 1 }).responseFormat, 'url');
+  t.same(parseImageRequest({ model: 'm', prompt: 'p', size: null, n: null, response_format: null }).size, '1K', 'null is absent');
+});
+
+t.test('anything else is a 400 whose param names the field', async (t) => {
+  const cases: [unknown, string][] = [
+    [{ prompt: 'p' }, 'model'],
+    [{ model: '', prompt: 'p' }, 'model'],
+    [{ model: 'm' }, 'prompt'],
+    [{ model: 'm', prompt: '' }, 'prompt'],
+    [{ model: 'm', prompt: '   ' }, 'prompt'],
+    [{ model: 'm', prompt: 5 }, 'prompt'],
+    [{ model: 'm', prompt: 'p', size: '1024x1024' }, 'size'],
+    [{ model: 'm', prompt: 'p', size: '1k' }, 'size'],
+    [{ model: 'm', prompt: 'p', size: '8K' }, 'size'],
+    [{ model: 'm', prompt: 'p', aspect_ratio: '1:2' }, 'aspect_ratio'],
+    [{ model: 'm', prompt: 'p', aspect_ratio: '16:10' }, 'aspect_ratio'],
+    [{ model: 'm', prompt: 'p', n: 2 }, 'n'],
+    [{ model: 'm', prompt: 'p', n: 0 }, 'n'],
+    [{ model: 'm', prompt: 'p', n: '1' }, 'n'],
+    [{ model: 'm', prompt: 'p', response_format: 'png' }, 'response_format'],
+    [{ model: 'm', prompt: 'p', stream: true }, 'stream'],
+  ];
+  for (const [body, param] of cases) {
+    const r = refusal(body);
+    t.equal(r.param, param, JSON.stringify(body));
+    t.match(r.message, new RegExp(`^${param}: `));
+  }
+  t.match(refusal({ model: 'm', prompt: 'p', size: '8K' }).message, /1K, 2K, 4K/);
+  t.equal(refusal([1]).param, undefined, 'not an object');
+});
+
+t.test('form fields: n and stream read as the JSON values they spell', async (t) => {
+  t.equal(formValue('n', '1'), 1);
+  t.equal(formValue('n', 'one'), 'one');
+  t.equal(formValue('stream', 'false'), false);
+  t.equal(formValue('size', '1K'), '1K');
+});
+
+t.test('formats are decided by the bytes', async (t) => {
+  t.equal(sniffImage(Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex')), 'png');
+  t.equal(sniffImage(Buffer.from('ffd8ffe000104a464946', 'hex')), 'jpeg');
+  t.equal(sniffImage(Buffer.from('RIFF\x10\x00\x00\x00WEBPVP8 ', 'latin1')), 'webp');
+  t.equal(sniffImage(Buffer.from('GIF89a......', 'latin1')), null);
+  t.equal(sniffImage(Buffer.from('RIFF\x10\x00\x00\x00WAVEfmt ', 'latin1')), null);
+  t.equal(sniffImage(Buffer.from('89504e47', 'hex')), null, 'too short to tell');
+});
+
+t.test('OpenAI sizes: the nearest the model accepts, by ratio then area', async (t) => {
+  const table = (model: string) => Object.fromEntries(ASPECT_RATIOS.map((r) => [r, (['1K', '2K', '4K'] as const).map((s) => openaiSize(model, s, r))]));
+  const fixed = table('gpt-image-1');
+  for (const r of ['1:1']) t.same(fixed[r], ['1024x1024', '1024x1024', '1024x1024']);
+  for (const r of ['3:2', '4:3', '5:4', '16:9', '21:9']) t.same(fixed[r], ['1536x1024', '1536x1024', '1536x1024'], r);
+  for (const r of ['2:3', '3:4', '4:5', '9:16']) t.same(fixed[r], ['1024x1536', '1024x1536', '1024x1536'], r);
+  t.same(table('gpt-image-1.5'), fixed, 'every fixed-size GPT image model');
+  t.same(table('dall-e-3')['16:9'], ['1792x1024', '1792x1024', '1792x1024']);
+  t.same(table('dall-e-3')['4:5'], ['1024x1024', '1024x1024', '1024x1024']);
+  t.same(table('dall-e-2')['16:9'], ['1024x1024', '1024x1024', '1024x1024'], 'the square nearest the class');
+  t.equal(nearestSize(['256x256', '512x512', '1024x1024'], '1K', '1:1'), '1024x1024');
+  const free = table('gpt-image-2');
+  t.same(free['1:1'], ['1024x1024', '2048x2048', '2880x2880']);
+  t.same(free['16:9'], ['1360x768', '2736x1536', '3840x2160']);
+  t.same(free['9:16'], ['768x1360', '1536x2736', '2160x3840']);
+  t.same(free['21:9'], ['1568x672', '3136x1344', '3840x1632']);
+  for (const [ratio, sizes] of Object.entries(free)) {
+    for (const s of sizes) {
+      const [w, h] = s.split('x').map(Number) as [number, number];
+      t.ok(w % 16 === 0 && h % 16 === 0 && Math.max(w, h) <= 3840 && w * h <= 3840 * 2160, `${ratio} ${s} within gpt-image-2's bounds`);
+      t.ok(Math.max(w / h, h / w) <= 3);
+      const [a, b] = ratio.split(':').map(Number) as [number, number];
+      t.ok(Math.abs(Math.log(w / h / (a / b))) < 0.02, `${ratio} ${s} keeps the ratio`);
+    }
+  }
+});
+
+t.test('Gemini takes both directly; 1K is its default and left out', async (t) => {
+  t.same(geminiImageConfig('1K', '16:9'), { aspectRatio: '16:9' });
+  t.same(geminiImageConfig('4K', '21:9'), { aspectRatio: '21:9', imageSize: '4K' });
+});

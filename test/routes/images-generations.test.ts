@@ -1,0 +1,214 @@
+// POST /v1/images/generations through the official openai SDK on the embedded default: img-pro on the simulator's
+// Gemini protocol, img-2 on its OpenAI Images protocol (README "Images").
+import t from 'tap';
+import OpenAI from 'openai';
+import sharp from 'sharp';
+import { validator } from '../helpers/conformance.js';
+import { startHarness } from '../helpers/harness.js';
+import { ASPECT_RATIOS } from '../../policies/image-request.js';
+
+const h = await startHarness({
+  edit: (c) => {
+    c.models.push({ id: 'vidA-v6', family: 'vidA', provider: 'sim-openai' } as never);
+    // Faults come sooner than the default 10 minutes.
+    for (const p of Object.values(c.providers as Record<string, { timeout_ms?: number }>)) p.timeout_ms = 2_000;
+  },
+});
+t.teardown(() => h.close());
+
+const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
+const imagesResponse = validator('ImagesResponse');
+const last = () => h.sim.received[h.sim.received.length - 1]!;
+
+// Gemini API image generation guide, "Aspect ratios and image size" (Gemini 3 Pro Image).
+const GEMINI: Record<string, [string, string, string]> = {
+  '1:1': ['1024x1024', '2048x2048', '4096x4096'],
+  '2:3': ['848x1264', '1696x2528', '3392x5056'],
+  '3:2': ['1264x848', '2528x1696', '5056x3392'],
+  '3:4': ['896x1200', '1792x2400', '3584x4800'],
+  '4:3': ['1200x896', '2400x1792', '4800x3584'],
+  '4:5': ['928x1152', '1856x2304', '3712x4608'],
+  '5:4': ['1152x928', '2304x1856', '4608x3712'],
+  '9:16': ['768x1376', '1536x2752', '3072x5504'],
+  '16:9': ['1376x768', '2752x1536', '5504x3072'],
+  '21:9': ['1584x672', '3168x1344', '6336x2688'],
+};
+// gpt-image-1 takes three sizes: the nearest in ratio (README "Images").
+const GPT_IMAGE_1: Record<string, string> = {
+  '1:1': '1024x1024', '2:3': '1024x1536', '3:2': '1536x1024', '3:4': '1024x1536', '4:3': '1536x1024',
+  '4:5': '1024x1536', '5:4': '1536x1024', '9:16': '1024x1536', '16:9': '1536x1024', '21:9': '1536x1024',
+};
+const SIZES = ['1K', '2K', '4K'] as const;
+
+type Generated = { created: number; data: { b64_json?: string; url?: string }[]; usage?: Record<string, unknown>; output_format?: string };
+
+function generate(body: Record<string, unknown>) {
+  return openai.images.generate(body as never).withResponse() as unknown as Promise<{ data: Generated; response: Response }>;
+}
+
+async function dims(bytes: Buffer): Promise<string> {
+  const m = await sharp(bytes).metadata();
+  t.equal(m.format, 'png');
+  return `${m.width}x${m.height}`;
+}
+
+t.test('img-pro: every size and aspect ratio is the PNG of Gemini\'s table, as b64_json in an ImagesResponse', async (t) => {
+  for (const ratio of ASPECT_RATIOS) {
+    for (const [i, size] of SIZES.entries()) {
+      const { data, response } = await generate({ model: 'img-pro', prompt: `a harbour at dawn ${ratio} ${size}`, size, aspect_ratio: ratio });
+      t.same(imagesResponse(data), [], `${ratio} ${size}: conforms`);
+      t.equal(await dims(Buffer.from(data.data[0]!.b64_json!, 'base64')), GEMINI[ratio]![i], `${ratio} ${size}`);
+      t.match(response.headers.get('x-request-id'), /^req_/);
+      const sent = last().body as { generationConfig: { responseModalities: string[]; imageConfig: Record<string, string> } };
+      t.same(sent.generationConfig.imageConfig, size === '1K' ? { aspectRatio: ratio } : { aspectRatio: ratio, imageSize: size }, 'imageConfig as asked');
+    }
+  }
+});
+
+t.test('img-2: every size and aspect ratio gets the nearest size gpt-image-1 takes', async (t) => {
+  for (const ratio of ASPECT_RATIOS) {
+    for (const size of SIZES) {
+      const { data } = await generate({ model: 'img-2', prompt: `a harbour at dawn ${ratio} ${size}`, size, aspect_ratio: ratio });
+      t.same(imagesResponse(data), [], `${ratio} ${size}: conforms`);
+      t.equal(await dims(Buffer.from(data.data[0]!.b64_json!, 'base64')), GPT_IMAGE_1[ratio], `${ratio} ${size}`);
+      t.equal((last().body as { size: string }).size, GPT_IMAGE_1[ratio]);
+    }
+  }
+});
+
+t.test('defaults are 1K, 1:1, b64_json; usage passed through (Gemini\'s as ImageGenUsage)', async (t) => {
+  for (const model of ['img-pro', 'img-2']) {
+    const { data, response } = await generate({ model, prompt: 'a lighthouse' });
+    t.same(imagesResponse(data), []);
+    t.equal(await dims(Buffer.from(data.data[0]!.b64_json!, 'base64')), '1024x1024', model);
+    t.equal(data.output_format, 'png');
+    t.type(data.created, 'number');
+    t.match(data.usage, { input_tokens: Number, output_tokens: Number, total_tokens: Number, input_tokens_details: { text_tokens: Number, image_tokens: Number } }, `${model}: usage`);
+    t.match(response.headers.get('content-type'), /application\/json/);
+  }
+});
+
+t.test('the upstream requests: the operator\'s key, the provider\'s model, our fields consumed, unknown fields passed on', async (t) => {
+  await generate({ model: 'img-2', prompt: 'a kite', size: '2K', aspect_ratio: '16:9', quality: 'low', user: 'u-7', moderation: 'low' });
+  const o = last();
+  t.equal(o.url, '/v1/images/generations');
+  t.equal(o.headers.authorization, 'Bearer sim-key');
+  t.same(o.body, { quality: 'low', user: 'u-7', moderation: 'low', model: 'gpt-image-1', prompt: 'a kite', size: '1536x1024' });
+  await generate({ model: 'img-pro', prompt: 'a kite', aspect_ratio: '9:16', size: '4K', quality: 'high', safetySettings: [{ category: 'HARM_CATEGORY_HARASSMENT', threshold: 'BLOCK_ONLY_HIGH' }] });
+  const g = last();
+  t.equal(g.url, '/v1beta/models/gemini-3-pro-image-preview:generateContent');
+  t.equal(g.headers['x-goog-api-key'], 'sim-key');
+  t.notOk(g.headers.authorization, 'no bearer on Gemini');
+  t.same(g.body, {
+    safetySettings: [{ category: 'HARM_CATEGORY_HARASSMENT', threshold: 'BLOCK_ONLY_HIGH' }],
+    contents: [{ role: 'user', parts: [{ text: 'a kite' }] }],
+    generationConfig: { responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '9:16', imageSize: '4K' } },
+  }, 'OpenAI-only fields are not sent to Gemini; other unknown fields are');
+  t.notOk(JSON.stringify(o.headers).includes(h.key) || JSON.stringify(g.headers).includes(h.key), 'the caller\'s key never goes upstream');
+});
+
+t.test('response_format url: a gateway URL that serves the PNG with no key, on any instance, and expires', async (t) => {
+  for (const model of ['img-pro', 'img-2']) {
+    const { data } = await generate({ model, prompt: 'a bridge', response_format: 'url', aspect_ratio: '3:2' });
+    t.same(imagesResponse(data), [], `${model}: conforms`);
+    t.same(Object.keys(data.data[0]!), ['url']);
+    const url = new URL(data.data[0]!.url!);
+    t.equal(url.origin, h.url, 'served by the gateway');
+    t.match(url.pathname, /^\/v1\/images\/content\/[A-Za-z0-9_-]{32}$/);
+    t.notOk(data.data[0]!.url!.includes('sim-key') || data.data[0]!.url!.includes(new URL(h.sim.url).port), 'nothing of the upstream in it');
+    const res = await fetch(url);
+    t.equal(res.status, 200);
+    t.equal(res.headers.get('content-type'), 'image/png');
+    t.match(res.headers.get('cache-control'), /^private, max-age=\d+$/);
+    t.equal(await dims(Buffer.from(await res.arrayBuffer())), model === 'img-pro' ? '1264x848' : '1536x1024');
+  }
+  const missing = await fetch(`${h.url}/v1/images/content/${'A'.repeat(32)}`);
+  t.equal(missing.status, 404);
+  t.equal(((await missing.json()) as { error: { code: string } }).error.code, 'not_found');
+
+  // A second instance on the same Redis serves the first one's URL; a short TTL expires it.
+  const other = await startHarness({ prefix: h.prefix, edit: (c) => { c.images = { url_ttl_ms: 1_500 }; } });
+  t.teardown(() => other.close());
+  const o = new OpenAI({ baseURL: `${other.url}/v1`, apiKey: h.key, maxRetries: 0 });
+  const r = (await o.images.generate({ model: 'img-pro', prompt: 'a tower', response_format: 'url' } as never)) as unknown as Generated;
+  const id = new URL(r.data[0]!.url!).pathname.split('/').pop();
+  const elsewhere = await fetch(`${h.url}/v1/images/content/${id}`);
+  t.equal(elsewhere.status, 200, 'another instance serves it');
+  await new Promise((res) => setTimeout(res, 1_700));
+  t.equal((await fetch(`${h.url}/v1/images/content/${id}`)).status, 404, 'gone after its TTL');
+});
+
+t.test('public_url names the origin of image URLs', async (t) => {
+  const g = await startHarness({ edit: (c) => { c.images = { public_url: 'https://images.example.com/' }; } });
+  t.teardown(() => g.close());
+  const o = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
+  const r = (await o.images.generate({ model: 'img-2', prompt: 'x', response_format: 'url' } as never)) as unknown as Generated;
+  t.match(r.data[0]!.url, /^https:\/\/images\.example\.com\/v1\/images\/content\/[A-Za-z0-9_-]{32}$/);
+});
+
+t.test('validation: a 400 in OpenAI\'s shape naming the field, before the upstream is called', async (t) => {
+  const cases: [Record<string, unknown>, string, string][] = [
+    [{ model: 'img-x', prompt: 'p' }, 'unknown_model', 'model'],
+    [{ model: 'gamma-k3', prompt: 'p' }, 'wrong_endpoint', 'model'],
+    [{ model: 'vidA-v6', prompt: 'p' }, 'wrong_endpoint', 'model'],
+    [{ model: 'img-pro' }, 'invalid_request', 'prompt'],
+    [{ model: 'img-pro', prompt: '' }, 'invalid_request', 'prompt'],
+    [{ model: 'img-pro', prompt: 'p', size: '1024x1024' }, 'invalid_request', 'size'],
+    [{ model: 'img-pro', prompt: 'p', aspect_ratio: '2:1' }, 'invalid_request', 'aspect_ratio'],
+    [{ model: 'img-pro', prompt: 'p', n: 2 }, 'invalid_request', 'n'],
+    [{ model: 'img-pro', prompt: 'p', response_format: 'png' }, 'invalid_request', 'response_format'],
+  ];
+  const before = h.sim.received.length;
+  for (const [body, code, param] of cases) {
+    const e = (await generate(body).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+    t.ok(e instanceof OpenAI.BadRequestError, JSON.stringify(body));
+    t.match(e.error, { code, param, type: 'invalid_request_error' }, JSON.stringify(body));
+    t.match(e.headers?.get('x-request-id'), /^req_/);
+  }
+  t.equal(h.sim.received.length, before, 'the upstream was never called');
+  const chat = await openai.chat.completions.create({ model: 'img-pro', messages: [{ role: 'user', content: 'hi' }] }).catch((x: { error: unknown }) => x.error);
+  t.match(chat, { code: 'wrong_endpoint' }, 'an image model on chat completions');
+});
+
+t.test('refusals are 400 content_refused with the provider\'s reason; failures 502, 504, 429', async (t) => {
+  const fail = async (model: string, prompt: string, extra: Record<string, unknown> = {}) =>
+    (await generate({ model, prompt, ...extra }).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+  for (const rf of ['b64_json', 'url']) {
+    const blocked = await fail('img-pro', 'x #sim:image=refuse', { response_format: rf });
+    t.equal(blocked.status, 400);
+    t.match(blocked.error, { code: 'content_refused', message: /blocked the prompt \(SAFETY\)/ });
+    const withheld = await fail('img-pro', 'x #sim:image=refuse_output', { response_format: rf });
+    t.match(withheld.error, { code: 'content_refused', message: /withheld the image \(IMAGE_SAFETY\)/ });
+    const moderated = await fail('img-2', 'x #sim:image=refuse', { response_format: rf });
+    t.equal(moderated.status, 400);
+    t.match(moderated.error, { code: 'content_refused', message: /rejected by the safety system/ });
+    for (const model of ['img-pro', 'img-2']) {
+      t.equal((await fail(model, 'x #sim:status=500', { response_format: rf })).status, 502, `${model} ${rf}: 5xx`);
+      t.equal((await fail(model, 'x #sim:status=503', { response_format: rf })).status, 503, `${model} ${rf}: overloaded`);
+      t.equal((await fail(model, 'x #sim:status=429', { response_format: rf })).status, 429, `${model} ${rf}: rate limited`);
+      t.equal((await fail(model, 'x #sim:delay_ms=3000', { response_format: rf })).status, 504, `${model} ${rf}: timeout`);
+      const early = await fail(model, 'x #sim:hangup_after=40', { response_format: rf });
+      t.equal(early.status, 502, `${model} ${rf}: hang-up before the image`);
+      t.match(early.error, { code: 'upstream_error' });
+    }
+  }
+  // A hang-up in the middle of the image cuts the streamed answer; the SDK sees a broken connection.
+  for (const model of ['img-pro', 'img-2']) {
+    const cut = (await fail(model, 'x #sim:hangup_after=3000')) as unknown as Error & { cause?: Error };
+    t.equal(cut.message, 'terminated', `${model}: the body was cut`);
+    t.equal(cut.cause?.message, 'other side closed');
+  }
+});
+
+t.test('the url store\'s byte budget: past it, a 503 that costs nothing; the caller may ask for b64_json', async (t) => {
+  const g = await startHarness({ edit: (c) => { c.images = { store_max_bytes: 300_000 }; } });
+  t.teardown(() => g.close());
+  const o = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
+  const first = (await o.images.generate({ model: 'img-pro', prompt: 'a field', response_format: 'url' } as never)) as unknown as Generated;
+  t.ok(first.data[0]!.url);
+  const full = (await o.images.generate({ model: 'img-pro', prompt: 'a field', response_format: 'url', size: '2K' } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+  t.equal(full.status, 503);
+  t.match(full.error, { code: 'service_unavailable', message: /image store is full/ });
+  const b64 = (await o.images.generate({ model: 'img-pro', prompt: 'a field', size: '2K' } as never)) as unknown as Generated;
+  t.ok(b64.data[0]!.b64_json, 'b64_json needs no store');
+});
