@@ -76,14 +76,7 @@ export class DebitSpool {
       return false;
     }
     const line: Line = { ...input, price: input.price.toString() };
-    const fd = openSync(this.file, 'a');
-    try {
-      appendFileSync(fd, `${JSON.stringify(line)}\n`);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    this.queue.push(line);
+    this.append(line);
     this.events.spooled();
     this.events.resized(this.queue.length);
     this.kick();
@@ -142,6 +135,18 @@ export class DebitSpool {
     }
   }
 
+  /** Keep a debit at the end of the queue, on disk before in memory. */
+  private append(line: Line): void {
+    const fd = openSync(this.file, 'a');
+    try {
+      appendFileSync(fd, `${JSON.stringify(line)}\n`);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    this.queue.push(line);
+  }
+
   /** Drop the first `n` debits, from memory and from the file. */
   private forget(n: number): void {
     this.queue.splice(0, n);
@@ -173,15 +178,7 @@ export class DebitSpool {
       const lines = readFileSync(claimed, 'utf8').split('\n').filter((l) => l.trim() !== '');
       for (const l of lines) {
         try {
-          const line = JSON.parse(l) as Line;
-          const fd = openSync(this.file, 'a');
-          try {
-            appendFileSync(fd, `${JSON.stringify(line)}\n`);
-            fsyncSync(fd);
-          } finally {
-            closeSync(fd);
-          }
-          this.queue.push(line);
+          this.append(JSON.parse(l) as Line);
         } catch (err) {
           this.log.error({ err, file: name }, 'unreadable spooled debit skipped');
         }

@@ -25,6 +25,7 @@ import type { BlockRef, EscrowAdminEvent, Hex, SettlementChain } from '../chains
 import type { Metrics } from '../metrics/metrics.js';
 import { countBy, usdOf } from '../metrics/metrics.js';
 import { readWallet } from '../billing/wallets.js';
+import { Sleeps } from './sleeps.js';
 import { applyEventBatch, correctSynced, readCursor } from './apply-events.js';
 import { keys } from '../store/keys.js';
 
@@ -131,12 +132,10 @@ export class ChainWatcher {
   private readonly leasedAt = new Map<ChainName, number>();
   /** Per chain: the head the last poll scanned up to, while the lease has been held since. */
   private readonly scannedHead = new Map<ChainName, bigint>();
-  /** Per chain: ends the wait before its next poll (wake). */
-  private readonly wakers = new Map<ChainName, () => void>();
+  /** The loops' waits: a chain's poll wait ends on wake(chain), every wait on stop. */
+  private readonly sleeps = new Sleeps<ChainName>();
   /** Chains woken while not waiting: their next wait is skipped. */
   private readonly woken = new Set<ChainName>();
-  /** Per chain: ends the reconciler's wait (stop). */
-  private readonly reconcileWakers = new Map<ChainName, () => void>();
   /** Chains whose node was behind at the last poll (logged once per stretch). */
   private readonly behind = new Set<ChainName>();
 
@@ -156,40 +155,18 @@ export class ChainWatcher {
    * the batch's charges leave `pending` at once while the polls for others' transactions (deposits) stay sparse.
    */
   wake(chain: ChainName): void {
-    const waker = this.wakers.get(chain);
-    if (waker) waker();
-    else this.woken.add(chain);
+    if (!this.sleeps.wake(chain)) this.woken.add(chain);
   }
-
-  /** Sleepers to wake when the watcher stops. */
-  private readonly sleepers = new Set<() => void>();
 
   /** Wait `ms`, or less if the watcher stops: a backoff of 30 s never holds a shutdown. */
   private sleep(ms: number): Promise<void> {
-    if (this.stopping) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.sleepers.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.sleepers.add(done);
-    });
+    return this.stopping ? Promise.resolve() : this.sleeps.sleep(ms);
   }
 
   /** Wait `ms` before the next poll of `chain`, or less if woken or stopping. */
   private pause(chain: ChainName, ms: number): Promise<void> {
     if (!this.running || this.woken.delete(chain)) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.wakers.delete(chain);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.wakers.set(chain, done);
-    });
+    return this.sleeps.sleep(ms, chain);
   }
 
   start(): void {
@@ -335,15 +312,7 @@ export class ChainWatcher {
    */
   private async reconcileLoop(name: ChainName, chain: SettlementChain): Promise<void> {
     while (this.running) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, this.settings.reconcileMs);
-        function done() {
-          clearTimeout(timer);
-          resolve();
-        }
-        this.reconcileWakers.set(name, done);
-      });
-      this.reconcileWakers.delete(name);
+      await this.sleep(this.settings.reconcileMs);
       if (!this.running) break;
       try {
         if (!(await this.lease(name))) {
@@ -433,7 +402,7 @@ export class ChainWatcher {
   async stop(): Promise<void> {
     this.running = false;
     this.stopping = true;
-    for (const waker of [...this.wakers.values(), ...this.reconcileWakers.values(), ...this.sleepers]) waker();
+    this.sleeps.wakeAll();
     await Promise.allSettled(this.loops);
     this.loops.length = 0;
     this.stopping = false;

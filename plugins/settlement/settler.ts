@@ -10,6 +10,7 @@ import type { ChainName } from '../chains/config.js';
 import type { Charge, Hex, SettlementChain } from '../chains/port.js';
 import { countBy, type Metrics } from '../metrics/metrics.js';
 import { logRedisErrors } from '../store/redis.js';
+import { Sleeps } from './sleeps.js';
 import { LuaScript } from '../store/redis-script.js';
 import { keys } from '../store/keys.js';
 
@@ -80,7 +81,7 @@ export class Settler {
   private readonly loops: Promise<void>[] = [];
   private readonly conns: Redis[] = [];
   private timer: NodeJS.Timeout | undefined;
-  private readonly wakeOnStop = new Set<() => void>();
+  private readonly sleeps = new Sleeps();
 
   constructor(
     private readonly redis: Redis,
@@ -158,15 +159,7 @@ export class Settler {
         // Capped low: a settler that waits long leaves debits pending (and balances locked) for that long.
         backoff = Math.min(5_000, backoff ? backoff * 2 : 500);
         // A stop ends the wait: a backoff never holds a shutdown.
-        await new Promise<void>((resolve) => {
-          const wake = () => {
-            clearTimeout(timer);
-            this.wakeOnStop.delete(wake);
-            resolve();
-          };
-          const timer = setTimeout(wake, backoff);
-          this.wakeOnStop.add(wake);
-        });
+        await this.sleeps.sleep(backoff);
       }
     }
   }
@@ -215,7 +208,7 @@ export class Settler {
   async stop(): Promise<void> {
     this.running = false;
     clearInterval(this.timer);
-    for (const wake of [...this.wakeOnStop]) wake();
+    this.sleeps.wakeAll();
     for (const c of this.conns) c.disconnect();
     // A loop stuck on a command of a Redis that is away must not hold a shutdown: what it did not finish is
     // left pending in the stream, and taken over by another settler.

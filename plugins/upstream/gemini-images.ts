@@ -231,6 +231,7 @@ export function geminiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequ
   if (length !== undefined) headers['content-length'] = String(length);
   return {
     url: route.url,
+    method: 'POST',
     headers,
     body,
     provider: route.provider.name,

@@ -4,6 +4,7 @@
  * one (so a 200 head is written only once an image is certain).
  */
 import type { Readable } from 'node:stream';
+import type { ExchangeRequest } from './exchange.js';
 import { sniffImage, type ImageFormat } from '../../policies/image-request.js';
 import type { GatewayError } from '../../policies/errors.js';
 
@@ -36,15 +37,9 @@ export interface ImageAnswerReader {
 }
 
 /** One upstream image call, as an adapter builds it. */
-export interface ImageUpstreamRequest {
-  readonly url: string;
-  readonly headers: Record<string, string>;
+export interface ImageUpstreamRequest extends ExchangeRequest {
   /** The body; a stream when it carries reference images (content-length set in headers). */
   readonly body: string | Readable;
-  /** The provider's name (metrics label). */
-  readonly provider: string;
-  readonly timeoutMs: number;
-  readonly maxDurationMs: number;
   /** A reader of the 2xx answer, reporting the image to `sink`. */
   reader(sink: ImageSink): ImageAnswerReader;
   /** The GatewayError of a non-2xx answer (`body`: its first 64 KiB). */

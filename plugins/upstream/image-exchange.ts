@@ -17,15 +17,14 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
-import type { Dispatcher } from 'undici';
-import type { Call, Exchange } from '../call.js';
+import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ImageStore } from '../store/image-store.js';
 import { GatewayError } from '../../policies/errors.js';
 import { IMAGE_MIME, type ImageFormat } from '../../policies/image-request.js';
+import { sendUpstreamError, UpstreamExchange } from './exchange.js';
 import { Base64Bytes, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
 import type { Upstreams } from './pools.js';
-import { sendUpstreamError } from './proxy.js';
 
 /** How the caller receives the image. */
 export type ImageDelivery =
@@ -35,40 +34,16 @@ export type ImageDelivery =
 
 /** Largest image a url call keeps (decoded): far above any provider's 4K PNG. */
 const MAX_STORED_BYTES = 64 * 1024 * 1024;
-const ERROR_BODY_LIMIT = 64 * 1024;
 
-const ABORTED = new Error('caller went away');
-const TOO_LONG = new Error('call ran past its maximum duration');
-
-
-/** Send an image call upstream; the caller is answered by the handler. Returns the reply, sent later. */
+/** Send an image call upstream; the caller is answered by the exchange. Returns the reply, sent later. */
 export function exchangeImage(
   upstreams: Upstreams, reply: FastifyReply, call: Call, req: ImageUpstreamRequest, delivery: ImageDelivery, metrics?: Metrics,
 ): FastifyReply {
-  const { pool, path } = upstreams.target(req.url);
-  const exchange: Exchange = { delivered: 0 };
-  call.exchange = exchange;
-  pool.dispatch({
-    path,
-    method: 'POST',
-    headers: req.headers,
-    body: req.body,
-    headersTimeout: req.timeoutMs,
-    bodyTimeout: req.timeoutMs,
-  }, new ImageExchange(upstreams, reply, call, exchange, req, delivery, metrics));
-  return reply;
+  return new ImageExchange(upstreams, reply, call, { delivered: 0 }, req, metrics, delivery).dispatch();
 }
 
-class ImageExchange implements Dispatcher.DispatchHandler {
-  private controller: Dispatcher.DispatchController | undefined;
-  private readonly sent = process.hrtime.bigint();
-  private deadline: NodeJS.Timeout | undefined;
-  private errorBody: Buffer[] | null = null;
-  private errorSize = 0;
-  private retryAfter: string | undefined;
+class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private reader: ImageAnswerReader | undefined;
-  private paused = false;
-  private mustDrain = false;
   /** The head is written (pass, convert). */
   private began = false;
   /** pass: the upstream's head, and its bytes before the image began. */
@@ -80,43 +55,19 @@ class ImageExchange implements Dispatcher.DispatchHandler {
   private imageDone = false;
   private format: ImageFormat | undefined;
   private bytes: Base64Bytes | undefined;
-  private readonly resume = () => {
-    this.paused = false;
-    this.controller?.resume();
-  };
 
   constructor(
-    private readonly upstreams: Upstreams,
-    private readonly reply: FastifyReply,
-    private readonly call: Call,
-    private readonly exchange: Exchange,
-    private readonly req: ImageUpstreamRequest,
-    private readonly delivery: ImageDelivery,
-    private readonly metrics: Metrics | undefined,
-  ) {}
-
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.controller = controller;
-    if (this.call.ended) {
-      controller.abort(ABORTED);
-      return;
-    }
-    this.exchange.abort = () => controller.abort(ABORTED);
-    this.deadline = setTimeout(() => controller.abort(TOO_LONG), this.req.maxDurationMs);
-    this.deadline.unref();
+    upstreams: Upstreams, reply: FastifyReply, call: Call, exchange: { delivered: number }, req: ImageUpstreamRequest,
+    metrics: Metrics | undefined, private readonly delivery: ImageDelivery,
+  ) {
+    super(upstreams, reply, call, exchange, req, metrics);
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
-    this.exchange.status = statusCode;
-    const provider = this.req.provider;
-    this.metrics?.upstreamDuration.observe({ provider }, Number(process.hrtime.bigint() - this.sent) / 1e9);
-    if (statusCode >= 300) {
-      this.metrics?.upstreamErrors.inc({ provider, status: String(statusCode) });
-      const ra = headers['retry-after'];
-      this.retryAfter = typeof ra === 'string' ? ra : undefined;
-      this.errorBody = [];
-      return;
-    }
+  protected override failure(status: number, text: string, retryAfter: string | undefined): GatewayError {
+    return this.req.error(status, text, retryAfter);
+  }
+
+  protected start(_statusCode: number, headers: IncomingHttpHeaders): void {
     switch (this.delivery.kind) {
       case 'pass':
         this.upstreamHeaders = headers;
@@ -150,10 +101,6 @@ class ImageExchange implements Dispatcher.DispatchHandler {
     if (this.upstreams.closing) out.connection = 'close';
     this.reply.hijack();
     this.reply.raw.writeHead(200, out as Record<string, string>);
-  }
-
-  private write(data: Buffer | string): void {
-    if (!this.reply.raw.write(data)) this.mustDrain = true;
   }
 
   private convertSink(): ImageSink {
@@ -190,41 +137,21 @@ class ImageExchange implements Dispatcher.DispatchHandler {
     };
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (this.errorBody) {
-      if (this.errorSize < ERROR_BODY_LIMIT) this.errorBody.push(chunk);
-      this.errorSize += chunk.length;
-      return;
-    }
+  protected data(chunk: Buffer): void {
     this.reader!.feed(chunk);
-    if (this.delivery.kind === 'pass') {
-      if (this.began && this.held.length === 0) {
-        this.write(chunk);
-      } else if (this.began) {
-        this.held.push(chunk);
-        this.write(Buffer.concat(this.held));
-        this.held = [];
-      } else {
-        this.held.push(chunk);
-      }
-    }
-    // Backpressure: a slow caller pauses the upstream until its socket drains.
-    const res = this.reply.raw;
-    if (this.mustDrain && !this.paused && !res.destroyed) {
-      this.mustDrain = false;
-      this.paused = true;
-      controller.pause();
-      res.once('drain', this.resume);
+    if (this.delivery.kind !== 'pass') return;
+    if (this.began && this.held.length === 0) {
+      this.write(chunk);
+    } else if (this.began) {
+      this.held.push(chunk);
+      this.write(Buffer.concat(this.held));
+      this.held = [];
+    } else {
+      this.held.push(chunk);
     }
   }
 
-  onResponseEnd(): void {
-    this.done();
-    if (this.errorBody) {
-      const text = Buffer.concat(this.errorBody).toString('utf8').slice(0, ERROR_BODY_LIMIT);
-      sendUpstreamError(this.reply, this.req.error(this.exchange.status!, text, this.retryAfter));
-      return;
-    }
+  protected end(): void {
     const end = this.reader!.end();
     const res = this.reply.raw;
     switch (this.delivery.kind) {
@@ -287,29 +214,13 @@ class ImageExchange implements Dispatcher.DispatchHandler {
     reply.code(200).header('content-type', 'application/json').send(JSON.stringify(body));
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
-    this.done();
-    if (err === ABORTED) return;
+  protected override failedMidAnswer(): boolean {
     if (this.delivery.kind === 'convert' && this.imageDone) {
       // The image is whole: the rest of the provider's answer (its usage) is not needed to deliver it.
       this.closeConverted(null);
-      return;
+      return true;
     }
-    const reply = this.reply;
-    if (reply.raw.headersSent) {
-      reply.raw.destroy(err);
-      return;
-    }
-    const code = (err as { code?: string }).code;
-    const timeout = err === TOO_LONG || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
-    this.exchange.status ??= timeout ? 504 : 502;
-    if (!this.errorBody) this.metrics?.upstreamErrors.inc({ provider: this.req.provider, status: '0' });
-    sendUpstreamError(reply, timeout ? new GatewayError('upstream_timeout', { cause: err }) : new GatewayError('upstream_error', { cause: err }));
-  }
-
-  private done(): void {
-    this.exchange.abort = undefined;
-    clearTimeout(this.deadline);
+    return false;
   }
 }
 

@@ -156,6 +156,7 @@ function multipart(values: Record<string, unknown>, images: readonly ReferenceIm
 /** The upstream request of an image call on the OpenAI Images API; `references` make it an edit. */
 export function openaiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): ImageUpstreamRequest {
   const common = {
+    method: 'POST' as const,
     provider: route.provider.name,
     timeoutMs: route.provider.timeout_ms,
     maxDurationMs: route.provider.max_duration_ms,
