@@ -9,7 +9,7 @@ import { modelSchema, PROTOCOLS_OF_KIND, providerSchema, type ModelConfig, type 
 import { buildSignatures, clientSignatureSchema, type ClientSignature } from '../policies/clients.js';
 import type { ReasoningLevel } from '../policies/families.js';
 import { limitsConfigSchema, type LimitsConfig } from '../policies/limits.js';
-import { buildPriceTable, lookupRates, pricesConfigSchema, type PriceTable } from '../pricing/index.js';
+import { buildPriceTable, isVideoFamily, lookupRates, pricesConfigSchema, type PriceTable } from '../pricing/index.js';
 
 export type { ModelConfig, ProviderConfig } from '../policies/catalog.js';
 
@@ -128,6 +128,18 @@ export const configSchema = z
     });
   });
 
+/** Video model id -> the family its config gives it: pricing takes a video model's durations from its family. */
+export function videoFamilies(models: readonly unknown[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const m of models) {
+    const { kind, id, family } = (m ?? {}) as { kind?: unknown; id?: unknown; family?: unknown };
+    // A model as written may leave out its kind, which then follows from its family (policies/catalog.ts).
+    const video = kind === 'video' || (kind === undefined && typeof family === 'string' && isVideoFamily(family));
+    if (video && typeof id === 'string' && typeof family === 'string') out[id] = family;
+  }
+  return out;
+}
+
 /** Configuration as written (input of the schema). */
 export type ConfigInput = z.input<typeof configSchema>;
 type Parsed = z.output<typeof configSchema>;
@@ -217,7 +229,7 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   let prices: PriceTable;
   try {
-    prices = buildPriceTable(data.prices);
+    prices = buildPriceTable(data.prices, 'prices', videoFamilies(data.models));
   } catch (err) {
     throw new ConfigError(`invalid config: ${(err as Error).message}`);
   }
