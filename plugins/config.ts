@@ -51,6 +51,22 @@ const billingSchema = z.strictObject({
   reconcile_interval_ms: z.number().int().positive().default(60_000),
 });
 
+/** Video jobs (plugins/jobs/): how long one may render, how its upstream job is followed, how long it is answered. */
+const videosSchema = z.strictObject({
+  /**
+   * A job still rendering this long after its submit is failed and its hold released; the hold itself expires then
+   * (it belongs to the job, and no instance renews it). Providers render in about 1 to 5 minutes.
+   */
+  deadline_ms: z.number().int().positive().default(3_600_000),
+  /** The first upstream poll of a job comes this long after its submit; each next one waits 1.5x longer, up to poll_max_ms. */
+  poll_initial_ms: z.number().int().positive().default(2_000),
+  poll_max_ms: z.number().int().positive().default(15_000),
+  /** Whether this instance may hold the poller's lease (one instance follows every upstream job at a time). */
+  poller: z.boolean().default(true),
+  /** A job is answered this long after it ended, and as long as its MP4 is downloadable if that is longer. */
+  record_days: z.number().positive().max(3650).default(7),
+});
+
 const metricsSchema = z.strictObject({
   /** Serve GET /metrics on the gateway's own port. */
   enabled: z.boolean().default(true),
@@ -107,6 +123,7 @@ export const configSchema = z
     /** The four settlement chains; absent only on the embedded default, which starts dev chains. */
     chains: chainsConfigSchema.optional(),
     billing: billingSchema.prefault({}),
+    videos: videosSchema.prefault({}),
     metrics: metricsSchema.prefault({}),
     dashboard: dashboardSchema.prefault({}),
   })
@@ -157,6 +174,7 @@ export interface FareboxConfig {
   readonly clients: readonly ClientSignature[];
   readonly chains: ChainsConfig | undefined;
   readonly billing: Parsed['billing'];
+  readonly videos: Parsed['videos'];
   readonly metrics: Parsed['metrics'];
   readonly dashboard: Parsed['dashboard'];
   /** True when running on the embedded default (simulated upstreams). */
@@ -252,7 +270,7 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   return deepFreeze({
     server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
-    chains: data.chains, billing: data.billing, metrics: data.metrics, dashboard: data.dashboard, embedded,
+    chains: data.chains, billing: data.billing, videos: data.videos, metrics: data.metrics, dashboard: data.dashboard, embedded,
   });
 }
 
@@ -301,6 +319,7 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       'sim-anthropic-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
       'sim-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' },
       'sim-open-weights': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
+      'sim-gemini': { protocol: 'gemini', base_url: `${simulatorUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' },
     },
     models: [
       alpha('alpha-fable-5', 32_000, false, ALPHA_TOP_LEVELS),
@@ -316,6 +335,11 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       openai('beta-5.5', 'beta', 'sim-openai', 128_000, true, ['low', 'medium', 'high']),
       openai('gamma-k3', 'gamma', 'sim-open-weights', 32_768, true, []),
       openai('gamma-q3', 'gamma', 'sim-open-weights', 32_768, true, []),
+      // Video models: the simulator's OpenAI Videos API, and its Gemini long-running operations for vidC.
+      { id: 'vidA-v6', family: 'vidA', provider: 'sim-openai' },
+      { id: 'vidB-2.5', family: 'vidB', provider: 'sim-openai', max_references: 30, last_reference: true },
+      { id: 'vidB-2.1', family: 'vidB', provider: 'sim-openai' },
+      { id: 'vidC-3', family: 'vidC', provider: 'sim-gemini' },
     ],
   };
 }
