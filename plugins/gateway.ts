@@ -23,15 +23,17 @@ import { buildConfig, ConfigError, loadConfig, type ConfigEnv, type FareboxConfi
 import { startEmbedded } from './embedded.js';
 import { Finisher } from './hooks/finish.js';
 import { forwardCall } from './hooks/forward.js';
+import { VideoJobs } from './jobs/video-jobs.js';
 import { gateCall } from './hooks/gate.js';
 import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
 import { parseJsonBody, policeCall } from './hooks/police.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
-import { ENDPOINTS, healthRoute } from './routes/index.js';
+import { ENDPOINTS, healthRoute, videoJobRoutes } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { closeRedis, connectRedis } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
+import { registerMultipart } from './upstream/reference-images.js';
 import { ModelCatalog } from '../policies/catalog.js';
 import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
 
@@ -167,6 +169,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     : undefined;
   const admission = new Admission(new RateLimiter(redis, config.limits), billing, log);
   const finisher = new Finisher(admission, config.prices, log);
+  const videos = new VideoJobs({ redis, config, upstreams, admission, metrics, log, instance: billing?.instance });
   // The settler and the chain watcher beside the call path, unless this instance leaves them to others
   // (`farebox settle`, plugins/settlement/settlement.ts).
   const settlement = billing && config.chains
@@ -175,9 +178,11 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   app.addHook('onReady', async () => {
     billing?.start(heartbeatMs);
     await settlement?.start();
+    videos.start();
   });
   // Debits still running at shutdown finish before Redis closes (else their holds would only expire).
   app.addHook('onClose', async () => {
+    await videos.stop();
     await finisher.drained();
     await settlement?.stop();
     await billing?.stop();
@@ -193,6 +198,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       v1.decorateRequest('farebox', null as unknown as Call);
       v1.removeContentTypeParser('application/json');
       v1.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit: config.server.body_limit }, parseJsonBody);
+      await registerMultipart(v1);
 
       v1.addHook('onRequest', identifyCall(metrics, finisher.finish));
       v1.setErrorHandler((err, request, reply) => {
@@ -204,9 +210,9 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
 
       const identify = authenticate(keys);
-      const police = policeCall({ catalog, clients: config.clients });
+      const police = policeCall({ catalog, clients: config.clients, videos: config.videos });
       const gate = gateCall(admission, config.prices, finisher.finish);
-      const forward = forwardCall({ upstreams, metrics });
+      const forward = forwardCall({ upstreams, metrics, videos });
       for (const endpoint of ENDPOINTS) {
         v1.route({
           method: endpoint.method,
@@ -219,6 +225,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
         });
       }
       healthRoute(v1, redis);
+      videoJobRoutes(v1, { authenticate: identify, videos, admission, upstreams });
     },
     { prefix: '/v1' },
   );

@@ -8,6 +8,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Metrics } from '../metrics/metrics.js';
 import type { Bill, Quote } from '../billing/billing.js';
 import type { Call } from '../call.js';
+import type { FareboxConfig } from '../config.js';
+import type { VideoJobs } from '../jobs/video-jobs.js';
 import type { Upstreams } from '../upstream/pools.js';
 import type { ModelCatalog, ModelRoute } from '../../policies/catalog.js';
 import type { ClientRuleEndpoint } from '../../policies/client-rules.js';
@@ -15,7 +17,7 @@ import type { Protocol } from '../../policies/errors.js';
 import type { PriceTable } from '../../pricing/index.js';
 
 /** The endpoints of the call path (the `route` label of the metrics). */
-export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions';
+export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions' | 'videos';
 
 /** What police made of a request: every endpoint's own result extends this. */
 export interface Policed {
@@ -28,17 +30,24 @@ export interface Policed {
 export interface Quoted {
   readonly quote?: Quote;
   readonly tokens: number;
+  /** Who owns the hold and for how long, when not the instance running the call: a job (`job:<id>`) until its deadline. */
+  readonly owner?: string;
+  readonly ttlMs?: number;
 }
 
 /** What police reads besides the request. */
 export interface PoliceContext {
   readonly catalog: ModelCatalog;
+  /** Video job settings (config `videos`). */
+  readonly videos: FareboxConfig['videos'];
 }
 
 /** What forward uses besides the call. */
 export interface ForwardContext {
   readonly upstreams: Upstreams;
   readonly metrics: Metrics;
+  /** Video jobs: the store a submit records its job in, and the provider adapters. */
+  readonly videos: VideoJobs;
 }
 
 /** One endpoint of the call path. */

@@ -3,9 +3,11 @@ import type { Endpoint } from './endpoint.js';
 import { chatCompletions } from './chat-completions.js';
 import { countTokens } from './count-tokens.js';
 import { messages } from './messages.js';
+import { videos } from './videos.js';
 
 export { healthRoute } from './health.js';
+export { videoJobRoutes } from './video-jobs.js';
 export type { Endpoint, EndpointName, ForwardContext, PoliceContext, Policed, Quoted } from './endpoint.js';
 
 /** Every endpoint module. */
-export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions] as readonly Endpoint[];
+export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions, videos] as readonly Endpoint[];
