@@ -33,18 +33,17 @@ export interface VideoJobsOptions {
 export class VideoJobs {
   readonly store: VideoStore;
   readonly settings: FareboxConfig['videos'];
-  readonly poller: VideoPoller | undefined;
+  /** Runs on this instance only when config `videos.poller` says so (start). */
+  readonly poller: VideoPoller;
   private readonly adapters = new Map<string, VideoJobProvider>();
 
   constructor(private readonly opts: VideoJobsOptions) {
     this.settings = opts.config.videos;
     this.store = new VideoStore(opts.redis, this.settings.record_days * 86_400_000);
-    this.poller = this.settings.poller
-      ? new VideoPoller(
-        opts.redis, this.store, (name) => this.provider(name), opts.admission, opts.instance ?? `${hostname()}-${process.pid}`,
-        { initialMs: this.settings.poll_initial_ms, maxMs: this.settings.poll_max_ms }, opts.metrics, opts.log,
-      )
-      : undefined;
+    this.poller = new VideoPoller(
+      opts.redis, this.store, (name) => this.provider(name), opts.admission, opts.instance ?? `${hostname()}-${process.pid}`,
+      { initialMs: this.settings.poll_initial_ms, maxMs: this.settings.poll_max_ms }, opts.metrics, opts.log,
+    );
   }
 
   /** The adapter of the provider named `name` in the config, or undefined (unknown, or a protocol without video jobs). */
@@ -64,10 +63,10 @@ export class VideoJobs {
   }
 
   start(): void {
-    this.poller?.start();
+    if (this.settings.poller) this.poller.start();
   }
 
   async stop(): Promise<void> {
-    await this.poller?.stop();
+    await this.poller.stop();
   }
 }

@@ -9,6 +9,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type sharpType from 'sharp';
 import { GatewayError } from '../../policies/errors.js';
+import { imageSize } from '../../policies/image-size.js';
 
 /** The formats reference images may have (SPEC "Video submit request": PNG, JPEG or WebP). */
 export type ImageFormat = 'png' | 'jpeg' | 'webp';
@@ -176,6 +177,10 @@ function formError(err: unknown): unknown {
   return err;
 }
 
+function tooMany(width: number, height: number): string {
+  return `${width}x${height} is over ${MAX_IMAGE_PIXELS / 1e6} megapixels.`;
+}
+
 /** An uploaded image, decoded. */
 export interface DecodedImage extends UploadedImage {
   readonly width: number;
@@ -190,8 +195,11 @@ export interface DecodedImage extends UploadedImage {
  * MAX_IMAGE_PIXELS (400 invalid_reference_image otherwise).
  */
 export async function decodeImage(img: UploadedImage): Promise<DecodedImage> {
-  const sharp = await loadSharp();
   const refuse = (why: string) => new GatewayError('invalid_reference_image', { param: img.field, message: `${img.field} ${img.index}: ${why}` });
+  // The header's size first: a few bytes can announce more pixels than are worth decoding.
+  const announced = imageSize(img.bytes);
+  if (announced && announced.width * announced.height > MAX_IMAGE_PIXELS) throw refuse(tooMany(announced.width, announced.height));
+  const sharp = await loadSharp();
   let meta: Awaited<ReturnType<ReturnType<typeof sharpType>['metadata']>>;
   try {
     meta = await sharp(img.bytes, { limitInputPixels: false }).metadata();
@@ -200,7 +208,7 @@ export async function decodeImage(img: UploadedImage): Promise<DecodedImage> {
   }
   if (meta.format !== img.format || !meta.width || !meta.height) throw refuse(`the bytes are not a whole ${img.format.toUpperCase()} image.`);
   if (meta.width * meta.height > MAX_IMAGE_PIXELS) {
-    throw refuse(`${meta.width}x${meta.height} is over ${MAX_IMAGE_PIXELS / 1e6} megapixels.`);
+    throw refuse(tooMany(meta.width, meta.height));
   }
   // Decoding the pixels finds a truncated or corrupt body that the header alone does not.
   try {
