@@ -214,3 +214,14 @@ t.test('every accepted cell of the table is taken (JSON and multipart; the jobs 
   const vidA = await openai.videos.create({ model: 'vidA-v6', prompt: 'defaults #sim:video=fail' });
   t.same([vidA.size, vidA.seconds], ['1280x720', '4'], 'vidA takes both defaults');
 });
+
+t.test('metrics: jobs submitted and ended by model, upstream polls by provider, job durations', async (t) => {
+  const text = await (await fetch(`${h.url}/metrics`)).text();
+  const value = (re: RegExp) => Number(re.exec(text)?.[1] ?? NaN);
+  t.ok(value(/^farebox_video_jobs_total\{model="vidA-v6",status="submitted"\} (\d+)/m) >= 3);
+  t.ok(value(/^farebox_video_jobs_total\{model="vidA-v6",status="completed"\} (\d+)/m) >= 2);
+  t.ok(value(/^farebox_video_jobs_total\{model="vidB-2\.1",status="failed"\} (\d+)/m) >= 1);
+  t.ok(value(/^farebox_video_upstream_polls_total\{provider="sim-gemini",result="completed"\} (\d+)/m) >= 1);
+  t.ok(value(/^farebox_video_job_duration_seconds_count\{model="vidA-v6",status="completed"\} (\d+)/m) >= 2);
+  t.match(text, /^farebox_video_jobs_open \d+/m);
+});
