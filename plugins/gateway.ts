@@ -29,7 +29,7 @@ import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
 import { parseJsonBody, policeCall } from './hooks/police.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
-import { ENDPOINTS, healthRoute, videoJobRoutes } from './routes/index.js';
+import { ENDPOINTS, healthRoute, videoJobRoutes, type Endpoint } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { closeRedis, connectRedis } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
@@ -198,7 +198,6 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       v1.decorateRequest('farebox', null as unknown as Call);
       v1.removeContentTypeParser('application/json');
       v1.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit: config.server.body_limit }, parseJsonBody);
-      await registerMultipart(v1);
 
       v1.addHook('onRequest', identifyCall(metrics, finisher.finish));
       v1.setErrorHandler((err, request, reply) => {
@@ -213,17 +212,21 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       const police = policeCall({ catalog, clients: config.clients, videos: config.videos });
       const gate = gateCall(admission, config.prices, finisher.finish);
       const forward = forwardCall({ upstreams, metrics, videos });
-      for (const endpoint of ENDPOINTS) {
-        v1.route({
-          method: endpoint.method,
-          url: endpoint.path,
-          bodyLimit: config.server.body_limit,
-          config: { endpoint },
-          onRequest: identify,
-          preHandler: [police, gate],
-          handler: forward,
-        });
-      }
+      const route = (ctx: FastifyInstance, endpoint: Endpoint) => ctx.route({
+        method: endpoint.method,
+        url: endpoint.path,
+        bodyLimit: config.server.body_limit,
+        config: { endpoint },
+        onRequest: identify,
+        preHandler: [police, gate],
+        handler: forward,
+      });
+      for (const endpoint of ENDPOINTS) if (!endpoint.multipart) route(v1, endpoint);
+      // Multipart bodies in a child context of their own: @fastify/multipart hooks every request of its context.
+      await v1.register(async (media: FastifyInstance) => {
+        await registerMultipart(media);
+        for (const endpoint of ENDPOINTS) if (endpoint.multipart) route(media, endpoint);
+      });
       healthRoute(v1, redis);
       videoJobRoutes(v1, { authenticate: identify, videos, admission, upstreams });
     },

@@ -60,6 +60,8 @@ export interface Endpoint<P extends Policed = Policed> {
   readonly protocol: Protocol;
   /** The endpoint as the client rules name it (SPEC "Client and model-family rules"). */
   readonly clientRule: ClientRuleEndpoint;
+  /** It takes multipart/form-data bodies too: routed in a context with @fastify/multipart (upstream/reference-images.ts). */
+  readonly multipart?: boolean;
   /** Validate the request against the endpoint's schema, route its model, rewrite it for the upstream (400s). */
   police(request: FastifyRequest, ctx: PoliceContext): P | Promise<P>;
   /** Its worst-case price and token estimate, from the policed request only. */

@@ -89,6 +89,7 @@ export const videos: Endpoint<VideoPoliced> = {
   path: '/videos',
   protocol: 'openai',
   clientRule: 'videos',
+  multipart: true,
   async police(request, ctx) {
     const { fields, uploads } = await readSubmit(request);
     if (typeof fields.model !== 'string' || fields.model === '') {

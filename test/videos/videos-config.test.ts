@@ -52,3 +52,11 @@ t.test('a video model\'s config is checked when the gateway starts', async (t) =
   (refs.models.at(-1) as { max_references?: number }).max_references = 31;
   t.throws(() => buildConfig(refs, env), /max_references/);
 });
+
+t.test('multipart is parsed on the endpoints that take it only: text endpoints keep their JSON-only context', async (t) => {
+  const form = new FormData();
+  form.append('model', 'gamma-k3');
+  const res = await fetch(`${h.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${h.key}` }, body: form });
+  t.equal(res.status, 400);
+  t.match(((await res.json()) as { error: { message: string } }).error.message, /Content-Type must be application\/json/);
+});
