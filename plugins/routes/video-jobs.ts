@@ -28,19 +28,21 @@ export interface VideoJobRoutesContext {
 const ID = /^video_[0-9a-f]{32}$/;
 
 /** The caller's job `id`, or 404 (unknown, or another account's). */
-async function ownJob(request: FastifyRequest, videos: VideoJobs): Promise<VideoJob> {
+async function ownJob(request: FastifyRequest, reply: FastifyReply, videos: VideoJobs): Promise<VideoJob> {
   const { id } = request.params as { id: string };
   const job = ID.test(id) ? await videos.store.get(id) : null;
   if (job === null || job.account !== request.farebox.identity!.account) {
     throw new GatewayError('video_not_found', { param: 'video_id', message: `No video job with id ${JSON.stringify(id.slice(0, 80))}.` });
   }
+  // The chain the job is billed on, as every answer about a billed call names it (SPEC "Billing chain selection").
+  if (job.chain) reply.header('x-gw-billing-chain', job.chain);
   return job;
 }
 
 /** GET /v1/videos/{id}: the job, read from Redis. */
 export function retrieveVideo(videos: VideoJobs) {
   return async function retrieveVideo(request: FastifyRequest, reply: FastifyReply) {
-    const job = await ownJob(request, videos);
+    const job = await ownJob(request, reply, videos);
     return reply.type('application/json').send(JSON.stringify(videoObject(job)));
   };
 }
@@ -50,7 +52,7 @@ export function downloadVideo(ctx: VideoJobRoutesContext) {
   return async function downloadVideo(request: FastifyRequest, reply: FastifyReply) {
     const variant = (request.query as { variant?: unknown }).variant ?? 'video';
     if (variant !== 'video') throw new GatewayError('invalid_request', { param: 'variant', message: 'Only variant=video (the MP4) is served.' });
-    const job = await ownJob(request, ctx.videos);
+    const job = await ownJob(request, reply, ctx.videos);
     // A retry cannot change these before the job does: the SDKs are told not to retry.
     const noRetry = { 'x-should-retry': 'false' };
     if (job.status === 'in_progress') {

@@ -44,8 +44,11 @@ t.test('a clip completes: in_progress at once, then completed; the MP4 has the s
   t.ok(done.completed_at! >= done.created_at && done.expires_at! > done.completed_at!, 'completed_at, then expires_at');
   t.notOk(seen.some((v) => (v.status as string) === 'queued'), 'states are exactly in_progress, completed, failed');
 
+  const { response: polled } = await openai.videos.retrieve(done.id).withResponse();
+  t.equal(polled.headers.get('x-gw-billing-chain'), 'chain_a', 'polls name the job\'s chain');
   const res = await openai.videos.downloadContent(done.id);
   t.equal(res.headers.get('content-type'), 'video/mp4');
+  t.equal(res.headers.get('x-gw-billing-chain'), 'chain_a');
   const clip = await probe(Buffer.from(await res.arrayBuffer()));
   t.same([clip.codec, clip.width, clip.height], ['h264', 720, 1280]);
   t.ok(Math.abs(clip.duration - 8) < 0.1, `8 s long (${clip.duration})`);
