@@ -201,7 +201,7 @@ function overlayScript(command: unknown): string | undefined {
   return /node -e '([^']*)'/.exec(text)?.[1];
 }
 
-const PROVIDER_ENV = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't' };
+const PROVIDER_ENV = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't', GEMINI_API_KEY: 'g' };
 
 /** Run an instance's start-up overlay over farebox.example.json and load the config it produces. */
 function configFor(script: string, overlay: string): FareboxConfig {
