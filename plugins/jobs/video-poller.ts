@@ -77,6 +77,8 @@ export class VideoPoller {
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private leasedAt: number | undefined;
+  /** A standby asks for the lease again no sooner than this (ms): only a lapsed lease can be taken. */
+  private nextTry = 0;
   private readonly inFlight = new Map<string, Promise<void>>();
   private readonly tickMs: number;
 
@@ -132,9 +134,11 @@ export class VideoPoller {
   private async lease(): Promise<boolean> {
     const now = Date.now();
     if (this.leasedAt !== undefined && now - this.leasedAt < RENEW_AFTER_MS) return true;
+    if (this.leasedAt === undefined && now < this.nextTry) return false;
     let held = (await this.r.set(keys.videoPollerLease, this.instance, 'PX', LEASE_MS, 'NX')) === 'OK';
     if (!held) held = (await RENEW.run<number>(this.r, [keys.videoPollerLease], [this.instance, LEASE_MS])) === 1;
     this.leasedAt = held ? now : undefined;
+    if (!held) this.nextTry = now + Math.max(this.tickMs, RENEW_AFTER_MS / 2);
     return held;
   }
 

@@ -69,7 +69,8 @@ function instanceOf(h: Harness, name: string): VideoJobs {
   const metrics = createMetrics({ defaults: false });
   const billing = new Billing(h.redis, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, metrics, quiet);
   const admission = new Admission(new RateLimiter(h.redis, h.config.limits), billing, quiet);
-  return new VideoJobs({ redis: h.redis, config: h.config, upstreams: new Upstreams(), admission, metrics, log: quiet, instance: name });
+  const config = { ...h.config, videos: { ...h.config.videos, poller: true } };
+  return new VideoJobs({ redis: h.redis, config, upstreams: new Upstreams(), admission, metrics, log: quiet, instance: name });
 }
 
 t.test('two instances that see a job end at once: it moves once and is debited once', async (t) => {
@@ -159,4 +160,28 @@ t.test('a poll is one Redis read and no upstream call', async (t) => {
   redis.sendCommand = original;
   t.same(sent, Array(50).fill('hgetall'), '50 polls, 50 HGETALLs, nothing else');
   t.equal(h.sim.received.filter((r) => r.method === 'GET').length, gets, 'the provider was not asked');
+});
+
+t.test('one poller at a time: the lease names one instance, and another takes it when that one stops', async (t) => {
+  const h = await videoHarness({ videos: { poller: false } });
+  t.teardown(() => h.close());
+  const [one, two] = [instanceOf(h, 'one'), instanceOf(h, 'two')];
+  one.start();
+  two.start();
+  t.teardown(async () => {
+    await one.stop();
+    await two.stop();
+  });
+  const holder = await until('a lease holder', async () => h.redis.get('video-poller-lease'));
+  t.ok(holder === 'one' || holder === 'two');
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(await h.redis.get('video-poller-lease'), holder, 'the holder keeps it');
+  await (holder === 'one' ? one : two).stop();
+  const next = await until('taken over', async () => {
+    const v = await h.redis.get('video-poller-lease');
+    return v && v !== holder ? v : null;
+  }, 5_000);
+  t.equal(next, holder === 'one' ? 'two' : 'one');
+  const job = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'after a handover', seconds: '4' });
+  await until('completed by the new holder', async () => (await sdk(h).videos.retrieve(job.id)).status === 'completed', 10_000, 100);
 });
