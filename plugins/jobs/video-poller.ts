@@ -5,8 +5,8 @@
  * poll costs the provider nothing.
  *
  * When the provider says a job ended, the job's status moves once (video-store.ts) and its hold is settled through
- * Admission.finish from here: completed, debited at the clip's price for its duration; failed, released. A job still
- * running at its deadline is failed and released. Settling is safe to repeat: the job stays open until its hold is
+ * Admission.finish from here: completed, debited at the clip's price for its duration; failed, released. A job not
+ * seen completed by its deadline (when its hold expires) is failed and released: its last poll comes at the deadline. Settling is safe to repeat: the job stays open until its hold is
  * settled, and the debit script answers a second run as the first did; so two instances that race (a lease handed
  * over mid-poll) or an instance that stops between the two steps charge a clip exactly once.
  */
@@ -173,21 +173,23 @@ export class VideoPoller {
     if (provider === undefined) {
       return this.end(job, { status: 'failed', code: 'provider_unavailable', message: 'The provider of this job is no longer configured.' }, now);
     }
+    // Past its deadline the job's hold has expired (or is about to): whatever the provider says now, the job fails
+    // and costs nothing, so no wallet is ever charged beyond what it held.
+    if (now >= job.deadline) return this.end(job, deadlineFailure(job), now);
+    // The last poll comes at the deadline at the latest.
+    const next = (retryAfterMs?: number) => Math.min(job.deadline, now + backoffMs(this.settings, job.polls + 1, retryAfterMs));
     let state: UpstreamJobState;
     try {
       state = await provider.poll(job.upstreamId);
     } catch (err) {
       this.metrics.videoPolls.inc({ provider: job.provider, result: 'error' });
-      if (now >= job.deadline) return this.end(job, deadlineFailure(job), now);
-      const retryAfter = err instanceof UpstreamRetry ? err.retryAfterMs : undefined;
       this.log.warn({ err, job: id }, 'video job poll failed; retrying later');
-      await this.store.progress(id, job.progress, job.polls + 1, now + backoffMs(this.settings, job.polls + 1, retryAfter));
+      await this.store.progress(id, job.progress, job.polls + 1, next(err instanceof UpstreamRetry ? err.retryAfterMs : undefined));
       return;
     }
     this.metrics.videoPolls.inc({ provider: job.provider, result: state.status });
     if (state.status === 'in_progress') {
-      if (now >= job.deadline) return this.end(job, deadlineFailure(job), now);
-      await this.store.progress(id, Math.max(job.progress, state.progress), job.polls + 1, now + backoffMs(this.settings, job.polls + 1));
+      await this.store.progress(id, Math.max(job.progress, state.progress), job.polls + 1, next());
       return;
     }
     const outcome: VideoOutcome = state.status === 'completed'
