@@ -23,10 +23,10 @@ import { buildConfig, ConfigError, loadConfig, type ConfigEnv, type FareboxConfi
 import { startEmbedded } from './embedded.js';
 import { Finisher } from './hooks/finish.js';
 import { forwardCall } from './hooks/forward.js';
-import { VideoJobs } from './jobs/video-jobs.js';
 import { gateCall } from './hooks/gate.js';
 import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
 import { parseJsonBody, policeCall } from './hooks/police.js';
+import { VideoJobs } from './jobs/video-jobs.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
 import { ENDPOINTS, healthRoute, videoJobRoutes, type Endpoint } from './routes/index.js';

@@ -101,7 +101,7 @@ t.test('FAREBOX_CONFIG is read from its file; unreadable or invalid JSON fails c
 
 t.test('deploy/ example config for real providers validates', async (t) => {
   const example = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8'));
-  const keys = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't' };
+  const keys = { ANTHROPIC_API_KEY: 'a', OPENAI_API_KEY: 'o', TOGETHER_API_KEY: 't', GEMINI_API_KEY: 'g' };
   const c = buildConfig(example, keys);
   t.equal(c.providers.anthropic.protocol, 'anthropic');
   t.ok(c.models.length >= 10);

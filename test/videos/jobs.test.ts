@@ -81,7 +81,12 @@ t.test('two instances that see a job end at once: it moves once and is debited o
   const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'raced', seconds: '4' }).withResponse();
   const requestId = response.headers.get('x-request-id')!;
   const [one, two] = [instanceOf(h, 'one'), instanceOf(h, 'two')];
-  await new Promise((r) => setTimeout(r, 600));
+  // Both see the provider's job completed.
+  const upstreamId = (await one.store.get(job.id))!.upstreamId;
+  await until('rendered', async () => {
+    const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
+    return v.status === 'completed';
+  }, 30_000);
   const now = await redisNow(h.redis);
   await Promise.all([one.poller.follow(job.id, now), two.poller.follow(job.id, now), one.poller.follow(job.id, now)]);
   t.equal((await one.store.get(job.id))?.status, 'completed');
