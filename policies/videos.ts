@@ -32,8 +32,9 @@ export const VIDEO_FAMILY_RULES: Readonly<Record<VideoFamily, VideoFamilyRule>> 
   vidC: { sizes: ['640x480', '1280x720', '1920x1080'], seconds: VIDEO_DURATIONS.vidC, referenceRequired: true, frameFit: 'contain' },
 });
 
-/** SPEC defaults: checked against the model like any value the caller sends. */
+/** SPEC default size: checked against the model like any value the caller sends. */
 export const DEFAULT_VIDEO_SIZE = '1280x720';
+/** SPEC default duration, checked the same way (vidB and vidC take no 4 s clip). */
 export const DEFAULT_VIDEO_SECONDS = 4;
 /** SPEC Limits: the prompt, in characters (code points). */
 export const MAX_VIDEO_PROMPT_CHARS = 8000;

@@ -62,10 +62,12 @@ export class VideoJobs {
     return this.opts.config.providers[name]?.timeout_ms ?? 600_000;
   }
 
+  /** Start the poller, if this instance may hold its lease. */
   start(): void {
     if (this.settings.poller) this.poller.start();
   }
 
+  /** Stop the poller and hand its lease over. */
   async stop(): Promise<void> {
     await this.poller.stop();
   }

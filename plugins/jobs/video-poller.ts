@@ -95,6 +95,7 @@ export class VideoPoller {
     this.tickMs = Math.min(1000, Math.max(25, Math.floor(settings.initialMs / 4)));
   }
 
+  /** Poll while this instance holds the lease (asked for at every tick). */
   start(): void {
     if (this.running) return;
     this.running = true;
@@ -142,7 +143,7 @@ export class VideoPoller {
     return held;
   }
 
-  /** Start polls of the jobs that are due and not already being polled (exported for tests through `passOnce`). */
+  /** Start polls of the jobs that are due and not already being polled; the loop goes on without waiting for them. */
   private async pass(): Promise<void> {
     if (this.inFlight.size >= CONCURRENCY) return;
     const now = await redisNow(this.r);
@@ -156,12 +157,6 @@ export class VideoPoller {
       this.inFlight.set(id, p);
     }
     this.metrics.videoJobsOpen.set(await this.store.openCount());
-  }
-
-  /** One pass over the due jobs, waiting for their polls (tests; the loop does not wait). */
-  async passOnce(): Promise<void> {
-    await this.pass();
-    await Promise.allSettled([...this.inFlight.values()]);
   }
 
   /** Poll one job upstream and act on what it says, at `now` (ms, Redis's clock). */
