@@ -95,7 +95,7 @@ export class VideoPoller {
     this.tickMs = Math.min(1000, Math.max(25, Math.floor(settings.initialMs / 4)));
   }
 
-  /** Poll while this instance holds the lease (asked for at every tick). */
+  /** Poll while this instance holds the lease; a standby asks for it every ~1.7 s. */
   start(): void {
     if (this.running) return;
     this.running = true;
