@@ -33,7 +33,7 @@ export function imageRequestFor(scenario: ImageScenario, target: Target, simUrl:
   if (target.name === 'farebox') {
     headers.authorization = `Bearer ${key}`;
     const body = { model: protocol === 'gemini' ? 'img-pro' : 'img-2', prompt: PROMPT, size };
-    return { url: `${target.url}/v1/images/generations`, headers, body: JSON.stringify(body), stream: false };
+    return { method: 'POST', url: `${target.url}/v1/images/generations`, headers, body: JSON.stringify(body), stream: false };
   }
   if (protocol === 'gemini') {
     if (target.name === 'peer') return null;
@@ -42,7 +42,7 @@ export function imageRequestFor(scenario: ImageScenario, target: Target, simUrl:
       contents: [{ role: 'user', parts: [{ text: PROMPT }] }],
       generationConfig: { responseModalities: ['TEXT', 'IMAGE'], imageConfig: size === '1K' ? { aspectRatio: '1:1' } : { aspectRatio: '1:1', imageSize: size } },
     };
-    return { url: `${target.url}/v1beta/models/gemini-3-pro-image-preview:generateContent`, headers, body: JSON.stringify(body), stream: false };
+    return { method: 'POST', url: `${target.url}/v1beta/models/gemini-3-pro-image-preview:generateContent`, headers, body: JSON.stringify(body), stream: false };
   }
   headers.authorization = 'Bearer sim-key';
   if (target.name === 'peer') {
@@ -50,7 +50,7 @@ export function imageRequestFor(scenario: ImageScenario, target: Target, simUrl:
     headers['x-portkey-custom-host'] = `${simUrl}/v1`;
   }
   const body = { model: 'gpt-image-2', prompt: PROMPT, size: OPENAI_SIZE[cls] };
-  return { url: `${target.url}/v1/images/generations`, headers, body: JSON.stringify(body), stream: false };
+  return { method: 'POST', url: `${target.url}/v1/images/generations`, headers, body: JSON.stringify(body), stream: false };
 }
 
 /** Whether a body holds a whole image: an ImagesResponse's b64_json, or a Gemini answer's inline image. */

@@ -58,9 +58,9 @@ export function runLoad(spec: RequestSpec, connections: number, seconds: number,
     autocannon(
       {
         url: spec.url,
-        method: 'POST',
+        method: spec.method,
         headers: spec.headers,
-        body: spec.body,
+        ...(spec.method === 'POST' ? { body: spec.body } : {}),
         connections,
         pipelining: 1,
         timeout: 10,

@@ -9,6 +9,8 @@
  * profile of farebox's main thread under that load at 50 connections; BENCH_PROFILE_PROCESS=settle, chains or sim:
  * of the settle process's, the dev chains' or the simulator's instead). Writes bench/results/latest.{json,md};
  * with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the .cpuprofile opens in Chrome DevTools).
+ * Scenarios: chat-json, chat-stream, messages-stream, and video-poll (GET /v1/videos/{id} of one submitted job, on
+ * farebox and direct only: a caller's poll against the provider's own answer to it).
  * BENCH_QUICK=<scenario>[,<scenario>...]: farebox alone, BENCH_REPEAT (3) cells of each scenario at each
  * concurrency, printing req/s and CPU per call, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL calls
  * direct and through farebox (BENCH_SEQUENTIAL=0: none), printing the added p50 and p99 (an A/B of a change in a
@@ -36,7 +38,9 @@ import { runLoad } from './load.js';
 import { summarizeProfile } from './profile.js';
 import { compare, machine, mib, toMarkdown, type BenchResults, type LoadCell, type MemoryPoint, type SequentialCell } from './report.js';
 import { IMAGE_SCENARIOS, imagesMarkdown, runImages } from './images.js';
-import { SCENARIOS, TARGETS, completeAnswer, requestFor, type Scenario, type Target, type TargetName } from './scenarios.js';
+import {
+  SCENARIOS, TARGETS, completeAnswer, requestFor, runsOn, setVideoJob, videoSubmitFor, type Scenario, type Target, type TargetName,
+} from './scenarios.js';
 import { runSequential, sendOnce } from './sequential.js';
 import { round } from './stats.js';
 
@@ -159,15 +163,35 @@ async function idleRss(nodeArgs: string[]): Promise<number> {
   }
 }
 
+/**
+ * Submit the video job each target's `video-poll` polls: through farebox (held and recorded as any caller's), and
+ * straight to the simulator for `direct`.
+ */
+async function submitVideoJobs(targets: Target[], key: string, problems: string[]): Promise<void> {
+  const agent = new Agent({ keepAlive: false });
+  for (const t of targets.filter((x) => runsOn('video-poll', x.name))) {
+    try {
+      const r = await sendOnce(videoSubmitFor(t, key), agent, 10_000, true);
+      const id = (JSON.parse(r.body) as { id?: unknown }).id;
+      if (r.status === 200 && typeof id === 'string') setVideoJob(t.name, id);
+      else problems.push(`${t.name} video submit: HTTP ${r.status}, body ${JSON.stringify(r.body.slice(0, 300))}`);
+    } catch (err) {
+      problems.push(`${t.name} video submit: ${(err as Error).message}`);
+    }
+  }
+  agent.destroy();
+}
+
 /** One request of every scenario to every target; a target that answers wrongly is left out of that scenario. */
 async function sanity(targets: Target[], simUrl: string, key: string, problems: string[]): Promise<Set<string>> {
   const ok = new Set<string>();
+  await submitVideoJobs(targets, key, problems);
   const agent = new Agent({ keepAlive: false });
   for (const scenario of SCENARIOS) {
     for (const t of targets) {
-      const spec = requestFor(scenario, t, simUrl, key);
+      if (!runsOn(scenario, t.name)) continue;
       try {
-        const r = await sendOnce(spec, agent, 10_000, true);
+        const r = await sendOnce(requestFor(scenario, t, simUrl, key), agent, 10_000, true);
         if (r.status === 200 && completeAnswer(scenario, r.body)) ok.add(`${scenario}/${t.name}`);
         else problems.push(`${t.name} ${scenario}: HTTP ${r.status}, body ${JSON.stringify(r.body.slice(0, 300))}; left out`);
       } catch (err) {
@@ -293,6 +317,7 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
   if (SEQUENTIAL) {
     // One call at a time, direct and farebox alternating per repeat: the added p50 and p99 of a change.
     const direct: Target = { name: 'direct', url: s.simUrl, pid: s.sim.pid };
+    if (scenarios.includes('video-poll')) await submitVideoJobs([direct], key, problems);
     lines.push('', '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms |', '|---|---|---|---|---|');
     for (const scenario of scenarios) {
       if (!ok.has(`${scenario}/farebox`)) continue;

@@ -27,7 +27,7 @@ export function sendOnce(spec: RequestSpec, agent: Agent, timeoutMs = 10_000, ke
     const start = performance.now();
     let ttfb = -1;
     const chunks: Buffer[] = [];
-    const req = request(spec.url, { method: 'POST', headers: spec.headers, agent, timeout: timeoutMs }, (res) => {
+    const req = request(spec.url, { method: spec.method, headers: spec.headers, agent, timeout: timeoutMs }, (res) => {
       res.on('data', (c: Buffer) => {
         if (ttfb < 0) ttfb = performance.now() - start;
         if (keepBody) chunks.push(c);
@@ -40,7 +40,7 @@ export function sendOnce(spec: RequestSpec, agent: Agent, timeoutMs = 10_000, ke
     });
     req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     req.on('error', reject);
-    req.end(spec.body);
+    req.end(spec.method === 'POST' ? spec.body : undefined);
   });
 }
 

@@ -260,7 +260,9 @@ export async function main(
         return 0;
       }
       case 'prices': {
-        const doc = publishPrices(buildPriceTable(configFile(env)?.prices ?? {}));
+        const file = configFile(env);
+        const { videoFamilies } = await import('../plugins/config.js');
+        const doc = publishPrices(buildPriceTable(file?.prices ?? {}, 'prices', videoFamilies(Array.isArray(file?.models) ? file.models : [])));
         out(json ? JSON.stringify(doc) : JSON.stringify(doc, null, 2));
         return 0;
       }

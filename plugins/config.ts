@@ -9,7 +9,7 @@ import { modelSchema, PROTOCOLS_OF_KIND, providerSchema, type ModelConfig, type 
 import { buildSignatures, clientSignatureSchema, type ClientSignature } from '../policies/clients.js';
 import type { ReasoningLevel } from '../policies/families.js';
 import { limitsConfigSchema, type LimitsConfig } from '../policies/limits.js';
-import { buildPriceTable, lookupRates, pricesConfigSchema, type PriceTable } from '../pricing/index.js';
+import { buildPriceTable, isVideoFamily, lookupRates, pricesConfigSchema, type PriceTable } from '../pricing/index.js';
 
 export type { ModelConfig, ProviderConfig } from '../policies/catalog.js';
 
@@ -56,6 +56,22 @@ const billingSchema = z.strictObject({
   claim_idle_ms: z.number().int().positive().default(60_000),
   /** How often the reconciler compares synced balances with the chain. */
   reconcile_interval_ms: z.number().int().positive().default(60_000),
+});
+
+/** Video jobs (plugins/jobs/): how long one may render, how its upstream job is followed, how long it is answered. */
+const videosSchema = z.strictObject({
+  /**
+   * A job still rendering this long after its submit is failed and its hold released; the hold itself expires then
+   * (it belongs to the job, and no instance renews it). Providers render in about 1 to 5 minutes.
+   */
+  deadline_ms: z.number().int().positive().default(3_600_000),
+  /** The first upstream poll of a job comes this long after its submit; each next one waits 1.5x longer, up to poll_max_ms. */
+  poll_initial_ms: z.number().int().positive().default(2_000),
+  poll_max_ms: z.number().int().positive().default(15_000),
+  /** Whether this instance may hold the poller's lease (one instance follows every upstream job at a time). */
+  poller: z.boolean().default(true),
+  /** A job is answered this long after it ended, and as long as its MP4 is downloadable if that is longer. */
+  record_days: z.number().positive().max(3650).default(7),
 });
 
 const metricsSchema = z.strictObject({
@@ -126,6 +142,7 @@ export const configSchema = z
     /** The four settlement chains; absent only on the embedded default, which starts dev chains. */
     chains: chainsConfigSchema.optional(),
     billing: billingSchema.prefault({}),
+    videos: videosSchema.prefault({}),
     metrics: metricsSchema.prefault({}),
     dashboard: dashboardSchema.prefault({}),
     /** Image endpoints: where url images live and for how long. */
@@ -149,6 +166,18 @@ export const configSchema = z
     });
   });
 
+/** Video model id -> the family its config gives it: pricing takes a video model's durations from its family. */
+export function videoFamilies(models: readonly unknown[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const m of models) {
+    const { kind, id, family } = (m ?? {}) as { kind?: unknown; id?: unknown; family?: unknown };
+    // A model as written may leave out its kind, which then follows from its family (policies/catalog.ts).
+    const video = kind === 'video' || (kind === undefined && typeof family === 'string' && isVideoFamily(family));
+    if (video && typeof id === 'string' && typeof family === 'string') out[id] = family;
+  }
+  return out;
+}
+
 /** Configuration as written (input of the schema). */
 export type ConfigInput = z.input<typeof configSchema>;
 type Parsed = z.output<typeof configSchema>;
@@ -166,6 +195,7 @@ export interface FareboxConfig {
   readonly clients: readonly ClientSignature[];
   readonly chains: ChainsConfig | undefined;
   readonly billing: Parsed['billing'];
+  readonly videos: Parsed['videos'];
   readonly metrics: Parsed['metrics'];
   readonly dashboard: Parsed['dashboard'];
   readonly images: Parsed['images'];
@@ -239,7 +269,7 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   let prices: PriceTable;
   try {
-    prices = buildPriceTable(data.prices);
+    prices = buildPriceTable(data.prices, 'prices', videoFamilies(data.models));
   } catch (err) {
     throw new ConfigError(`invalid config: ${(err as Error).message}`);
   }
@@ -262,7 +292,7 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   return deepFreeze({
     server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
-    chains: data.chains, billing: data.billing, metrics: data.metrics, dashboard: data.dashboard, images: data.images, embedded,
+    chains: data.chains, billing: data.billing, videos: data.videos, metrics: data.metrics, dashboard: data.dashboard, images: data.images, embedded,
   });
 }
 
@@ -331,6 +361,11 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       // (gpt-image-1: its three sizes are those of OpenAI's published ImagesResponse schema).
       { id: 'img-pro', family: 'img', provider: 'sim-gemini', upstream_model: 'gemini-3-pro-image-preview' },
       { id: 'img-2', family: 'img', provider: 'sim-openai', upstream_model: 'gpt-image-1' },
+      // Video models: the simulator's OpenAI Videos API, and its Gemini long-running operations for vidC.
+      { id: 'vidA-v6', family: 'vidA', provider: 'sim-openai' },
+      { id: 'vidB-2.5', family: 'vidB', provider: 'sim-openai', max_references: 30, last_reference: true },
+      { id: 'vidB-2.1', family: 'vidB', provider: 'sim-openai' },
+      { id: 'vidC-3', family: 'vidC', provider: 'sim-gemini' },
     ],
   };
 }

@@ -29,13 +29,15 @@ import { forwardCall } from './hooks/forward.js';
 import { gateCall } from './hooks/gate.js';
 import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
 import { parseJsonBody, policeCall } from './hooks/police.js';
+import { VideoJobs } from './jobs/video-jobs.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
-import { ENDPOINTS, healthRoute, imageContentRoute, MULTIPART_LIMITS, type Endpoint } from './routes/index.js';
+import { ENDPOINTS, healthRoute, imageContentRoute, videoJobRoutes, type Endpoint } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
+import { registerMultipart } from './upstream/reference-images.js';
 import { ModelCatalog } from '../policies/catalog.js';
 import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
 
@@ -176,6 +178,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     : undefined;
   const admission = new Admission(new RateLimiter(redis, config.limits), billing, log, redis);
   const finisher = new Finisher(admission, config.prices, log);
+  const videos = new VideoJobs({ redis, config, upstreams, admission, metrics, log, instance: billing?.instance });
   // The settler and the chain watcher beside the call path, unless this instance leaves them to others
   // (`farebox settle`, plugins/settlement/settlement.ts).
   const settlement = billing && config.chains
@@ -185,10 +188,12 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     billing?.start(heartbeatMs);
     await admission.start();
     await settlement?.start();
+    videos.start();
   });
   // Debits still running at shutdown finish before Redis closes (else their holds would only expire).
   app.addHook('onClose', async () => {
     admission.stop();
+    await videos.stop();
     await finisher.drained();
     await settlement?.stop();
     await billing?.stop();
@@ -215,9 +220,9 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
 
       const identify = authenticate(keys);
-      const police = policeCall({ catalog, clients: config.clients });
+      const police = policeCall({ catalog, clients: config.clients, videos: config.videos });
       const gate = gateCall(admission, config.prices, finisher.finish);
-      const forward = forwardCall({ upstreams, metrics, images });
+      const forward = forwardCall({ upstreams, metrics, images, videos });
       const route = (context: FastifyInstance, endpoint: Endpoint) => context.route({
         method: endpoint.method,
         url: endpoint.path,
@@ -227,15 +232,17 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
         preHandler: [police, gate],
         handler: forward,
       });
-      for (const endpoint of ENDPOINTS) if (endpoint.body !== 'multipart') route(v1, endpoint);
-      // Multipart endpoints (image edits) in a context of their own: @fastify/multipart's parser and hooks run on
-      // their calls only, not on every text call.
-      await v1.register(async (forms: FastifyInstance) => {
-        await forms.register(multipart, { limits: MULTIPART_LIMITS });
-        for (const endpoint of ENDPOINTS) if (endpoint.body === 'multipart') route(forms, endpoint);
+      const multipart = (e: Endpoint) => e.body === 'multipart' || e.body === 'json-or-multipart';
+      for (const endpoint of ENDPOINTS) if (!multipart(endpoint)) route(v1, endpoint);
+      // Multipart endpoints (image edits, video submits) in a context of their own: @fastify/multipart's parser and
+      // hooks run on their calls only, not on every text call.
+      await v1.register(async (media: FastifyInstance) => {
+        await registerMultipart(media);
+        for (const endpoint of ENDPOINTS) if (multipart(endpoint)) route(media, endpoint);
       });
       healthRoute(v1, redis);
       imageContentRoute(v1, images.store);
+      videoJobRoutes(v1, { authenticate: identify, videos, admission, upstreams });
     },
     { prefix: '/v1' },
   );

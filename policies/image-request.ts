@@ -18,14 +18,6 @@ export const RESPONSE_FORMATS = ['b64_json', 'url'] as const;
 /** One response format. */
 export type ResponseFormat = (typeof RESPONSE_FORMATS)[number];
 
-/** Image formats the edit endpoint takes (SPEC "Video submit request" names the same three for references). */
-export const IMAGE_FORMATS = ['png', 'jpeg', 'webp'] as const;
-/** One image format. */
-export type ImageFormat = (typeof IMAGE_FORMATS)[number];
-
-/** MIME type of each format. */
-export const IMAGE_MIME: Readonly<Record<ImageFormat, string>> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
-
 /**
  * Limits of an edit's reference images, enforced while the upload is read.
  * - images: 1 to 14 (SPEC "Limits").
@@ -95,25 +87,6 @@ export function formValue(name: string, value: string): unknown {
   if (name === 'n' && /^\d{1,6}$/.test(value)) return Number(value);
   if (name === 'stream') return value === 'true' ? true : value === 'false' ? false : value;
   return value;
-}
-
-/**
- * The format of an image from its first bytes (at least 12), never from a file name or a declared type: PNG's
- * signature, JPEG's SOI marker followed by a marker, WebP's RIFF....WEBP container. Null for anything else.
- */
-export function sniffImage(bytes: Uint8Array): ImageFormat | null {
-  const b = bytes;
-  if (b.length >= 8 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47 && b[4] === 0x0d && b[5] === 0x0a && b[6] === 0x1a && b[7] === 0x0a) {
-    return 'png';
-  }
-  if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return 'jpeg';
-  if (
-    b.length >= 12 && b[0] === 0x52 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x46 &&
-    b[8] === 0x57 && b[9] === 0x45 && b[10] === 0x42 && b[11] === 0x50
-  ) {
-    return 'webp';
-  }
-  return null;
 }
 
 /** The 400 of an edit's reference image (param `image`). */

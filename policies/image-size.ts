@@ -3,6 +3,27 @@
  * provider bills an inline image by is in its header.
  */
 
+/** The image formats the gateway takes as references. */
+export type ImageFormat = 'png' | 'jpeg' | 'webp';
+
+/** The media type of each format. */
+export const IMAGE_MIME: Readonly<Record<ImageFormat, string>> = Object.freeze({ png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' });
+
+/**
+ * The format of an image from its first bytes (at least 12), never from a file name or a declared type: PNG's
+ * signature, JPEG's SOI marker followed by a marker, WebP's RIFF....WEBP container. Null for anything else.
+ */
+export function imageFormat(b: Uint8Array): ImageFormat | null {
+  if (b.length >= 8 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47 && b[4] === 0x0d && b[5] === 0x0a && b[6] === 0x1a && b[7] === 0x0a) {
+    return 'png';
+  }
+  if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return 'jpeg';
+  if (b.length >= 12 && b[0] === 0x52 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x46 && b[8] === 0x57 && b[9] === 0x45 && b[10] === 0x42 && b[11] === 0x50) {
+    return 'webp';
+  }
+  return null;
+}
+
 /** Width and height in pixels. */
 export interface PixelSize {
   readonly width: number;

@@ -9,6 +9,7 @@ export {
   PriceTableError,
   pricesConfigSchema,
   buildPriceTable,
+  isVideoFamily,
   lookupRates,
   publishPrices,
 } from './table.js';

@@ -123,10 +123,18 @@ type Kind = keyof PricesDocument;
 const KINDS: readonly Kind[] = ['text', 'image', 'video'];
 const TEXT_FIELDS = ['input', 'output', 'cache_read'] as const;
 
-/** Video family of a model id, from its prefix (SPEC.md naming: vidA-*, vidB-*, vidC-*). */
-function videoFamily(id: string): VideoFamily | undefined {
-  const prefix = id.split('-')[0]!;
-  return Object.hasOwn(VIDEO_DURATIONS, prefix) ? (prefix as VideoFamily) : undefined;
+/** Whether `family` is a video family of VIDEO_DURATIONS. */
+export function isVideoFamily(family: string): family is VideoFamily {
+  return Object.hasOwn(VIDEO_DURATIONS, family);
+}
+
+/**
+ * Video family of a model id: the family its config gives it (`families`), else the id's prefix (the spec's ids:
+ * vidA-*, vidB-*, vidC-*), so an operator's model of a family is priced by that family's durations whatever its id.
+ */
+function videoFamily(id: string, families: Readonly<Record<string, string>>): VideoFamily | undefined {
+  const family = Object.hasOwn(families, id) ? families[id]! : id.split('-')[0]!;
+  return isVideoFamily(family) ? family : undefined;
 }
 
 /** Parses one USD string of the merged document, naming the field on error. */
@@ -154,10 +162,10 @@ function buildImage(path: string, fields: Partial<Record<ImageSize, string>>): I
   return Object.freeze({ kind: 'image', perImage: Object.freeze(perImage) });
 }
 
-function buildVideo(path: string, id: string, fields: Record<string, string>): VideoRates {
-  const family = videoFamily(id);
+function buildVideo(path: string, id: string, fields: Record<string, string>, families: Readonly<Record<string, string>>): VideoRates {
+  const family = videoFamily(id, families);
   if (family === undefined) {
-    throw new PriceTableError(path, `unknown video family; ids start with ${Object.keys(VIDEO_DURATIONS).join('-, ')}-`);
+    throw new PriceTableError(path, `unknown video family; give the model a family (${Object.keys(VIDEO_DURATIONS).join(', ')}) in models, or an id that starts with one`);
   }
   const allowed: readonly number[] = VIDEO_DURATIONS[family];
   for (const key of Object.keys(fields)) {
@@ -174,9 +182,10 @@ function buildVideo(path: string, id: string, fields: Record<string, string>): V
  * Merges config overrides onto DEFAULT_PRICES, validates and freezes the result.
  * Each override field replaces only itself. Throws PriceTableError naming the field: bad decimals, a model listed
  * under the wrong kind (or under two), an unknown video family, a duration the family does not allow, missing fields.
- * `configPath` is the section's name in those paths.
+ * `configPath` is the section's name in those paths. `families` maps a video model id to the family its config gives
+ * it (config `models`); ids it does not name take the family of their prefix.
  */
-export function buildPriceTable(overrides: unknown = {}, configPath = 'prices'): PriceTable {
+export function buildPriceTable(overrides: unknown = {}, configPath = 'prices', families: Readonly<Record<string, string>> = {}): PriceTable {
   const parsed = pricesConfigSchema.safeParse(overrides ?? {});
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -209,7 +218,7 @@ export function buildPriceTable(overrides: unknown = {}, configPath = 'prices'):
   for (const [id, kind] of kindOf) {
     const path = `${configPath}.${kind}.${id}`;
     const fields = merged[id]!;
-    table[id] = kind === 'text' ? buildText(path, fields) : kind === 'image' ? buildImage(path, fields) : buildVideo(path, id, fields);
+    table[id] = kind === 'text' ? buildText(path, fields) : kind === 'image' ? buildImage(path, fields) : buildVideo(path, id, fields, families);
   }
   return Object.freeze(table);
 }

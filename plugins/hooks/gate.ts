@@ -13,7 +13,7 @@ export function gateCall(admission: Admission, prices: PriceTable, finish: (call
   return async function gate(request: FastifyRequest, reply: FastifyReply) {
     const call = request.farebox;
     const policed = call.policed!;
-    const { quote, tokens } = call.endpoint!.quote(policed, prices);
+    const { quote, tokens, owner, ttlMs } = call.endpoint!.quote(policed, prices);
     const admitted = await admission.admit({
       requestId: call.id,
       protocol: call.protocol,
@@ -22,6 +22,8 @@ export function gateCall(admission: Admission, prices: PriceTable, finish: (call
       tokens,
       quote,
       chainHeader: request.headers['x-gw-billing-chain'],
+      owner,
+      ttlMs,
     });
     call.admitted = admitted;
     if (admitted.hold) reply.header('x-gw-billing-chain', admitted.hold.chain);

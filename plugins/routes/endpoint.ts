@@ -9,6 +9,8 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { Bill, Quote } from '../billing/billing.js';
 import type { Call } from '../call.js';
 import type { ImageStore } from '../store/image-store.js';
+import type { FareboxConfig } from '../config.js';
+import type { VideoJobs } from '../jobs/video-jobs.js';
 import type { Upstreams } from '../upstream/pools.js';
 import type { ModelCatalog, ModelRoute } from '../../policies/catalog.js';
 import type { ClientRuleEndpoint } from '../../policies/client-rules.js';
@@ -16,7 +18,7 @@ import type { Protocol } from '../../policies/errors.js';
 import type { PriceTable } from '../../pricing/index.js';
 
 /** The endpoints of the call path (the `route` label of the metrics). */
-export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions' | 'image_generations' | 'image_edits';
+export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions' | 'image_generations' | 'image_edits' | 'videos';
 
 /** What police made of a request: every endpoint's own result extends this. */
 export interface Policed {
@@ -29,11 +31,16 @@ export interface Policed {
 export interface Quoted {
   readonly quote?: Quote;
   readonly tokens: number;
+  /** Who owns the hold and for how long, when not the instance running the call: a job (`job:<id>`) until its deadline. */
+  readonly owner?: string;
+  readonly ttlMs?: number;
 }
 
 /** What police reads besides the request. */
 export interface PoliceContext {
   readonly catalog: ModelCatalog;
+  /** Video job settings (config `videos`). */
+  readonly videos: FareboxConfig['videos'];
 }
 
 /** What forward uses besides the call. */
@@ -42,6 +49,8 @@ export interface ForwardContext {
   readonly metrics: Metrics;
   /** Where url images are kept, and the origin their URLs name (config images.public_url; absent: the call's). */
   readonly images: { readonly store: ImageStore; readonly publicUrl?: string };
+  /** Video jobs: the store a submit records its job in, and the provider adapters. */
+  readonly videos: VideoJobs;
 }
 
 /** One endpoint of the call path. */
@@ -54,8 +63,11 @@ export interface Endpoint<P extends Policed = Policed> {
   readonly protocol: Protocol;
   /** The endpoint as the client rules name it (SPEC "Client and model-family rules"). */
   readonly clientRule: ClientRuleEndpoint;
-  /** How the body arrives: JSON, parsed before police (the default), or multipart/form-data, which police reads. */
-  readonly body?: 'json' | 'multipart';
+  /**
+   * How the body arrives: JSON, parsed before police (the default); multipart/form-data only, which police reads; or
+   * either. Endpoints that take multipart are routed in a context with @fastify/multipart (upstream/reference-images.ts).
+   */
+  readonly body?: 'json' | 'multipart' | 'json-or-multipart';
   /** Validate the request against the endpoint's schema, route its model, rewrite it for the upstream (400s). */
   police(request: FastifyRequest, ctx: PoliceContext): P | Promise<P>;
   /** Its worst-case price and token estimate, from the policed request only. */

@@ -8,10 +8,11 @@
  */
 import type { FastifyRequest } from 'fastify';
 import type { Multipart } from '@fastify/multipart';
-import type sharpType from 'sharp';
 import { GatewayError } from '../../policies/errors.js';
-import { EDIT_LIMITS, formValue, imageError, sniffImage, type ImageFormat } from '../../policies/image-request.js';
+import { EDIT_LIMITS, formValue, imageError } from '../../policies/image-request.js';
+import { imageFormat, type ImageFormat } from '../../policies/image-size.js';
 import type { ReferenceImage } from '../upstream/openai-images.js';
+import { loadSharp } from '../upstream/reference-images.js';
 
 /** Limits of @fastify/multipart (busboy) behind the gateway's own: it stops what gets past them. */
 export const MULTIPART_LIMITS = {
@@ -47,14 +48,6 @@ function cutAfterAnswer(request: FastifyRequest): void {
   setTimeout(() => {
     if (!raw.complete) raw.socket?.destroy();
   }, LINGER_MS).unref();
-}
-
-let sharpLoaded: Promise<typeof sharpType> | undefined;
-
-/** sharp is loaded with the first edit: a gateway serving text never maps libvips. */
-function loadSharp(): Promise<typeof sharpType> {
-  sharpLoaded ??= import('sharp').then((m) => m.default);
-  return sharpLoaded;
 }
 
 /** Decode the whole image (to a thumbnail): a truncated, corrupt or oversized one is refused naming it. */
@@ -100,7 +93,7 @@ async function readImage(part: Extract<Multipart, { type: 'file' }>, n: number, 
     }
     chunks.push(chunk);
     if (format === null && size >= 12) {
-      format = sniffImage(chunks.length === 1 ? chunk : Buffer.concat(chunks));
+      format = imageFormat(chunks.length === 1 ? chunk : Buffer.concat(chunks));
       if (format === null) throw midUpload('invalid_request', 'image', `Image ${n} is not a PNG, JPEG or WebP image (judged by its bytes).`);
     }
   }

@@ -5,11 +5,12 @@ import { countTokens } from './count-tokens.js';
 import { imageEdits } from './image-edits.js';
 import { imageGenerations } from './image-generations.js';
 import { messages } from './messages.js';
+import { videos } from './videos.js';
 
 export { healthRoute } from './health.js';
 export { imageContentRoute } from './image-content.js';
-export { MULTIPART_LIMITS } from './image-form.js';
+export { videoJobRoutes } from './video-jobs.js';
 export type { Endpoint, EndpointName, ForwardContext, PoliceContext, Policed, Quoted } from './endpoint.js';
 
 /** Every endpoint module. */
-export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions, imageGenerations, imageEdits] as readonly Endpoint[];
+export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions, imageGenerations, imageEdits, videos] as readonly Endpoint[];

@@ -26,6 +26,14 @@
  *   usage-idx:<addr>         zset    request id by call time
  * Rate limits (plugins/billing/rate-limit.ts)
  *   rl:{<addr>}:<family>:k:<keyId>:r|t, rl:{<addr>}:<family>:a:r|t   one bucket per limit
+ * Video jobs (plugins/jobs/)
+ *   video:<id>               hash    one job (video-store.ts): account, key_id, model, family, seconds, size, prompt,
+ *                                    chain, request_id and call_id of its hold, held, price, provider, upstream_model,
+ *                                    upstream_id, status, progress, created_at, deadline, completed_at, error_code,
+ *                                    error_message, content_url, expires_at, polls, settled; kept videos.record_days
+ *                                    after it ends (longer while its MP4 is downloadable)
+ *   videos-open              zset    job id by its next upstream poll (ms): jobs not yet ended and settled
+ *   video-poller-lease       string  the instance polling upstream jobs (video-poller.ts)
  * Chains (plugins/settlement/)
  *   cursor:<chain>           string  last applied escrow event, "block:logIndex"
  *   scanned:<chain>          string  last block scanned
@@ -72,6 +80,10 @@ export const keys = {
 
   /** Prefix of one account's rate-limit buckets of one family; the {account} hash tag keeps them in one slot. */
   rateLimits: (account: string, family: string) => `rl:{${account}}:${family}:`,
+
+  video: (id: string) => `video:${id}`,
+  videosOpen: 'videos-open',
+  videoPollerLease: 'video-poller-lease',
 
   cursor: (chain: string) => `cursor:${chain}`,
   scanned: (chain: string) => `scanned:${chain}`,

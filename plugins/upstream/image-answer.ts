@@ -5,7 +5,7 @@
  */
 import type { Readable } from 'node:stream';
 import type { ExchangeRequest } from './exchange.js';
-import { sniffImage, type ImageFormat } from '../../policies/image-request.js';
+import { imageFormat, type ImageFormat } from '../../policies/image-size.js';
 import type { GatewayError } from '../../policies/errors.js';
 
 /** Receives one image's base64 as the answer is read. */
@@ -46,7 +46,7 @@ export interface ImageUpstreamRequest extends ExchangeRequest {
   error(status: number, body: string, retryAfter: string | undefined): GatewayError;
 }
 
-/** Base64 characters that hold 12 bytes: enough for any signature sniffImage knows. */
+/** Base64 characters that hold 12 bytes: enough for any signature imageFormat knows. */
 const SNIFF_CHARS = 16;
 
 /**
@@ -86,7 +86,7 @@ export class ImageString {
 
   private decide(): void {
     const head = Buffer.concat(this.held);
-    const format = sniffImage(Buffer.from(head.toString('latin1', 0, SNIFF_CHARS), 'base64'));
+    const format = imageFormat(Buffer.from(head.toString('latin1', 0, SNIFF_CHARS), 'base64'));
     this.held = [];
     if (format === null) {
       this.state = 'other';

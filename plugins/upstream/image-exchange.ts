@@ -21,7 +21,7 @@ import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ImageStore } from '../store/image-store.js';
 import { GatewayError } from '../../policies/errors.js';
-import { IMAGE_MIME, type ImageFormat } from '../../policies/image-request.js';
+import { IMAGE_MIME, type ImageFormat } from '../../policies/image-size.js';
 import { sendUpstreamError, UpstreamExchange } from './exchange.js';
 import { Base64Bytes, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
 import type { Upstreams } from './pools.js';

@@ -90,8 +90,12 @@ export async function startHarness(opts: {
   prefix?: string;
   /** Extra environment for the config and the plugin (metrics token, provider keys). */
   env?: Record<string, string>;
+  /** A simulator to route to (left running on close), e.g. shared by a gateway and its restart. */
+  sim?: Simulator;
+  /** How long the harness's own simulator renders a video job, ms. */
+  videoRenderMs?: number;
 } = {}): Promise<Harness> {
-  const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
+  const sim = opts.sim ?? (await startSimulator({ host: '127.0.0.1', port: 0, videoRenderMs: opts.videoRenderMs }));
   const prefix = opts.prefix ?? testPrefix();
   const input = embeddedDefault(sim.url);
   input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };
@@ -121,7 +125,7 @@ export async function startHarness(opts: {
     fund: (chain, amount, acct = account.address) => fundOnDevChain(redis, config.chains!, chain, acct, amount),
     async close() {
       await app.close();
-      await sim.close();
+      if (!opts.sim) await sim.close();
       if (!opts.prefix) await dropPrefix(redis, prefix);
       await redis.quit();
     },

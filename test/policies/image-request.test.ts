@@ -1,6 +1,7 @@
 import t from 'tap';
 import { GatewayError } from '../../policies/errors.js';
-import { ASPECT_RATIOS, formValue, parseImageRequest, sniffImage } from '../../policies/image-request.js';
+import { ASPECT_RATIOS, formValue, parseImageRequest } from '../../policies/image-request.js';
+import { imageFormat } from '../../policies/image-size.js';
 import { geminiImageConfig, nearestSize, openaiSize } from '../../policies/image-sizes.js';
 
 function refusal(body: unknown): { param: string | undefined; message: string } {
@@ -58,12 +59,12 @@ t.test('form fields: n and stream read as the JSON values they spell', async (t)
 });
 
 t.test('formats are decided by the bytes', async (t) => {
-  t.equal(sniffImage(Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex')), 'png');
-  t.equal(sniffImage(Buffer.from('ffd8ffe000104a464946', 'hex')), 'jpeg');
-  t.equal(sniffImage(Buffer.from('RIFF\x10\x00\x00\x00WEBPVP8 ', 'latin1')), 'webp');
-  t.equal(sniffImage(Buffer.from('GIF89a......', 'latin1')), null);
-  t.equal(sniffImage(Buffer.from('RIFF\x10\x00\x00\x00WAVEfmt ', 'latin1')), null);
-  t.equal(sniffImage(Buffer.from('89504e47', 'hex')), null, 'too short to tell');
+  t.equal(imageFormat(Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex')), 'png');
+  t.equal(imageFormat(Buffer.from('ffd8ffe000104a464946', 'hex')), 'jpeg');
+  t.equal(imageFormat(Buffer.from('RIFF\x10\x00\x00\x00WEBPVP8 ', 'latin1')), 'webp');
+  t.equal(imageFormat(Buffer.from('GIF89a......', 'latin1')), null);
+  t.equal(imageFormat(Buffer.from('RIFF\x10\x00\x00\x00WAVEfmt ', 'latin1')), null);
+  t.equal(imageFormat(Buffer.from('89504e47', 'hex')), null, 'too short to tell');
 });
 
 t.test('OpenAI sizes: the nearest the model accepts, by ratio then area', async (t) => {

@@ -130,6 +130,17 @@ t.test('a complete new model of each kind is added after the defaults', async (t
   t.equal(Object.keys(table).length, Object.keys(DEFAULT_PRICE_TABLE).length + 3);
 });
 
+t.test('a video model takes its durations from the family its config gives it, not from its id', async (t) => {
+  const clips = { '5': '0.3', '8': '0.5', '12': '0.7', '16': '0.9', '20': '1.1', '24': '1.3', '30': '1.5' };
+  const table = buildPriceTable({ video: { 'studio-clip-1': clips } }, 'prices', { 'studio-clip-1': 'vidB' });
+  const rates = lookupRates(table, 'studio-clip-1');
+  t.equal(rates.kind === 'video' && rates.family, 'vidB');
+  // The config's family wins over a prefix that names another one.
+  const renamed = buildPriceTable({ video: { 'vidA-x': { '5': '1', '8': '2' } } }, 'prices', { 'vidA-x': 'vidC' });
+  t.strictSame(publishPrices(renamed).video['vidA-x'], { '5': '1.00', '8': '2.00' });
+  t.throws(() => buildPriceTable({ video: { 'studio-clip-1': clips } }), /prices\.video\.studio-clip-1: unknown video family; give the model a family/);
+});
+
 t.test('no overrides (undefined, null, {}) gives the default table', async (t) => {
   t.strictSame(buildPriceTable(), DEFAULT_PRICE_TABLE);
   t.strictSame(buildPriceTable(null), DEFAULT_PRICE_TABLE);

@@ -1,0 +1,74 @@
+/**
+ * Video jobs of one gateway instance: the store every instance reads and writes, the provider adapters by provider
+ * name (the job port, plugins/upstream/video-provider.ts), and the poller, which runs on the instance that holds its
+ * lease. The submit endpoint records jobs here; the poll and content routes read them.
+ */
+import { hostname } from 'node:os';
+import type { Redis } from 'ioredis';
+import type { Admission } from '../billing/admission.js';
+import type { FareboxConfig } from '../config.js';
+import type { Metrics } from '../metrics/metrics.js';
+import { geminiVideos } from '../upstream/gemini-videos.js';
+import { openaiVideos } from '../upstream/openai-videos.js';
+import type { Upstreams } from '../upstream/pools.js';
+import type { VideoJobProvider } from '../upstream/video-provider.js';
+import { VideoPoller } from './video-poller.js';
+import { VideoStore } from './video-store.js';
+
+type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
+
+/** What VideoJobs is built from. */
+export interface VideoJobsOptions {
+  readonly redis: Redis;
+  readonly config: Pick<FareboxConfig, 'providers' | 'videos'>;
+  readonly upstreams: Upstreams;
+  readonly admission: Admission;
+  readonly metrics: Metrics;
+  readonly log: Log;
+  /** The lease holder's name (the billing instance's). */
+  readonly instance?: string;
+}
+
+/** The video jobs of a gateway instance. */
+export class VideoJobs {
+  readonly store: VideoStore;
+  readonly settings: FareboxConfig['videos'];
+  /** Runs on this instance only when config `videos.poller` says so (start). */
+  readonly poller: VideoPoller;
+  private readonly adapters = new Map<string, VideoJobProvider>();
+
+  constructor(private readonly opts: VideoJobsOptions) {
+    this.settings = opts.config.videos;
+    this.store = new VideoStore(opts.redis, this.settings.record_days * 86_400_000);
+    this.poller = new VideoPoller(
+      opts.redis, this.store, (name) => this.provider(name), opts.admission, opts.instance ?? `${hostname()}-${process.pid}`,
+      { initialMs: this.settings.poll_initial_ms, maxMs: this.settings.poll_max_ms }, opts.metrics, opts.log,
+    );
+  }
+
+  /** The adapter of the provider named `name` in the config, or undefined (unknown, or a protocol without video jobs). */
+  provider(name: string): VideoJobProvider | undefined {
+    let a = this.adapters.get(name);
+    if (a) return a;
+    const p = Object.hasOwn(this.opts.config.providers, name) ? this.opts.config.providers[name]! : undefined;
+    if (p?.protocol === 'openai') a = openaiVideos(this.opts.upstreams, p);
+    else if (p?.protocol === 'gemini') a = geminiVideos(this.opts.upstreams, p);
+    if (a) this.adapters.set(name, a);
+    return a;
+  }
+
+  /** The provider's timeout_ms (downloads of its content). */
+  timeoutOf(name: string): number {
+    return this.opts.config.providers[name]?.timeout_ms ?? 600_000;
+  }
+
+  /** Start the poller, if this instance may hold its lease. */
+  start(): void {
+    if (this.settings.poller) this.poller.start();
+  }
+
+  /** Stop the poller and hand its lease over. */
+  async stop(): Promise<void> {
+    await this.poller.stop();
+  }
+}

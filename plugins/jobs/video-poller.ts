@@ -1,0 +1,219 @@
+/**
+ * The poller: one instance at a time (a Redis lease, as the chain watcher holds one per chain) follows every open
+ * upstream job, each at its own pace: first `poll_initial_ms` after its submit, then 1.5x longer each time up to
+ * `poll_max_ms` (a provider's Retry-After when it asks for more). Callers' polls read Redis only, so how often they
+ * poll costs the provider nothing.
+ *
+ * When the provider says a job ended, the job's status moves once (video-store.ts) and its hold is settled through
+ * Admission.finish from here: completed, debited at the clip's price for its duration; failed, released. A job not
+ * seen completed by its deadline (when its hold expires) is failed and released: its last poll comes at the deadline. Settling is safe to repeat: the job stays open until its hold is
+ * settled, and the debit script answers a second run as the first did; so two instances that race (a lease handed
+ * over mid-poll) or an instance that stops between the two steps charge a clip exactly once.
+ */
+import type { Redis } from 'ioredis';
+import type { Admission, Admitted } from '../billing/admission.js';
+import { FREE, type Bill } from '../billing/billing.js';
+import { redisNow } from '../billing/wallets.js';
+import type { Metrics } from '../metrics/metrics.js';
+import { keys } from '../store/keys.js';
+import { LuaScript } from '../store/redis-script.js';
+import { UpstreamRetry, type UpstreamJobState, type VideoJobProvider } from '../upstream/video-provider.js';
+import { UNLIMITED } from '../../policies/limits.js';
+import { makeUsage } from '../../pricing/index.js';
+import type { VideoJob, VideoOutcome, VideoStore } from './video-store.js';
+
+/** How the poller paces itself. */
+export interface PollerSettings {
+  /** First poll of a job after its submit, ms. */
+  readonly initialMs: number;
+  /** Longest wait between two polls of a job, ms. */
+  readonly maxMs: number;
+}
+
+const LEASE_MS = 10_000;
+/** A held lease is renewed once this much of it has run. */
+const RENEW_AFTER_MS = LEASE_MS / 3;
+/** Upstream polls in flight at once. */
+const CONCURRENCY = 16;
+/** Due jobs read per pass. */
+const BATCH = 256;
+/** Growth of the wait between two polls of one job. */
+const GROWTH = 1.5;
+
+const RENEW = new LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0");
+const RELEASE = new LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0");
+
+type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
+
+/** The wait before the next poll of a job polled `polls` times, ms (±10%, so jobs submitted together spread out). */
+export function backoffMs(settings: PollerSettings, polls: number, retryAfterMs = 0): number {
+  const base = Math.min(settings.maxMs, settings.initialMs * GROWTH ** Math.max(0, polls));
+  return Math.max(retryAfterMs, Math.round(base * (0.9 + Math.random() * 0.2)));
+}
+
+/** The hold of a job, as Admission.finish takes it. */
+export function admittedOf(job: VideoJob): Admitted {
+  return {
+    decision: UNLIMITED,
+    hold: job.chain
+      ? {
+        requestId: job.requestId, callId: job.callId, account: job.account, keyId: job.keyId, chain: job.chain,
+        model: job.model, amount: job.held, owner: `job:${job.id}`,
+      }
+      : undefined,
+    limits: { keyId: job.keyId, account: job.account, family: job.family, tokens: 0 },
+  };
+}
+
+/** What an ended job is debited: the clip's price for its duration, or nothing. */
+export function billOf(job: VideoJob): Bill {
+  return job.status === 'completed' ? { usage: makeUsage({ video_seconds: job.seconds }), price: job.price } : FREE;
+}
+
+/** Follows upstream jobs while this instance holds the lease. */
+export class VideoPoller {
+  private running = false;
+  private timer: NodeJS.Timeout | undefined;
+  private loop: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+  private leasedAt: number | undefined;
+  /** A standby asks for the lease again no sooner than this (ms): only a lapsed lease can be taken. */
+  private nextTry = 0;
+  private readonly inFlight = new Map<string, Promise<void>>();
+  private readonly tickMs: number;
+
+  constructor(
+    private readonly r: Redis,
+    private readonly store: VideoStore,
+    private readonly providers: (name: string) => VideoJobProvider | undefined,
+    private readonly admission: Admission,
+    private readonly instance: string,
+    private readonly settings: PollerSettings,
+    private readonly metrics: Metrics,
+    private readonly log: Log,
+  ) {
+    this.tickMs = Math.min(1000, Math.max(25, Math.floor(settings.initialMs / 4)));
+  }
+
+  /** Poll while this instance holds the lease; a standby asks for it every ~1.7 s. */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  /** Stop polling, hand the lease over, and let polls in flight end (for at most `waitMs`). */
+  async stop(waitMs = 2_000): Promise<void> {
+    this.running = false;
+    this.wake?.();
+    await this.loop;
+    await Promise.race([Promise.allSettled([...this.inFlight.values()]), new Promise((r) => setTimeout(r, waitMs).unref())]);
+    if (this.leasedAt !== undefined) {
+      this.leasedAt = undefined;
+      await RELEASE.run(this.r, [keys.videoPollerLease], [this.instance]).catch(() => {});
+    }
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      try {
+        if (await this.lease()) await this.pass();
+      } catch (err) {
+        this.log.warn({ err }, 'video poller pass failed');
+      }
+      if (!this.running) break;
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        this.timer = setTimeout(resolve, this.tickMs);
+      });
+      clearTimeout(this.timer);
+      this.wake = undefined;
+    }
+  }
+
+  /** Take or keep the lease; renewed only once RENEW_AFTER_MS of it has run. */
+  private async lease(): Promise<boolean> {
+    const now = Date.now();
+    if (this.leasedAt !== undefined && now - this.leasedAt < RENEW_AFTER_MS) return true;
+    if (this.leasedAt === undefined && now < this.nextTry) return false;
+    let held = (await this.r.set(keys.videoPollerLease, this.instance, 'PX', LEASE_MS, 'NX')) === 'OK';
+    if (!held) held = (await RENEW.run<number>(this.r, [keys.videoPollerLease], [this.instance, LEASE_MS])) === 1;
+    this.leasedAt = held ? now : undefined;
+    if (!held) this.nextTry = now + Math.max(this.tickMs, RENEW_AFTER_MS / 2);
+    return held;
+  }
+
+  /** Start polls of the jobs that are due and not already being polled; the loop goes on without waiting for them. */
+  private async pass(): Promise<void> {
+    if (this.inFlight.size >= CONCURRENCY) return;
+    const now = await redisNow(this.r);
+    const due = await this.store.due(now, BATCH);
+    for (const id of due) {
+      if (this.inFlight.size >= CONCURRENCY) break;
+      if (this.inFlight.has(id)) continue;
+      const p = this.follow(id, now)
+        .catch((err) => this.log.warn({ err, job: id }, 'video job poll failed'))
+        .finally(() => this.inFlight.delete(id));
+      this.inFlight.set(id, p);
+    }
+    this.metrics.videoJobsOpen.set(await this.store.openCount());
+  }
+
+  /** Poll one job upstream and act on what it says, at `now` (ms, Redis's clock). */
+  async follow(id: string, now: number): Promise<void> {
+    const job = await this.store.get(id);
+    if (job === null) return this.store.forget(id);
+    if (job.status !== 'in_progress') return this.settle(job);
+    const provider = this.providers(job.provider);
+    if (provider === undefined) {
+      return this.end(job, { status: 'failed', code: 'provider_unavailable', message: 'The provider of this job is no longer configured.' }, now);
+    }
+    // Past its deadline the job's hold has expired (or is about to): whatever the provider says now, the job fails
+    // and costs nothing, so no wallet is ever charged beyond what it held.
+    if (now >= job.deadline) return this.end(job, deadlineFailure(job), now);
+    // The last poll comes at the deadline at the latest.
+    const next = (retryAfterMs?: number) => Math.min(job.deadline, now + backoffMs(this.settings, job.polls + 1, retryAfterMs));
+    let state: UpstreamJobState;
+    try {
+      state = await provider.poll(job.upstreamId);
+    } catch (err) {
+      this.metrics.videoPolls.inc({ provider: job.provider, result: 'error' });
+      this.log.warn({ err, job: id }, 'video job poll failed; retrying later');
+      await this.store.progress(id, job.progress, job.polls + 1, next(err instanceof UpstreamRetry ? err.retryAfterMs : undefined));
+      return;
+    }
+    this.metrics.videoPolls.inc({ provider: job.provider, result: state.status });
+    if (state.status === 'in_progress') {
+      await this.store.progress(id, Math.max(job.progress, state.progress), job.polls + 1, next());
+      return;
+    }
+    const outcome: VideoOutcome = state.status === 'completed'
+      ? { status: 'completed', contentUrl: state.content.url, expiresAt: state.content.expiresAt }
+      : { status: 'failed', code: state.code, message: state.message };
+    return this.end(job, outcome, now);
+  }
+
+  /** Move the job to its end (once, whichever instance gets there first), then settle its hold. */
+  private async end(job: VideoJob, outcome: VideoOutcome, now: number): Promise<void> {
+    const moved = await this.store.finish(job.id, outcome, now);
+    const ended = moved ? { ...job, status: outcome.status } : await this.store.get(job.id);
+    if (ended === null) return this.store.forget(job.id);
+    if (moved) {
+      this.metrics.videoJobs.inc({ model: job.model, status: outcome.status });
+      this.metrics.videoJobDuration.observe({ model: job.model, status: outcome.status }, Math.max(0, now - job.createdAt) / 1000);
+    }
+    return this.settle(ended);
+  }
+
+  /** Debit (completed) or release (failed) the job's hold, then close the job. Safe to repeat. */
+  private async settle(job: VideoJob): Promise<void> {
+    if (job.status === 'in_progress') return;
+    if (!job.settled) await this.admission.finish(admittedOf(job), billOf(job));
+    await this.store.settled(job.id);
+  }
+}
+
+function deadlineFailure(job: VideoJob): VideoOutcome {
+  const minutes = Math.round((job.deadline - job.createdAt) / 60_000);
+  return { status: 'failed', code: 'deadline_exceeded', message: `The video did not finish within ${minutes} minutes of its submit.` };
+}

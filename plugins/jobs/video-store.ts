@@ -1,0 +1,206 @@
+/**
+ * Video jobs in Redis (keys.ts: video:<id>, videos-open): what the caller's polls read, what the poller follows, and
+ * what survives any gateway restart. A job's record keeps who owns it (account, key), what was asked (model, family,
+ * seconds, size, prompt), its money (chain, the hold's request and call ids, the amount held and the clip's price
+ * when it was submitted), where it runs (provider, upstream model and id), and how it stands (status, progress,
+ * times, error, the MP4's location and expiry).
+ *
+ * Status moves once, from in_progress to completed or failed, in one script that checks it is still in progress, so
+ * two instances that see the end of a job at once cannot both move it. The job stays in `videos-open` until its
+ * hold is debited (completed) or released (failed): a poller that stops between the two steps leaves it there, and
+ * the next pass debits it, which the debit script answers as the first run did if it had run.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { ChainName } from '../chains/config.js';
+import { keys } from '../store/keys.js';
+import { LuaScript } from '../store/redis-script.js';
+
+/** States of a job (SPEC "States and transitions"). */
+export type VideoStatus = 'in_progress' | 'completed' | 'failed';
+
+/** A job as submitted. */
+export interface NewVideoJob {
+  readonly id: string;
+  readonly account: string;
+  readonly keyId: string;
+  readonly model: string;
+  readonly family: string;
+  readonly seconds: number;
+  readonly size: string;
+  readonly prompt: string;
+  /** The chain its hold is on; undefined when the gateway bills nothing (no chains configured). */
+  readonly chain: ChainName | undefined;
+  /** The submit's request id: the hold's, and the usage record's call id. */
+  readonly requestId: string;
+  readonly callId: string;
+  /** Atomic units held, and the price of the clip when it was submitted (charged on completion). */
+  readonly held: bigint;
+  readonly price: bigint;
+  /** Provider name in the config, the provider's model id, and its job id (an OpenAI video id, a Gemini operation). */
+  readonly provider: string;
+  readonly upstreamModel: string;
+  readonly upstreamId: string;
+  /** ms since the epoch. */
+  readonly createdAt: number;
+  /** A job still running at this time (ms) is failed and its hold released; the hold expires then too. */
+  readonly deadline: number;
+}
+
+/** A job as it stands. */
+export interface VideoJob extends NewVideoJob {
+  readonly status: VideoStatus;
+  readonly progress: number;
+  readonly completedAt: number | null;
+  readonly error: { readonly code: string; readonly message: string } | null;
+  /** Where the MP4 is (completed), and until when the provider keeps it (ms). */
+  readonly contentUrl: string | null;
+  readonly expiresAt: number | null;
+  /** Upstream polls so far (the poller's backoff). */
+  readonly polls: number;
+  /** The hold was debited or released. */
+  readonly settled: boolean;
+}
+
+/** How a job ended. */
+export type VideoOutcome =
+  | { readonly status: 'completed'; readonly contentUrl: string; readonly expiresAt: number }
+  | { readonly status: 'failed'; readonly code: string; readonly message: string };
+
+/** A new job id: unguessable (128 random bits), in the shape of OpenAI's video ids. */
+export function newVideoId(): string {
+  return `video_${randomBytes(16).toString('hex')}`;
+}
+
+// End a job still in progress. KEYS: the record. ARGV: status, completed_at, progress, error code, error message,
+// content url, expires_at, record ttl ms. Returns 1 if it moved it, 0 if it was not in progress (or is gone).
+const FINISH = new LuaScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'completed_at', ARGV[2], 'progress', ARGV[3], 'error_code', ARGV[4],
+  'error_message', ARGV[5], 'content_url', ARGV[6], 'expires_at', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[8])
+return 1
+`);
+
+// Note a poll of a job still in progress and when to poll it next. KEYS: the record, videos-open. ARGV: progress,
+// polls, next poll ms, job id. A job that ended meanwhile is left as it is.
+const PROGRESS = new LuaScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return 0 end
+redis.call('HSET', KEYS[1], 'progress', ARGV[1], 'polls', ARGV[2])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
+return 1
+`);
+
+function num(s: string | undefined): number | null {
+  return s === undefined || s === '' ? null : Number(s);
+}
+
+function toJob(h: Record<string, string>): VideoJob | null {
+  if (!h.id || !h.status) return null;
+  return {
+    id: h.id,
+    account: h.account ?? '',
+    keyId: h.key_id ?? '',
+    model: h.model ?? '',
+    family: h.family ?? '',
+    seconds: Number(h.seconds),
+    size: h.size ?? '',
+    prompt: h.prompt ?? '',
+    chain: h.chain ? (h.chain as ChainName) : undefined,
+    requestId: h.request_id ?? '',
+    callId: h.call_id ?? '',
+    held: BigInt(h.held ?? '0'),
+    price: BigInt(h.price ?? '0'),
+    provider: h.provider ?? '',
+    upstreamModel: h.upstream_model ?? '',
+    upstreamId: h.upstream_id ?? '',
+    createdAt: Number(h.created_at),
+    deadline: Number(h.deadline),
+    status: h.status as VideoStatus,
+    progress: Number(h.progress ?? '0'),
+    completedAt: num(h.completed_at),
+    error: h.error_code ? { code: h.error_code, message: h.error_message ?? '' } : null,
+    contentUrl: h.content_url || null,
+    expiresAt: num(h.expires_at),
+    polls: Number(h.polls ?? '0'),
+    settled: h.settled === '1',
+  };
+}
+
+/** Jobs in Redis. */
+export class VideoStore {
+  constructor(
+    private readonly r: Redis,
+    /** How long a finished job stays readable (at least until its MP4 expires). */
+    private readonly recordMs: number,
+  ) {}
+
+  /** Record a submitted job, in progress, first polled at `firstPollAt` (ms). */
+  async create(job: NewVideoJob, firstPollAt: number): Promise<VideoJob> {
+    const key = keys.video(job.id);
+    const ttl = Math.max(1, Math.ceil(job.deadline - job.createdAt + this.recordMs));
+    await this.r.multi()
+      .hset(key, {
+        id: job.id, account: job.account, key_id: job.keyId, model: job.model, family: job.family, seconds: job.seconds,
+        size: job.size, prompt: job.prompt, chain: job.chain ?? '', request_id: job.requestId, call_id: job.callId,
+        held: job.held.toString(), price: job.price.toString(), provider: job.provider, upstream_model: job.upstreamModel,
+        upstream_id: job.upstreamId, created_at: job.createdAt, deadline: job.deadline, status: 'in_progress', progress: 0, polls: 0,
+      })
+      .pexpire(key, ttl)
+      .zadd(keys.videosOpen, firstPollAt, job.id)
+      .exec()
+      .then(failed);
+    return { ...job, status: 'in_progress', progress: 0, completedAt: null, error: null, contentUrl: null, expiresAt: null, polls: 0, settled: false };
+  }
+
+  /** A job by id (one HGETALL), or null. */
+  async get(id: string): Promise<VideoJob | null> {
+    return toJob(await this.r.hgetall(keys.video(id)));
+  }
+
+  /** Note a poll of a job in progress and when to poll it next; false if it ended meanwhile. */
+  async progress(id: string, progress: number, polls: number, nextAt: number): Promise<boolean> {
+    return (await PROGRESS.run<number>(this.r, [keys.video(id), keys.videosOpen], [progress, polls, Math.ceil(nextAt), id])) === 1;
+  }
+
+  /** Move a job in progress to its end, at `now` (ms); false if it was not in progress. */
+  async finish(id: string, outcome: VideoOutcome, now: number): Promise<boolean> {
+    const done = outcome.status === 'completed';
+    // Readable for the retention, and at least as long as its MP4 is.
+    const ttl = Math.ceil(Math.max(this.recordMs, done ? outcome.expiresAt - now : 0));
+    return (await FINISH.run<number>(this.r, [keys.video(id)], [
+      outcome.status, now, done ? 100 : 0, done ? '' : outcome.code, done ? '' : outcome.message,
+      done ? outcome.contentUrl : '', done ? Math.floor(outcome.expiresAt) : '', ttl,
+    ])) === 1;
+  }
+
+  /** The job's hold is debited or released: it leaves the open set. */
+  async settled(id: string): Promise<void> {
+    await this.r.multi().hset(keys.video(id), 'settled', '1').zrem(keys.videosOpen, id).exec().then(failed);
+  }
+
+  /** Poll `id` next at `at` (ms), if it is still open. */
+  async reschedule(id: string, at: number): Promise<void> {
+    await this.r.zadd(keys.videosOpen, 'XX', Math.ceil(at), id);
+  }
+
+  /** Forget an open entry whose record is gone (expired with its retention). */
+  async forget(id: string): Promise<void> {
+    await this.r.zrem(keys.videosOpen, id);
+  }
+
+  /** Jobs due for a poll at `now` (ms), the most overdue first. */
+  async due(now: number, limit: number): Promise<string[]> {
+    return this.r.zrangebyscore(keys.videosOpen, '-inf', Math.floor(now), 'LIMIT', 0, limit);
+  }
+
+  /** Jobs not yet finished and settled. */
+  async openCount(): Promise<number> {
+    return this.r.zcard(keys.videosOpen);
+  }
+}
+
+/** A MULTI's replies: throw the first command error (exec resolves with them instead of rejecting). */
+function failed(replies: [Error | null, unknown][] | null): void {
+  for (const [err] of replies ?? []) if (err) throw err;
+}

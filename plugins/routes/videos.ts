@@ -1,0 +1,157 @@
+/**
+ * POST /v1/videos: submit a video job (SPEC "Video submit request"). Police reads the body (JSON for text-to-video;
+ * multipart/form-data when files come, its limits enforced while it is read), checks it against the model's family
+ * and config (policies/videos.ts) and prepares the reference images, all before any hold. The quote is the clip's
+ * price, held for the job (`job:<id>`) until its deadline. Forward submits the render through the provider's
+ * adapter, records the job and answers at once with it, in progress. The finished request bills nothing: the job
+ * owns its hold, and the poller debits it when the clip completes, or releases it when it fails. A submit the
+ * provider refused (400) or failed is free, its hold released at once.
+ */
+import type { FastifyRequest } from 'fastify';
+import { FREE } from '../billing/billing.js';
+import type { Exchange } from '../call.js';
+import { newVideoId } from '../jobs/video-store.js';
+import {
+  decodeImage, isMultipartRequest, prepareImage, readImageParts,
+  type ImageFit, type ImagePartLimits, type PreparedImage, type UploadedImage,
+} from '../upstream/reference-images.js';
+import type { ModelRoute, VideoModel } from '../../policies/catalog.js';
+import { GatewayError } from '../../policies/errors.js';
+import { MAX_VIDEO_REFERENCES, planVideo, type VideoFields, type VideoPlan } from '../../policies/videos.js';
+import { worstCaseVideo } from '../../pricing/index.js';
+import type { Endpoint, Policed } from './endpoint.js';
+import { videoObject } from './video-object.js';
+
+const MiB = 1024 * 1024;
+
+/**
+ * Uploads of a submit (SPEC Limits): up to 30 input_reference files and a last_reference, 3.5 MB each and 4 MB in
+ * all. `input_reference[]` is the name the official SDKs give a list of files.
+ */
+export const VIDEO_UPLOAD_LIMITS: ImagePartLimits = Object.freeze({
+  files: { input_reference: 'input_reference', 'input_reference[]': 'input_reference', last_reference: 'last_reference' },
+  maxFiles: MAX_VIDEO_REFERENCES + 1,
+  maxFileBytes: 3.5 * MiB,
+  maxTotalBytes: 4 * MiB,
+  maxFields: 16,
+  // A prompt of 8,000 characters is at most 32,000 bytes of UTF-8.
+  maxFieldBytes: 64 * 1024,
+});
+
+/** A policed submit. */
+export interface VideoPoliced extends Policed {
+  readonly route: ModelRoute<VideoModel>;
+  readonly plan: VideoPlan;
+  readonly firstFrame?: PreparedImage;
+  readonly lastFrame?: PreparedImage;
+  readonly subjects?: readonly PreparedImage[];
+  /** The job's id, known before its hold so that the hold can name it as its owner. */
+  readonly jobId: string;
+  /** ms since the epoch: the job fails, and its hold expires, at this time. */
+  readonly deadline: number;
+}
+
+/** The scalar fields and files of a submit, from either body. */
+async function readSubmit(request: FastifyRequest): Promise<{ fields: VideoFields & { model?: unknown }; uploads: UploadedImage[] }> {
+  if (isMultipartRequest(request)) {
+    const form = await readImageParts(request, VIDEO_UPLOAD_LIMITS);
+    return { fields: form.fields, uploads: form.files };
+  }
+  const body = request.body;
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new GatewayError('invalid_request', { message: 'The request body must be a JSON object, or multipart/form-data when files are sent.' });
+  }
+  for (const name of ['input_reference', 'last_reference']) {
+    if (name in body) {
+      throw new GatewayError('invalid_request', { param: name, message: `${name} is a file: send the request as multipart/form-data.` });
+    }
+  }
+  return { fields: body as VideoFields, uploads: [] };
+}
+
+/** Decode and prepare the references as the plan says: frames fitted to the video, subject references as they are. */
+async function prepareReferences(plan: VideoPlan, inputs: UploadedImage[], lasts: UploadedImage[]): Promise<Pick<VideoPoliced, 'firstFrame' | 'lastFrame' | 'subjects'>> {
+  const refs = plan.references;
+  if (refs.kind === 'none') return {};
+  const decoded = await Promise.all([...inputs, ...lasts].map(decodeImage));
+  if (refs.kind === 'subjects') {
+    return { subjects: await Promise.all(decoded.map((img) => prepareImage(img, { fit: 'none' }))) };
+  }
+  const fit: ImageFit = { fit: refs.fit, width: plan.width, height: plan.height };
+  const [firstFrame, lastFrame] = await Promise.all(decoded.map((img) => prepareImage(img, fit)));
+  return { firstFrame, lastFrame };
+}
+
+/** The submit endpoint. */
+export const videos: Endpoint<VideoPoliced> = {
+  name: 'videos',
+  method: 'POST',
+  path: '/videos',
+  protocol: 'openai',
+  clientRule: 'videos',
+  body: 'json-or-multipart',
+  async police(request, ctx) {
+    const { fields, uploads } = await readSubmit(request);
+    if (typeof fields.model !== 'string' || fields.model === '') {
+      throw new GatewayError('invalid_request', { param: 'model', message: 'model: a video model id is required.' });
+    }
+    const route = ctx.catalog.route('videos', fields.model) as ModelRoute<VideoModel>;
+    const inputs = uploads.filter((u) => u.field === 'input_reference');
+    const lasts = uploads.filter((u) => u.field === 'last_reference');
+    const plan = planVideo(route.model, fields, { inputs: inputs.length, lasts: lasts.length });
+    const images = await prepareReferences(plan, inputs, lasts);
+    return { route, plan, ...images, jobId: newVideoId(), deadline: Date.now() + ctx.videos.deadline_ms };
+  },
+  quote(p, prices) {
+    const amount = worstCaseVideo(prices, p.route.model.id, p.plan.seconds);
+    // The hold is the job's until its deadline: no instance renews it, and the sweeper releases it only then.
+    return { quote: { model: p.route.model.id, amount }, tokens: 0, owner: `job:${p.jobId}`, ttlMs: Math.max(1, p.deadline - Date.now()) };
+  },
+  async forward(call, p, reply, ctx) {
+    const provider = ctx.videos.provider(p.route.provider.name);
+    if (provider === undefined) throw new GatewayError('internal_error', { cause: new Error(`provider ${p.route.provider.name} has no video protocol`) });
+    const exchange: Exchange = {};
+    call.exchange = exchange;
+    const providerName = p.route.provider.name;
+    const sent = process.hrtime.bigint();
+    let upstreamId: string;
+    try {
+      ({ upstreamId } = await provider.submit({
+        model: p.route.upstreamModel, url: p.route.url, prompt: p.plan.prompt, width: p.plan.width, height: p.plan.height,
+        seconds: p.plan.seconds, firstFrame: p.firstFrame, lastFrame: p.lastFrame, subjects: p.subjects,
+      }));
+    } catch (err) {
+      exchange.status = err instanceof GatewayError ? err.status : 502;
+      ctx.metrics.upstreamErrors.inc({ provider: providerName, status: String(exchange.status) });
+      throw err;
+    } finally {
+      ctx.metrics.upstreamDuration.observe({ provider: providerName }, Number(process.hrtime.bigint() - sent) / 1e9);
+    }
+    // The caller left before its job's id could reach it: no job is recorded, and the hold is released.
+    if (call.ended) {
+      exchange.status = 499;
+      return reply.send();
+    }
+    const hold = call.admitted?.hold;
+    const now = Date.now();
+    let job;
+    try {
+      job = await ctx.videos.store.create({
+        id: p.jobId, account: call.identity!.account, keyId: call.identity!.keyId, model: p.route.model.id, family: p.route.model.family,
+        seconds: p.plan.seconds, size: p.plan.size, prompt: p.plan.prompt, chain: hold?.chain,
+        requestId: call.id, callId: hold?.callId ?? '', held: hold?.amount ?? 0n, price: hold?.amount ?? 0n,
+        provider: providerName, upstreamModel: p.route.upstreamModel, upstreamId, createdAt: now, deadline: p.deadline,
+      }, now + ctx.videos.settings.poll_initial_ms);
+    } catch (err) {
+      exchange.status = 503;
+      throw err;
+    }
+    exchange.status = 200;
+    ctx.metrics.videoJobs.inc({ model: job.model, status: 'submitted' });
+    return reply.code(200).type('application/json').send(JSON.stringify(videoObject(job)));
+  },
+  bill(call) {
+    // Recorded: the job owns the hold from here. Refused, failed or never recorded: released now.
+    return call.exchange?.status === 200 ? null : FREE;
+  },
+};

@@ -1,0 +1,160 @@
+/**
+ * The job port: what the gateway needs of a provider's asynchronous video API, whatever its protocol. Submit a
+ * render and get the provider's job id; ask how a job stands; know where its MP4 is and what authenticates the
+ * download. Each protocol is one module (openai-videos.ts, gemini-videos.ts); another provider's long-running API
+ * slots in as a third, the job store and the poller stay as they are.
+ */
+import { randomBytes } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { ProviderConfig } from '../../policies/catalog.js';
+import { GatewayError } from '../../policies/errors.js';
+import type { Upstreams } from './pools.js';
+import { upstreamError } from './proxy.js';
+import type { PreparedImage } from './reference-images.js';
+
+/** A render to submit. */
+export interface VideoSubmit {
+  /** The provider's model id. */
+  readonly model: string;
+  /** The create URL of the model's route (policies/catalog.ts). */
+  readonly url: string;
+  readonly prompt: string;
+  readonly width: number;
+  readonly height: number;
+  readonly seconds: number;
+  /** A starting frame, and a last frame beside it. */
+  readonly firstFrame?: PreparedImage;
+  readonly lastFrame?: PreparedImage;
+  /** Subject and style references, in the order the prompt cites them (@image1, @image2, ...). */
+  readonly subjects?: readonly PreparedImage[];
+}
+
+/** Where a finished job's MP4 is, and until when the provider keeps it (ms since the epoch). */
+export interface VideoContent {
+  readonly url: string;
+  readonly expiresAt: number;
+}
+
+/** A provider's answer about one job. */
+export type UpstreamJobState =
+  | { readonly status: 'in_progress'; readonly progress: number }
+  | { readonly status: 'completed'; readonly content: VideoContent }
+  | { readonly status: 'failed'; readonly code: string; readonly message: string };
+
+/** One provider protocol of asynchronous video generation. */
+export interface VideoJobProvider {
+  /** Start a render; a refusal is a GatewayError (400 upstream_invalid_request for the provider's 4xx). */
+  submit(req: VideoSubmit): Promise<{ readonly upstreamId: string }>;
+  /** How the job stands now; transport and 5xx failures throw (the poller retries), a job the provider lost is failed. */
+  poll(upstreamId: string): Promise<UpstreamJobState>;
+  /** Request headers that authenticate a download of `url` (none for a URL off the provider's own origin). */
+  contentHeaders(url: string): Record<string, string>;
+}
+
+/** A provider's answer that failed with a status the poller can wait out. */
+export class UpstreamRetry extends Error {
+  constructor(readonly status: number, readonly retryAfterMs: number | undefined, message: string) {
+    super(message);
+    this.name = 'UpstreamRetry';
+  }
+}
+
+/** An upstream HTTP answer read whole (small JSON answers only). */
+export interface UpstreamAnswer {
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly text: string;
+}
+
+/** JSON answers of video APIs are small; a larger one is not the protocol's. */
+const MAX_ANSWER_BYTES = 1024 * 1024;
+
+/**
+ * Longest wait for a poll's answer: a provider that hangs on one job must not hold the poller's slot for the
+ * provider's whole timeout_ms (it may be minutes, for submits that upload images).
+ */
+export const POLL_TIMEOUT_MS = 30_000;
+
+/** One request to a provider on its keep-alive pool, its answer read whole. */
+export async function exchange(upstreams: Upstreams, provider: ProviderConfig, req: {
+  url: string;
+  method: 'GET' | 'POST';
+  headers: Record<string, string>;
+  body?: string | Buffer;
+  /** Default: the provider's timeout_ms. */
+  timeoutMs?: number;
+}): Promise<UpstreamAnswer> {
+  const { pool, path } = upstreams.target(req.url);
+  const timeout = req.timeoutMs ?? provider.timeout_ms;
+  let res;
+  try {
+    res = await pool.request({
+      path, method: req.method, headers: req.headers, body: req.body ?? null, headersTimeout: timeout, bodyTimeout: timeout,
+    });
+  } catch (err) {
+    const code = (err as { code?: string }).code ?? '';
+    throw new GatewayError(code.includes('TIMEOUT') ? 'upstream_timeout' : 'upstream_error', { cause: err });
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_ANSWER_BYTES) {
+      res.body.destroy();
+      throw new GatewayError('upstream_error', { cause: new Error(`${provider.name}: answer over ${MAX_ANSWER_BYTES} bytes`) });
+    }
+    chunks.push(chunk);
+  }
+  return { status: res.statusCode, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') };
+}
+
+/** The JSON object of a 2xx answer; anything else is the provider's failure. */
+export function answerJson(provider: ProviderConfig, a: UpstreamAnswer): Record<string, unknown> {
+  try {
+    const v = JSON.parse(a.text) as unknown;
+    if (v && typeof v === 'object' && !Array.isArray(v)) return v as Record<string, unknown>;
+  } catch {
+    // below
+  }
+  throw new GatewayError('upstream_error', { cause: new Error(`${provider.name}: answer ${a.status} is not a JSON object: ${a.text.slice(0, 200)}`) });
+}
+
+/** A submit's non-2xx answer as the caller's error: the provider's refusal is a 400, its failures 429/5xx. */
+export function submitError(a: UpstreamAnswer): GatewayError {
+  const ra = a.headers['retry-after'];
+  return upstreamError(a.status, a.text, typeof ra === 'string' ? ra : undefined);
+}
+
+/** A poll's non-2xx answer: a job the provider does not know is lost (failed); others are waited out. */
+export function pollFailure(provider: ProviderConfig, a: UpstreamAnswer): UpstreamJobState {
+  if (a.status === 404 || a.status === 410) {
+    return { status: 'failed', code: 'upstream_job_lost', message: `The provider no longer knows this job (HTTP ${a.status}).` };
+  }
+  const ra = a.headers['retry-after'];
+  const seconds = typeof ra === 'string' ? Number(ra) : NaN;
+  throw new UpstreamRetry(a.status, Number.isFinite(seconds) ? seconds * 1000 : undefined, `${provider.name}: poll answered ${a.status}: ${a.text.slice(0, 200)}`);
+}
+
+/** A multipart/form-data body (RFC 7578) of text fields and files, built in one buffer. */
+export function formData(fields: Readonly<Record<string, string>>, files: readonly { name: string; filename: string; type: string; bytes: Buffer }[]): { body: Buffer; contentType: string } {
+  const boundary = `----farebox${randomBytes(12).toString('hex')}`;
+  const parts: Buffer[] = [];
+  const quote = (s: string) => s.replace(/["\r\n\\]/g, '_');
+  for (const [name, value] of Object.entries(fields)) {
+    parts.push(Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="${quote(name)}"\r\n\r\n${value}\r\n`));
+  }
+  for (const f of files) {
+    parts.push(Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="${quote(f.name)}"; filename="${quote(f.filename)}"\r\ncontent-type: ${f.type}\r\n\r\n`), f.bytes, Buffer.from('\r\n'));
+  }
+  parts.push(Buffer.from(`--${boundary}--\r\n`));
+  return { body: Buffer.concat(parts), contentType: `multipart/form-data; boundary=${boundary}` };
+}
+
+/** Whether `url` is on the origin of `base` (a download URL elsewhere never gets the operator's key). */
+export function sameOrigin(url: string, base: string): boolean {
+  try {
+    return new URL(url).origin === new URL(base).origin;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,192 @@
+// Video jobs outlive requests and instances: a restart while a job runs (it completes and is charged once), two
+// instances that see the end of one job at once (charged once), a hold that belongs to the job (the sweeper leaves
+// it until the job's deadline, then releases it), the deadline itself, and polls that cost one Redis read and no
+// upstream call.
+import t from 'tap';
+import type { Redis } from 'ioredis';
+import { Admission } from '../../plugins/billing/admission.js';
+import { Billing } from '../../plugins/billing/billing.js';
+import { getCallRecord } from '../../plugins/billing/call-records.js';
+import { RateLimiter } from '../../plugins/billing/rate-limit.js';
+import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
+import { VideoJobs } from '../../plugins/jobs/video-jobs.js';
+import { createMetrics } from '../../plugins/metrics/metrics.js';
+import { startSimulator } from '../../plugins/simulator/index.js';
+import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
+import { Upstreams } from '../../plugins/upstream/pools.js';
+import { DEFAULT_PRICES } from '../../pricing/index.js';
+import { closeDevChains, dropPrefix, testPrefix, type Harness } from '../helpers/harness.js';
+import { probe } from '../helpers/media.js';
+import { until } from '../helpers/wait.js';
+import { sdk, videoHarness } from './helpers.js';
+
+t.teardown(() => closeDevChains());
+const quiet = { error() {}, warn() {} };
+const usd = (s: string) => BigInt(Math.round(Number(s) * 1e6));
+
+async function recordOf(h: Harness, requestId: string, status: string) {
+  return until(`record ${status}`, async () => {
+    const r = await getCallRecord(h.redis, requestId);
+    return r?.status === status ? r : null;
+  }, 30_000);
+}
+
+t.test('a gateway restarted while its job renders: another instance completes it, charged once', async (t) => {
+  const sim = await startSimulator({ videoRenderMs: 1500 });
+  const prefix = testPrefix();
+  t.teardown(() => sim.close());
+  const a = await videoHarness({ chains: true, sim, prefix });
+  t.teardown(async () => dropPrefix(a.redis, prefix));
+  await a.fund('chain_a', 5_000_000n);
+  const before = await readWallet(a.redis, a.account, 'chain_a');
+  const { data: job, response } = await sdk(a).videos.create({ model: 'vidA-v6', prompt: 'survives a restart', seconds: '12' }).withResponse();
+  const requestId = response.headers.get('x-request-id')!;
+  await a.close();
+
+  const b = await videoHarness({ chains: true, sim, prefix });
+  t.teardown(() => b.close());
+  const openai = sdk(b, a.key);
+  let v = await openai.videos.retrieve(job.id);
+  t.equal(v.status, 'in_progress', 'the job survived the restart, still in progress');
+  v = await until('completed after the restart', async () => {
+    const x = await openai.videos.retrieve(job.id);
+    return x.status === 'completed' ? x : null;
+  }, 20_000, 100);
+  const clip = await probe(Buffer.from(await (await openai.videos.downloadContent(v.id)).arrayBuffer()));
+  t.same([clip.width, clip.height, Math.round(clip.duration)], [1280, 720, 12]);
+  const price = usd(DEFAULT_PRICES.video['vidA-v6']!['12']!);
+  const record = await recordOf(b, requestId, 'settled');
+  t.equal(record.priceAtomic, price, 'the listed price');
+  const after = await until('the charge applied', async () => {
+    const w = await readWallet(b.redis, a.account, 'chain_a');
+    return w.pending === 0n && w.held === 0n ? w : null;
+  });
+  t.equal(before.synced - after.synced, price, 'the escrow charged it exactly once');
+});
+
+/** A second instance's video jobs on the same Redis and config, its poller not started (driven by the test). */
+function instanceOf(h: Harness, name: string): VideoJobs {
+  const metrics = createMetrics({ defaults: false });
+  const billing = new Billing(h.redis, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, metrics, quiet);
+  const admission = new Admission(new RateLimiter(h.redis, h.config.limits), billing, quiet);
+  const config = { ...h.config, videos: { ...h.config.videos, poller: true } };
+  return new VideoJobs({ redis: h.redis, config, upstreams: new Upstreams(), admission, metrics, log: quiet, instance: name });
+}
+
+t.test('two instances that see a job end at once: it moves once and is debited once', async (t) => {
+  const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
+  t.teardown(() => h.close());
+  await h.fund('chain_a', 5_000_000n);
+  const before = await readWallet(h.redis, h.account, 'chain_a');
+  const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'raced', seconds: '4' }).withResponse();
+  const requestId = response.headers.get('x-request-id')!;
+  const [one, two] = [instanceOf(h, 'one'), instanceOf(h, 'two')];
+  // Both see the provider's job completed.
+  const upstreamId = (await one.store.get(job.id))!.upstreamId;
+  await until('rendered', async () => {
+    const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
+    return v.status === 'completed';
+  }, 30_000);
+  const now = await redisNow(h.redis);
+  await Promise.all([one.poller.follow(job.id, now), two.poller.follow(job.id, now), one.poller.follow(job.id, now)]);
+  t.equal((await one.store.get(job.id))?.status, 'completed');
+  t.equal(await h.redis.zscore('videos-open', job.id), null, 'closed');
+  // A later pass (a lease handed over, an instance that stopped between the steps) changes nothing.
+  await two.poller.follow(job.id, now);
+  const price = usd(DEFAULT_PRICES.video['vidA-v6']!['4']!);
+  t.equal((await recordOf(h, requestId, 'settled')).priceAtomic, price);
+  // A second debit would have left its amount pending for good: the escrow charges a call id once.
+  const after = await until('the charge applied', async () => {
+    const w = await readWallet(h.redis, h.account, 'chain_a');
+    return w.pending === 0n && w.held === 0n ? w : null;
+  });
+  t.equal(before.synced - after.synced, price, 'charged once');
+});
+
+t.test('the hold belongs to the job: no sweep releases it while the job lives; it expires at the job\'s deadline', async (t) => {
+  const prefix = testPrefix();
+  const sim = await startSimulator({ videoRenderMs: 600_000 });
+  t.teardown(() => sim.close());
+  const a = await videoHarness({ chains: true, sim, prefix, videos: { deadline_ms: 60_000 } });
+  // The test's own connection: the harness closes the gateway's with it.
+  const r = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
+  t.teardown(async () => {
+    await dropPrefix(r, prefix);
+    await closeRedis(r);
+  });
+  await a.fund('chain_a', 5_000_000n);
+  const { data: job, response } = await sdk(a).videos.create({ model: 'vidA-v6', prompt: 'orphaned', seconds: '4' }).withResponse();
+  const requestId = response.headers.get('x-request-id')!;
+  const held = await getCallRecord(a.redis, requestId);
+  t.equal(held?.owner, `job:${job.id}`);
+  t.ok(Math.abs(held!.expires! - (job.created_at * 1000 + 60_000)) < 2_000, 'the hold expires with the job\'s deadline');
+  // The instance that took the hold dies: every other instance's sweep runs, long after its heartbeat stopped.
+  await a.close();
+  const sweeper = new Billing(r, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, createMetrics({ defaults: false }), quiet);
+  t.equal(await sweeper.sweep(held!.expires! - 5_000), 0, 'swept 55 s on: nothing released');
+  t.equal((await getCallRecord(r, requestId))?.status, 'held', 'still held for the job');
+  t.equal(await sweeper.sweep(held!.expires! + 1), 1, 'swept past the deadline: released');
+  const free = await getCallRecord(r, requestId);
+  t.same([free?.status, free?.released], ['free', 'expired']);
+  t.equal((await readWallet(r, a.account, 'chain_a')).held, 0n);
+});
+
+t.test('a job still rendering at its deadline is failed and free', async (t) => {
+  const h = await videoHarness({ chains: true, renderMs: 600_000, videos: { deadline_ms: 800 } });
+  t.teardown(() => h.close());
+  await h.fund('chain_a', 5_000_000n);
+  const openai = sdk(h);
+  const { data: job, response } = await openai.videos.create({ model: 'vidA-v6', prompt: 'too slow', seconds: '4' }).withResponse();
+  const v = await until('failed at its deadline', async () => {
+    const x = await openai.videos.retrieve(job.id);
+    return x.status === 'failed' ? x : null;
+  }, 10_000, 100);
+  t.equal(v.error?.code, 'deadline_exceeded');
+  const record = await recordOf(h, response.headers.get('x-request-id')!, 'free');
+  t.equal(record.priceAtomic, 0n);
+});
+
+t.test('a poll is one Redis read and no upstream call', async (t) => {
+  // No chains (no heartbeats) and no poller on this instance: every command on its connection is a poll's.
+  const h = await videoHarness({ videos: { poller: false } });
+  t.teardown(() => h.close());
+  const openai = sdk(h);
+  const job = await openai.videos.create({ model: 'vidA-v6', prompt: 'polled', seconds: '4' });
+  await openai.videos.retrieve(job.id); // the key is resolved and cached by now
+  const sent: string[] = [];
+  const redis = h.redis as Redis & { sendCommand: Redis['sendCommand'] };
+  const original = redis.sendCommand.bind(redis);
+  redis.sendCommand = ((cmd: { name: string }, ...rest: unknown[]) => {
+    sent.push(cmd.name);
+    return (original as (...a: unknown[]) => unknown)(cmd, ...rest);
+  }) as Redis['sendCommand'];
+  const gets = h.sim.received.filter((r) => r.method === 'GET').length;
+  for (let i = 0; i < 50; i++) t.equal((await openai.videos.retrieve(job.id)).id, job.id);
+  redis.sendCommand = original;
+  t.same(sent, Array(50).fill('hgetall'), '50 polls, 50 HGETALLs, nothing else');
+  t.equal(h.sim.received.filter((r) => r.method === 'GET').length, gets, 'the provider was not asked');
+});
+
+t.test('one poller at a time: the lease names one instance, and another takes it when that one stops', async (t) => {
+  const h = await videoHarness({ videos: { poller: false } });
+  t.teardown(() => h.close());
+  const [one, two] = [instanceOf(h, 'one'), instanceOf(h, 'two')];
+  one.start();
+  two.start();
+  t.teardown(async () => {
+    await one.stop();
+    await two.stop();
+  });
+  const holder = await until('a lease holder', async () => h.redis.get('video-poller-lease'));
+  t.ok(holder === 'one' || holder === 'two');
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(await h.redis.get('video-poller-lease'), holder, 'the holder keeps it');
+  await (holder === 'one' ? one : two).stop();
+  const next = await until('taken over', async () => {
+    const v = await h.redis.get('video-poller-lease');
+    return v && v !== holder ? v : null;
+  }, 5_000);
+  t.equal(next, holder === 'one' ? 'two' : 'one');
+  const job = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'after a handover', seconds: '4' });
+  await until('completed by the new holder', async () => (await sdk(h).videos.retrieve(job.id)).status === 'completed', 10_000, 100);
+});
