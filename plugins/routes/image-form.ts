@@ -121,7 +121,7 @@ export async function readImageForm(request: FastifyRequest, onModel: (model: st
   const checks: Promise<void>[] = [];
   let total = 0;
   try {
-    for await (const part of request.parts()) {
+    for await (const part of request.parts({ limits: MULTIPART_LIMITS })) {
       if (part.type === 'field') {
         if (part.valueTruncated || part.fieldnameTruncated) {
           throw midUpload('invalid_request', part.fieldname, `${part.fieldname}: over ${EDIT_LIMITS.fieldBytes / 1024} KiB.`);

@@ -103,7 +103,7 @@ t.test('prices --json: the live table in the documented shape, every model of th
   t.same(Object.keys(doc), ['text', 'image', 'video']);
   for (const m of embeddedDefault('http://127.0.0.1:1').models as { id: string; family: string }[]) {
     if (m.family === 'img') t.same(Object.keys(doc.image[m.id] ?? {}), ['1K', '2K', '4K'], m.id);
-    if (m.family.startsWith('vid')) t.ok(doc.video[m.id], m.id);
+    else if (m.family.startsWith('vid')) t.ok(doc.video[m.id], m.id);
     else t.same(Object.keys(doc.text[m.id] ?? {}), ['input', 'output', 'cache_read'], m.id);
   }
   t.same(doc.text['alpha-sonnet-4-6'], { input: '3.00', output: '15.00', cache_read: '0.30' });

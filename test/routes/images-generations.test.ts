@@ -9,7 +9,6 @@ import { ASPECT_RATIOS } from '../../policies/image-request.js';
 
 const h = await startHarness({
   edit: (c) => {
-    c.models.push({ id: 'vidA-v6', family: 'vidA', provider: 'sim-openai' } as never);
     // Faults come sooner than the default 10 minutes.
     for (const p of Object.values(c.providers as Record<string, { timeout_ms?: number }>)) p.timeout_ms = 2_000;
   },

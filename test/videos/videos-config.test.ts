@@ -41,7 +41,7 @@ t.test('a video model\'s config is checked when the gateway starts', async (t) =
     return c;
   };
   const env = { FAREBOX_SIM_KEY: 'k' };
-  t.throws(() => buildConfig(base(), env), new ConfigError('invalid config: models.17.id: clip-x has no video price (add it under prices.video)'));
+  t.throws(() => buildConfig(base(), env), new ConfigError(`invalid config: models.${base().models.length - 1}.id: clip-x has no video price (add it under prices.video)`));
   const wrong = base();
   wrong.prices = { video: { 'clip-x': { '4': '1' } } };
   t.throws(() => buildConfig(wrong, env), /prices\.video\.clip-x\.4: vidB clips last 5, 8, 12, 16, 20, 24, 30 seconds only/);
