@@ -133,7 +133,7 @@ export async function main(
         const server = await serve(env);
         if (server.config.embedded) {
           const r = db();
-          for (const line of await demoGreeting(r, server.url, server.config.chains!)) out(line);
+          for (const line of await demoGreeting(r, server.url, server.config.chains!, server.metricsUrl)) out(line);
           await r.quit();
           redis = undefined;
         }

@@ -58,11 +58,19 @@ const billingSchema = z.strictObject({
   reconcile_interval_ms: z.number().int().positive().default(60_000),
 });
 
+/** Where /metrics listens unless configured: the port Prometheus exporters conventionally take. */
+export const DEFAULT_METRICS_PORT = 9464;
+
 const metricsSchema = z.strictObject({
-  /** Serve GET /metrics on the gateway's own port. */
+  /** Serve GET /metrics at all. */
   enabled: z.boolean().default(true),
-  /** Serve it on this port instead (0 = ephemeral); absent = the gateway's port. */
+  /**
+   * Port of the metrics server of its own, on server.host (0 = ephemeral). Absent: 9464, or ephemeral when server.port
+   * is 0 (tests and tools), so that such gateways side by side do not contend for 9464.
+   */
   port: z.number().int().min(0).max(65535).optional(),
+  /** Serve /metrics on the gateway's own port instead: that port is public, so token_env is then required. */
+  on_api_port: z.boolean().default(false),
   /** Name of an env var holding a bearer token the scraper must send. */
   token_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
 });
@@ -118,6 +126,13 @@ export const configSchema = z
     dashboard: dashboardSchema.prefault({}),
   })
   .superRefine((cfg, ctx) => {
+    // Metrics show what every account spends and how often each model is called: never public by accident.
+    if (cfg.metrics.on_api_port && !cfg.metrics.token_env) {
+      ctx.addIssue({ code: 'custom', path: ['metrics', 'token_env'], message: 'required with metrics.on_api_port: the API port is public, so /metrics there needs a bearer token' });
+    }
+    if (cfg.metrics.on_api_port && cfg.metrics.port !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['metrics', 'port'], message: 'a port of its own and metrics.on_api_port exclude each other' });
+    }
     const seen = new Set<string>();
     cfg.models.forEach((m, i) => {
       if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
@@ -152,6 +167,7 @@ export interface FareboxConfig {
   readonly clients: readonly ClientSignature[];
   readonly chains: ChainsConfig | undefined;
   readonly billing: Parsed['billing'];
+  /** `port` is where the metrics server of its own listens; undefined with `on_api_port`. */
   readonly metrics: Parsed['metrics'];
   readonly dashboard: Parsed['dashboard'];
   /** True when running on the embedded default (simulated upstreams). */
@@ -186,18 +202,26 @@ export interface ConfigEnv {
   HOST?: string;
   REDIS_URL?: string;
   FAREBOX_REDIS_PREFIX?: string;
+  /** The metrics server's port (0 = ephemeral). */
+  METRICS_PORT?: string;
   [name: string]: string | undefined;
 }
 
-/** The environment over a config read by `farebox serve`: PORT, HOST, REDIS_URL and FAREBOX_REDIS_PREFIX win. */
+/**
+ * The environment over a config read by `farebox serve`: PORT, HOST, METRICS_PORT, REDIS_URL and FAREBOX_REDIS_PREFIX
+ * win.
+ */
 export function withEnvironment(input: unknown, env: ConfigEnv): unknown {
   if (!input || typeof input !== 'object' || Array.isArray(input)) return input;
-  const raw = { ...(input as Record<string, unknown>) } as Record<string, unknown> & { server?: Record<string, unknown>; redis?: Record<string, unknown> };
+  const raw = { ...(input as Record<string, unknown>) } as Record<string, unknown> & {
+    server?: Record<string, unknown>; redis?: Record<string, unknown>; metrics?: Record<string, unknown>;
+  };
   if (env.PORT !== undefined || env.HOST !== undefined) {
     raw.server = { ...(raw.server ?? {}) };
     if (env.PORT !== undefined) raw.server.port = Number(env.PORT);
     if (env.HOST !== undefined) raw.server.host = env.HOST;
   }
+  if (env.METRICS_PORT !== undefined) raw.metrics = { ...(raw.metrics ?? {}), port: Number(env.METRICS_PORT) };
   if (env.REDIS_URL !== undefined || env.FAREBOX_REDIS_PREFIX !== undefined) {
     raw.redis = { ...(raw.redis ?? {}) };
     if (env.REDIS_URL !== undefined) raw.redis.url = env.REDIS_URL;
@@ -247,8 +271,15 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   return deepFreeze({
     server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
-    chains: data.chains, billing: data.billing, metrics: data.metrics, dashboard: data.dashboard, embedded,
+    chains: data.chains, billing: data.billing, metrics: metricsOf(data), dashboard: data.dashboard, embedded,
   });
+}
+
+/** The metrics section with its port resolved: the port of its own unless served on the API port. */
+function metricsOf(data: Parsed): Parsed['metrics'] {
+  const m = data.metrics;
+  if (m.on_api_port) return m;
+  return { ...m, port: m.port ?? (data.server.port === 0 ? 0 : DEFAULT_METRICS_PORT) };
 }
 
 /** Read FAREBOX_CONFIG (a JSON file) if set, else the embedded default routed to `simulatorUrl`. */

@@ -15,6 +15,7 @@ import { mintAndDeposit } from './chains/dev-fund.js';
 import { DEFAULT_DASHBOARD_PATH, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
+import { createMetrics } from './metrics/metrics.js';
 import type { Simulator } from './simulator/index.js';
 import { keys } from './store/keys.js';
 
@@ -26,6 +27,8 @@ export interface Server {
   config: FareboxConfig;
   /** http://host:port of the gateway. */
   url: string;
+  /** Where Prometheus scrapes it (a port of its own unless metrics.on_api_port); undefined with metrics off. */
+  metricsUrl?: string;
   simulator?: Simulator;
   devChains?: DevChains;
   /** The environment the gateway was started with (dev settler key added on the embedded default). */
@@ -93,17 +96,23 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       if (closing) reply.header('connection', 'close');
       done(null, payload);
     });
-    await app.register(farebox, { config, env: runEnv });
+    const metrics = createMetrics();
+    await app.register(farebox, { config, env: runEnv, metrics });
     if (config.dashboard.enabled) await app.register(dashboard, { prefix: config.dashboard.path, config, env: runEnv });
     await app.listen({ port: config.server.port, host: config.server.host });
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.server.port;
-    const url = `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${port}`;
+    const origin = (p: number) => `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${p}`;
+    const url = origin(port);
+    let metricsUrl: string | undefined;
+    if (config.metrics.enabled) metricsUrl = config.metrics.on_api_port ? `${url}/metrics` : `${origin(metrics.server.port!)}/metrics`;
+    if (metricsUrl) app.log.info({ url: metricsUrl }, 'metrics served');
     const started = app;
     return {
       app: started,
       config,
       url,
+      metricsUrl,
       simulator: embedded?.simulator,
       devChains: embedded?.devChains,
       env: runEnv,
@@ -138,16 +147,20 @@ export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: 
   }
 }
 
-/** On the embedded default: make the demo account on first start and return the lines to print (the dashboard's URL last). */
-export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig): Promise<string[]> {
+/**
+ * On the embedded default: make the demo account on first start and return the lines to print (where metrics are
+ * scraped, then the dashboard's URL, last).
+ */
+export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig, metricsUrl?: string): Promise<string[]> {
   const marker = await redis.get(keys.demoAccount);
   const existing = marker ? await getAccount(redis, marker) : null;
   const address = existing ? existing.address : (await createAccount(redis, {})).address;
   const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n);
   const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
   const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with a browser wallet; it offers to add the dev chains)`;
+  const tail = metricsUrl ? [`  Metrics: ${metricsUrl} (Prometheus)`, board] : [board];
   if (existing) {
-    return [head, `  A new key for it: npx farebox key create --account ${address}`, board];
+    return [head, `  A new key for it: npx farebox key create --account ${address}`, ...tail];
   }
   await redis.set(keys.demoAccount, address);
   const { key } = await createKey(redis, address);
@@ -158,6 +171,6 @@ export async function demoGreeting(redis: Redis, url: string, chains: ChainsConf
     `  curl ${url}/v1/chat/completions -H "authorization: Bearer $FAREBOX_KEY" -H 'content-type: application/json' \\`,
     `    -d '{"model":"gamma-k3","messages":[{"role":"user","content":"Say hello"}]}'`,
     '',
-    board,
+    ...tail,
   ];
 }
