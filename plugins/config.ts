@@ -13,12 +13,31 @@ import { buildPriceTable, lookupRates, pricesConfigSchema, type PriceTable } fro
 
 export type { ModelConfig, ProviderConfig } from '../policies/catalog.js';
 
-const serverSchema = z.strictObject({
-  port: z.number().int().min(0).max(65535).default(8080),
-  host: z.string().min(1).default('127.0.0.1'),
-  /** Request bodies up to this many bytes (Claude Code sends 80 KB and more). */
-  body_limit: z.number().int().positive().default(32 * 1024 * 1024),
-});
+const serverSchema = z
+  .strictObject({
+    port: z.number().int().min(0).max(65535).default(8080),
+    host: z.string().min(1).default('127.0.0.1'),
+    /** Request bodies up to this many bytes (Claude Code sends 80 KB and more). */
+    body_limit: z.number().int().positive().default(32 * 1024 * 1024),
+    /**
+     * A request's headers must have arrived this long after its first byte (or after the connection opened): a client
+     * that trickles them is cut (`farebox serve`; a host app sets its own server's, README "Slow clients").
+     */
+    headers_timeout_ms: z.number().int().positive().default(10_000),
+    /**
+     * A whole request, its body included, must have arrived this long after its first byte, however steadily it
+     * trickles. Only receiving is bounded: an answer streams for as long as it takes.
+     */
+    request_timeout_ms: z.number().int().positive().default(60_000),
+    /** An idle keep-alive connection closes after this: keep it above the idle timeout of a load balancer in front. */
+    keep_alive_timeout_ms: z.number().int().positive().default(72_000),
+    /** Most connections open at once; more are closed as they come (0 = no cap). Keep it under the fd limit. */
+    max_connections: z.number().int().min(0).default(0),
+  })
+  .refine((s) => s.headers_timeout_ms <= s.request_timeout_ms, {
+    path: ['headers_timeout_ms'],
+    message: 'must not be above server.request_timeout_ms (the headers are part of the request)',
+  });
 
 const redisSchema = z.strictObject({
   url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL').default('redis://127.0.0.1:6379'),

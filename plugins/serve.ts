@@ -3,7 +3,8 @@
  * (embedded.ts), with a demo account whose key is printed once, on first start, and which is funded on chain_a at
  * every start.
  */
-import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import type { ServerOptions } from 'node:http';
 import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts/accounts.js';
@@ -69,6 +70,25 @@ export function tuneHeap(execArgv: readonly string[] = process.execArgv, nodeOpt
   return set;
 }
 
+/**
+ * The Fastify options that bound how long a request may take to arrive (config server; README "Slow clients"): a
+ * client that trickles its headers or its body, or stalls, is cut by the timeouts, never by the answer's length.
+ */
+export function serverTimeouts(server: FareboxConfig['server']): Pick<FastifyServerOptions, 'requestTimeout' | 'keepAliveTimeout'> & { http: ServerOptions } {
+  const shortest = Math.min(server.headers_timeout_ms, server.request_timeout_ms);
+  return {
+    // Fastify's default, 0, would let a request body trickle forever.
+    requestTimeout: server.request_timeout_ms,
+    keepAliveTimeout: server.keep_alive_timeout_ms,
+    http: {
+      headersTimeout: server.headers_timeout_ms,
+      requestTimeout: server.request_timeout_ms,
+      // Node checks both timeouts on this interval, 30 s unless set: a stall would outlive them by as much.
+      connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(shortest / 4))),
+    },
+  };
+}
+
 /** Start the gateway standalone on config.server.host:port. */
 export async function serve(env: ConfigEnv = process.env, opts: { logger?: boolean } = {}): Promise<Server> {
   let embedded: Embedded | undefined;
@@ -88,9 +108,11 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       logController: new LogController({ disableRequestLogging: env.LOG_REQUESTS !== '1' }),
       // The gateway answers 404s under /v1 itself; the router should not split hairs about slashes.
       routerOptions: { ignoreTrailingSlash: true },
+      ...serverTimeouts(config.server),
     });
+    if (config.server.max_connections > 0) app.server.maxConnections = config.server.max_connections;
     // While stopping, answers tell keep-alive clients the connection closes (RFC 9112 9.6): an open socket would
-    // hold close() for the keep-alive timeout (72 s).
+    // hold close() for the keep-alive timeout (server.keep_alive_timeout_ms).
     let closing = false;
     app.addHook('onSend', (_request, reply, payload, done) => {
       if (closing) reply.header('connection', 'close');
