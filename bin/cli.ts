@@ -288,8 +288,29 @@ export async function main(
   }
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv.slice(2)).then((code) => {
-    if (code >= 0) process.exit(code);
-  });
+/** Resolves once everything written to `stream` so far has been handed to the OS (or the stream has failed). */
+export function drained(stream: NodeJS.WritableStream): Promise<void> {
+  // Writes complete in order: the callback of this empty one runs after every earlier write's.
+  return new Promise((resolve) => stream.write('', () => resolve()));
 }
+
+/**
+ * `farebox` as a process: run the command, let its output drain, then end with its exit code. Writes to a pipe are
+ * asynchronous: process.exit() with output pending would cut it (`farebox usage --json | jq` got 64 KiB of it).
+ * Commands that keep running (serve, sim, settle) leave the process to their signal handlers.
+ */
+export async function run(argv: string[]): Promise<void> {
+  // The reader of a pipe went away (`| head`): nothing more can be said, and it is no error of the command.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e;
+    process.exit(process.exitCode ?? 0);
+  });
+  const code = await main(argv);
+  if (code < 0) return;
+  await Promise.all([drained(process.stdout), drained(process.stderr)]);
+  process.exitCode = code;
+  // The output is out; a handle left open by a library (a keep-alive socket) must not keep the command alive.
+  setTimeout(() => process.exit(code), 1_000).unref();
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await run(process.argv.slice(2));
