@@ -96,6 +96,45 @@ function accountArg(flags: Flags): string {
   return account.toLowerCase();
 }
 
+/** A progress line for the steps of a long command. */
+export interface StatusLine {
+  /** Replace the line with this status. */
+  show(status: string): void;
+  /** Erase the line (before the command's result is printed). */
+  clear(): void;
+}
+
+/**
+ * Progress on stderr while a long command runs, only when stderr is a terminal: one line, redrawn in place with the
+ * seconds the step has taken, erased when done. Otherwise nothing, so a pipe or a log gets the result alone. With
+ * `lines`, each step is a line of its own instead, for a command whose logs share the terminal (serve).
+ */
+export function statusLine(stream: NodeJS.WriteStream = process.stderr, opts: { lines?: boolean } = {}): StatusLine {
+  if (!stream.isTTY) return { show() {}, clear() {} };
+  if (opts.lines) return { show: (status) => void stream.write(`farebox: ${status}...\n`), clear() {} };
+  let text = '';
+  let since = 0;
+  let timer: NodeJS.Timeout | undefined;
+  const draw = () => {
+    const s = Math.floor((Date.now() - since) / 1000);
+    stream.write(`\r\x1b[2K${text}${s > 0 ? ` ${s} s` : ''}`);
+  };
+  return {
+    show(status) {
+      text = `farebox: ${status}...`;
+      since = Date.now();
+      draw();
+      timer ??= setInterval(draw, 1_000).unref();
+    },
+    clear() {
+      clearInterval(timer);
+      timer = undefined;
+      if (text) stream.write('\r\x1b[2K');
+      text = '';
+    },
+  };
+}
+
 const HELP = `usage: farebox <command> [options]
   serve                                   run the gateway (PORT, HOST, REDIS_URL, FAREBOX_CONFIG)
   sim [--port N]                          run the simulated upstream providers alone (HOST; FAREBOX_SIM_INSPECT_TOKEN
@@ -130,10 +169,17 @@ export async function main(
         // Heavy modules load only for the commands that need them: the CLI's quick commands stay quick.
         const { demoGreeting, serve, tuneHeap } = await import('../plugins/serve.js');
         tuneHeap();
-        const server = await serve(env);
+        const status = statusLine(process.stderr, { lines: true });
+        const server = await serve(env, { onProgress: (s) => (s === null ? status.clear() : status.show(s)) });
         if (server.config.embedded) {
           const r = db();
-          for (const line of await demoGreeting(r, server.url, server.config.chains!, server.metricsUrl)) out(line);
+          let greeting: string[];
+          try {
+            greeting = await demoGreeting(r, server.url, server.config.chains!, server.metricsUrl, status.show);
+          } finally {
+            status.clear();
+          }
+          for (const line of greeting) out(line);
           await r.quit();
           redis = undefined;
         }
@@ -234,7 +280,13 @@ export async function main(
           throw new Error(`${chain} is a configured chain (chain id ${chains[chain].chain_id}): fund mints test stablecoin on the embedded dev chains only`);
         }
         const { fundOnDevChain } = await import('../plugins/serve.js');
-        const balance = await fundOnDevChain(db(), chains, chain, account, amount);
+        const status = statusLine();
+        let balance: bigint;
+        try {
+          balance = await fundOnDevChain(db(), chains, chain, account, amount, { onProgress: status.show });
+        } finally {
+          status.clear();
+        }
         out(json ? JSON.stringify({ chain, account, balance: formatUsd(balance) }) : `${account} holds ${formatUsd(balance)} USD on ${chain}`);
         return 0;
       }

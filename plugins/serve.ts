@@ -19,6 +19,7 @@ import farebox from './gateway.js';
 import { createMetrics } from './metrics/metrics.js';
 import type { Simulator } from './simulator/index.js';
 import { keys } from './store/keys.js';
+import { formatUsd } from '../pricing/index.js';
 
 export { DEV_CHAINS_KEY, devChainsConfig, embeddedSettleConfig, resyncDevChains } from './embedded.js';
 
@@ -89,15 +90,28 @@ export function serverTimeouts(server: FareboxConfig['server']): Pick<FastifySer
   };
 }
 
+/** Options of serve(). */
+export interface ServeOptions {
+  /** false: no log at all. Default: JSON logs at LOG_LEVEL (info). */
+  logger?: boolean;
+  /** Told what a slow start is doing (the embedded default's dev chains), then null before the server logs. */
+  onProgress?: (status: string | null) => void;
+}
+
 /** Start the gateway standalone on config.server.host:port. */
-export async function serve(env: ConfigEnv = process.env, opts: { logger?: boolean } = {}): Promise<Server> {
+export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {}): Promise<Server> {
   let embedded: Embedded | undefined;
   let app: FastifyInstance | undefined;
   try {
     let config: FareboxConfig;
     let runEnv: ConfigEnv = env;
     if (!env.FAREBOX_CONFIG) {
-      embedded = await startEmbedded(env);
+      opts.onProgress?.('starting the simulated upstreams and four dev chains');
+      try {
+        embedded = await startEmbedded(env);
+      } finally {
+        opts.onProgress?.(null);
+      }
       ({ config, env: runEnv } = embedded);
     } else {
       config = loadConfig(env);
@@ -157,10 +171,22 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
   }
 }
 
+/** Options of fundOnDevChain. */
+export interface DevFundOptions {
+  /** How long to wait for the gateway's watcher to apply the deposit. Default 15 s. */
+  timeoutMs?: number;
+  /** Told what it is doing as each step starts, for a progress line. */
+  onProgress?: (status: string) => void;
+}
+
 /** Fund `account` on a dev chain and wait until the gateway's synced balance shows it. */
-export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: ChainName, account: string, amount: bigint, timeoutMs = 15_000): Promise<bigint> {
-  const onchain = await mintAndDeposit(chains[chain], account as `0x${string}`, amount);
-  const deadline = Date.now() + timeoutMs;
+export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: ChainName, account: string, amount: bigint, opts: DevFundOptions = {}): Promise<bigint> {
+  const say = opts.onProgress;
+  const onchain = await mintAndDeposit(chains[chain], account as `0x${string}`, amount, {
+    onStep: say && ((step) => say(`${chain}: ${step === 'minting' ? `minting ${formatUsd(amount)} test USD` : `depositing it for ${account}`}`)),
+  });
+  say?.(`${chain}: deposited; waiting for the gateway's watcher to see it`);
+  const deadline = Date.now() + (opts.timeoutMs ?? 15_000);
   for (;;) {
     const w = await readWallet(redis, account, chain);
     if (w.synced >= onchain) return w.synced;
@@ -173,11 +199,13 @@ export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: 
  * On the embedded default: make the demo account on first start and return the lines to print (where metrics are
  * scraped, then the dashboard's URL, last).
  */
-export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig, metricsUrl?: string): Promise<string[]> {
+export async function demoGreeting(
+  redis: Redis, url: string, chains: ChainsConfig, metricsUrl?: string, onProgress?: (status: string) => void,
+): Promise<string[]> {
   const marker = await redis.get(keys.demoAccount);
   const existing = marker ? await getAccount(redis, marker) : null;
   const address = existing ? existing.address : (await createAccount(redis, {})).address;
-  const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n);
+  const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n, { onProgress });
   const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
   const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with a browser wallet; it offers to add the dev chains)`;
   const tail = metricsUrl ? [`  Metrics: ${metricsUrl} (Prometheus)`, board] : [board];

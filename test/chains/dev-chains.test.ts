@@ -111,6 +111,16 @@ t.test('mintAndDeposit funds an account on a dev chain and refuses other chains'
   await t.rejects(mintAndDeposit(c, who, 0n), /positive/);
 });
 
+t.test('fundings of one chain at once all succeed, though they sign with one minter key', async (t) => {
+  const c = dc.chains.chain_c;
+  const who = DEV_KEYS.callers.map((k) => k.address);
+  const balances = await Promise.all(who.map((a, i) => mintAndDeposit(c, a, BigInt(i + 1) * 1_000_000n)));
+  t.same(balances, who.map((_, i) => BigInt(i + 1) * 1_000_000n), 'each deposit in full');
+  const steps: string[] = [];
+  await mintAndDeposit(c, who[0], 1n, { onStep: (s) => steps.push(s) });
+  t.same(steps, ['minting', 'depositing'], 'steps reported in order');
+});
+
 t.test('deployEscrow deploys for an existing 6-decimal stablecoin; refuses anything else', async (t) => {
   const c = dc.chains.chain_b;
   const args = {
