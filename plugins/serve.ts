@@ -9,6 +9,7 @@ import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts/accounts.js';
 import dashboard from './dashboard/index.js';
+import { listeningOrigins } from './dashboard/context.js';
 import { readWallet } from './billing/wallets.js';
 import type { ChainName, ChainsConfig } from './chains/config.js';
 import type { DevChains } from './chains/dev-chains.js';
@@ -136,6 +137,8 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     await app.register(farebox, { config, env: runEnv, metrics });
     if (config.dashboard.enabled) await app.register(dashboard, { prefix: config.dashboard.path, config, env: runEnv });
     await app.listen({ port: config.server.port, host: config.server.host });
+    // The dev chains answer web pages of the dashboard's origins alone (dev-rpc-server.ts).
+    if (config.dashboard.enabled) embedded?.devChains.allowOrigins(config.dashboard.origins ?? listeningOrigins(app));
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.server.port;
     const origin = (p: number) => `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${p}`;

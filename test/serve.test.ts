@@ -161,6 +161,24 @@ t.test('serve prints where metrics are; they answer there, on a port of their ow
   t.match(text, /^farebox_requests_total\{route="chat_completions",model="gamma-k3",status="200"\} [1-9]/m);
 });
 
+t.test("the dev chains answer web pages of the dashboard's origins alone", async (t) => {
+  const rpc = (await published()).chain_a.rpc_url;
+  const preflight = (origin: string) => fetch(rpc, {
+    method: 'OPTIONS',
+    headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+  });
+  for (const origin of [url, `http://localhost:${port}`]) {
+    const r = await preflight(origin);
+    t.equal(r.status, 204, `${origin}: preflight answered`);
+    t.equal(r.headers.get('access-control-allow-origin'), origin);
+    await r.arrayBuffer();
+  }
+  const page = await preflight('http://attacker.example');
+  t.equal(page.status, 403, 'another page: refused');
+  t.equal(page.headers.get('access-control-allow-origin'), null);
+  await page.arrayBuffer();
+});
+
 t.test('restart on the same Redis: account and key survive, funds re-deposited on the new chains, nothing stale', async (t) => {
   const oldChains = await published();
   // A call in flight on a keep-alive connection (as the SDKs make them) while the server stops.
