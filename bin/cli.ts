@@ -136,7 +136,7 @@ export function statusLine(stream: NodeJS.WriteStream = process.stderr, opts: { 
 }
 
 const HELP = `usage: farebox <command> [options]
-  serve                                   run the gateway (PORT, HOST, REDIS_URL, FAREBOX_CONFIG)
+  serve                                   run the gateway (PORT, HOST, METRICS_PORT, REDIS_URL, FAREBOX_CONFIG)
   sim [--port N]                          run the simulated upstream providers alone (HOST; FAREBOX_SIM_INSPECT_TOKEN
                                           serves its request log at /__sim/requests to that bearer)
   settle [--metrics-port N] [--json]      settle debits onchain and watch the chains, with no gateway in the process
