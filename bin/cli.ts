@@ -96,8 +96,47 @@ function accountArg(flags: Flags): string {
   return account.toLowerCase();
 }
 
+/** A progress line for the steps of a long command. */
+export interface StatusLine {
+  /** Replace the line with this status. */
+  show(status: string): void;
+  /** Erase the line (before the command's result is printed). */
+  clear(): void;
+}
+
+/**
+ * Progress on stderr while a long command runs, only when stderr is a terminal: one line, redrawn in place with the
+ * seconds the step has taken, erased when done. Otherwise nothing, so a pipe or a log gets the result alone. With
+ * `lines`, each step is a line of its own instead, for a command whose logs share the terminal (serve).
+ */
+export function statusLine(stream: NodeJS.WriteStream = process.stderr, opts: { lines?: boolean } = {}): StatusLine {
+  if (!stream.isTTY) return { show() {}, clear() {} };
+  if (opts.lines) return { show: (status) => void stream.write(`farebox: ${status}...\n`), clear() {} };
+  let text = '';
+  let since = 0;
+  let timer: NodeJS.Timeout | undefined;
+  const draw = () => {
+    const s = Math.floor((Date.now() - since) / 1000);
+    stream.write(`\r\x1b[2K${text}${s > 0 ? ` ${s} s` : ''}`);
+  };
+  return {
+    show(status) {
+      text = `farebox: ${status}...`;
+      since = Date.now();
+      draw();
+      timer ??= setInterval(draw, 1_000).unref();
+    },
+    clear() {
+      clearInterval(timer);
+      timer = undefined;
+      if (text) stream.write('\r\x1b[2K');
+      text = '';
+    },
+  };
+}
+
 const HELP = `usage: farebox <command> [options]
-  serve                                   run the gateway (PORT, HOST, REDIS_URL, FAREBOX_CONFIG)
+  serve                                   run the gateway (PORT, HOST, METRICS_PORT, REDIS_URL, FAREBOX_CONFIG)
   sim [--port N]                          run the simulated upstream providers alone (HOST; FAREBOX_SIM_INSPECT_TOKEN
                                           serves its request log at /__sim/requests to that bearer)
   settle [--metrics-port N] [--json]      settle debits onchain and watch the chains, with no gateway in the process
@@ -130,10 +169,17 @@ export async function main(
         // Heavy modules load only for the commands that need them: the CLI's quick commands stay quick.
         const { demoGreeting, serve, tuneHeap } = await import('../plugins/serve.js');
         tuneHeap();
-        const server = await serve(env);
+        const status = statusLine(process.stderr, { lines: true });
+        const server = await serve(env, { onProgress: (s) => (s === null ? status.clear() : status.show(s)) });
         if (server.config.embedded) {
           const r = db();
-          for (const line of await demoGreeting(r, server.url, server.config.chains!)) out(line);
+          let greeting: string[];
+          try {
+            greeting = await demoGreeting(r, server.url, server.config.chains!, server.metricsUrl, status.show);
+          } finally {
+            status.clear();
+          }
+          for (const line of greeting) out(line);
           await r.quit();
           redis = undefined;
         }
@@ -234,7 +280,13 @@ export async function main(
           throw new Error(`${chain} is a configured chain (chain id ${chains[chain].chain_id}): fund mints test stablecoin on the embedded dev chains only`);
         }
         const { fundOnDevChain } = await import('../plugins/serve.js');
-        const balance = await fundOnDevChain(db(), chains, chain, account, amount);
+        const status = statusLine();
+        let balance: bigint;
+        try {
+          balance = await fundOnDevChain(db(), chains, chain, account, amount, { onProgress: status.show });
+        } finally {
+          status.clear();
+        }
         out(json ? JSON.stringify({ chain, account, balance: formatUsd(balance) }) : `${account} holds ${formatUsd(balance)} USD on ${chain}`);
         return 0;
       }
@@ -290,8 +342,29 @@ export async function main(
   }
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv.slice(2)).then((code) => {
-    if (code >= 0) process.exit(code);
-  });
+/** Resolves once everything written to `stream` so far has been handed to the OS (or the stream has failed). */
+export function drained(stream: NodeJS.WritableStream): Promise<void> {
+  // Writes complete in order: the callback of this empty one runs after every earlier write's.
+  return new Promise((resolve) => stream.write('', () => resolve()));
 }
+
+/**
+ * `farebox` as a process: run the command, let its output drain, then end with its exit code. Writes to a pipe are
+ * asynchronous: process.exit() with output pending would cut it (`farebox usage --json | jq` got 64 KiB of it).
+ * Commands that keep running (serve, sim, settle) leave the process to their signal handlers.
+ */
+export async function run(argv: string[]): Promise<void> {
+  // The reader of a pipe went away (`| head`): nothing more can be said, and it is no error of the command.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e;
+    process.exit(process.exitCode ?? 0);
+  });
+  const code = await main(argv);
+  if (code < 0) return;
+  await Promise.all([drained(process.stdout), drained(process.stderr)]);
+  process.exitCode = code;
+  // The output is out; a handle left open by a library (a keep-alive socket) must not keep the command alive.
+  setTimeout(() => process.exit(code), 1_000).unref();
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await run(process.argv.slice(2));

@@ -8,6 +8,6 @@ if (!existsSync(fileURLToPath(cli))) {
   process.stderr.write('farebox: not built yet; run `npm run build` in the checkout\n');
   process.exit(1);
 }
-const { main } = await import(cli.href);
-const code = await main(process.argv.slice(2));
-if (code >= 0) process.exit(code);
+const { run } = await import(cli.href);
+// run() lets the output drain before the process ends: no process.exit() here.
+await run(process.argv.slice(2));

@@ -13,12 +13,31 @@ import { buildPriceTable, isVideoFamily, lookupRates, pricesConfigSchema, type P
 
 export type { ModelConfig, ProviderConfig } from '../policies/catalog.js';
 
-const serverSchema = z.strictObject({
-  port: z.number().int().min(0).max(65535).default(8080),
-  host: z.string().min(1).default('127.0.0.1'),
-  /** Request bodies up to this many bytes (Claude Code sends 80 KB and more). */
-  body_limit: z.number().int().positive().default(32 * 1024 * 1024),
-});
+const serverSchema = z
+  .strictObject({
+    port: z.number().int().min(0).max(65535).default(8080),
+    host: z.string().min(1).default('127.0.0.1'),
+    /** Request bodies up to this many bytes (Claude Code sends 80 KB and more). */
+    body_limit: z.number().int().positive().default(32 * 1024 * 1024),
+    /**
+     * A request's headers must have arrived this long after its first byte (or after the connection opened): a client
+     * that trickles them is cut (`farebox serve`; a host app sets its own server's, README "Slow clients").
+     */
+    headers_timeout_ms: z.number().int().positive().default(10_000),
+    /**
+     * A whole request, its body included, must have arrived this long after its first byte, however steadily it
+     * trickles. Only receiving is bounded: an answer streams for as long as it takes.
+     */
+    request_timeout_ms: z.number().int().positive().default(60_000),
+    /** An idle keep-alive connection closes after this: keep it above the idle timeout of a load balancer in front. */
+    keep_alive_timeout_ms: z.number().int().positive().default(72_000),
+    /** Most connections open at once; more are closed as they come (0 = no cap). Keep it under the fd limit. */
+    max_connections: z.number().int().min(0).default(0),
+  })
+  .refine((s) => s.headers_timeout_ms <= s.request_timeout_ms, {
+    path: ['headers_timeout_ms'],
+    message: 'must not be above server.request_timeout_ms (the headers are part of the request)',
+  });
 
 const redisSchema = z.strictObject({
   url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL').default('redis://127.0.0.1:6379'),
@@ -74,11 +93,19 @@ const videosSchema = z.strictObject({
   record_days: z.number().positive().max(3650).default(7),
 });
 
+/** Where /metrics listens unless configured: the port Prometheus exporters conventionally take. */
+export const DEFAULT_METRICS_PORT = 9464;
+
 const metricsSchema = z.strictObject({
-  /** Serve GET /metrics on the gateway's own port. */
+  /** Serve GET /metrics at all. */
   enabled: z.boolean().default(true),
-  /** Serve it on this port instead (0 = ephemeral); absent = the gateway's port. */
+  /**
+   * Port of the metrics server of its own, on server.host (0 = ephemeral). Absent: 9464, or ephemeral when server.port
+   * is 0 (tests and tools), so that such gateways side by side do not contend for 9464.
+   */
   port: z.number().int().min(0).max(65535).optional(),
+  /** Serve /metrics on the gateway's own port instead: that port is public, so token_env is then required. */
+  on_api_port: z.boolean().default(false),
   /** Name of an env var holding a bearer token the scraper must send. */
   token_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
 });
@@ -149,6 +176,13 @@ export const configSchema = z
     images: imagesSchema.prefault({}),
   })
   .superRefine((cfg, ctx) => {
+    // Metrics show what every account spends and how often each model is called: never public by accident.
+    if (cfg.metrics.on_api_port && !cfg.metrics.token_env) {
+      ctx.addIssue({ code: 'custom', path: ['metrics', 'token_env'], message: 'required with metrics.on_api_port: the API port is public, so /metrics there needs a bearer token' });
+    }
+    if (cfg.metrics.on_api_port && cfg.metrics.port !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['metrics', 'port'], message: 'a port of its own and metrics.on_api_port exclude each other' });
+    }
     const seen = new Set<string>();
     cfg.models.forEach((m, i) => {
       if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
@@ -196,6 +230,7 @@ export interface FareboxConfig {
   readonly chains: ChainsConfig | undefined;
   readonly billing: Parsed['billing'];
   readonly videos: Parsed['videos'];
+  /** `port` is where the metrics server of its own listens; undefined with `on_api_port`. */
   readonly metrics: Parsed['metrics'];
   readonly dashboard: Parsed['dashboard'];
   readonly images: Parsed['images'];
@@ -231,18 +266,26 @@ export interface ConfigEnv {
   HOST?: string;
   REDIS_URL?: string;
   FAREBOX_REDIS_PREFIX?: string;
+  /** The metrics server's port (0 = ephemeral). */
+  METRICS_PORT?: string;
   [name: string]: string | undefined;
 }
 
-/** The environment over a config read by `farebox serve`: PORT, HOST, REDIS_URL and FAREBOX_REDIS_PREFIX win. */
+/**
+ * The environment over a config read by `farebox serve`: PORT, HOST, METRICS_PORT, REDIS_URL and FAREBOX_REDIS_PREFIX
+ * win.
+ */
 export function withEnvironment(input: unknown, env: ConfigEnv): unknown {
   if (!input || typeof input !== 'object' || Array.isArray(input)) return input;
-  const raw = { ...(input as Record<string, unknown>) } as Record<string, unknown> & { server?: Record<string, unknown>; redis?: Record<string, unknown> };
+  const raw = { ...(input as Record<string, unknown>) } as Record<string, unknown> & {
+    server?: Record<string, unknown>; redis?: Record<string, unknown>; metrics?: Record<string, unknown>;
+  };
   if (env.PORT !== undefined || env.HOST !== undefined) {
     raw.server = { ...(raw.server ?? {}) };
     if (env.PORT !== undefined) raw.server.port = Number(env.PORT);
     if (env.HOST !== undefined) raw.server.host = env.HOST;
   }
+  if (env.METRICS_PORT !== undefined) raw.metrics = { ...(raw.metrics ?? {}), port: Number(env.METRICS_PORT) };
   if (env.REDIS_URL !== undefined || env.FAREBOX_REDIS_PREFIX !== undefined) {
     raw.redis = { ...(raw.redis ?? {}) };
     if (env.REDIS_URL !== undefined) raw.redis.url = env.REDIS_URL;
@@ -292,8 +335,15 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   }
   return deepFreeze({
     server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
-    chains: data.chains, billing: data.billing, videos: data.videos, metrics: data.metrics, dashboard: data.dashboard, images: data.images, embedded,
+    chains: data.chains, billing: data.billing, videos: data.videos, metrics: metricsOf(data), dashboard: data.dashboard, images: data.images, embedded,
   });
+}
+
+/** The metrics section with its port resolved: the port of its own unless served on the API port. */
+function metricsOf(data: Parsed): Parsed['metrics'] {
+  const m = data.metrics;
+  if (m.on_api_port) return m;
+  return { ...m, port: m.port ?? (data.server.port === 0 ? 0 : DEFAULT_METRICS_PORT) };
 }
 
 /** Read FAREBOX_CONFIG (a JSON file) if set, else the embedded default routed to `simulatorUrl`. */

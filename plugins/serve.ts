@@ -3,11 +3,13 @@
  * (embedded.ts), with a demo account whose key is printed once, on first start, and which is funded on chain_a at
  * every start.
  */
-import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import type { ServerOptions } from 'node:http';
 import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts/accounts.js';
 import dashboard from './dashboard/index.js';
+import { listeningOrigins } from './dashboard/context.js';
 import { readWallet } from './billing/wallets.js';
 import type { ChainName, ChainsConfig } from './chains/config.js';
 import type { DevChains } from './chains/dev-chains.js';
@@ -16,8 +18,10 @@ import { DEFAULT_DASHBOARD_PATH, loadConfig, type ConfigEnv, type FareboxConfig 
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
 import { fareboxServerOptions } from './hooks/client-errors.js';
+import { createMetrics } from './metrics/metrics.js';
 import type { Simulator } from './simulator/index.js';
 import { keys } from './store/keys.js';
+import { formatUsd } from '../pricing/index.js';
 
 export { DEV_CHAINS_KEY, devChainsConfig, embeddedSettleConfig, resyncDevChains } from './embedded.js';
 
@@ -27,6 +31,8 @@ export interface Server {
   config: FareboxConfig;
   /** http://host:port of the gateway. */
   url: string;
+  /** Where Prometheus scrapes it (a port of its own unless metrics.on_api_port); undefined with metrics off. */
+  metricsUrl?: string;
   simulator?: Simulator;
   devChains?: DevChains;
   /** The environment the gateway was started with (dev settler key added on the embedded default). */
@@ -67,15 +73,47 @@ export function tuneHeap(execArgv: readonly string[] = process.execArgv, nodeOpt
   return set;
 }
 
+/**
+ * The Fastify options that bound how long a request may take to arrive (config server; README "Slow clients"): a
+ * client that trickles its headers or its body, or stalls, is cut by the timeouts, never by the answer's length.
+ */
+export function serverTimeouts(server: FareboxConfig['server']): Pick<FastifyServerOptions, 'requestTimeout' | 'keepAliveTimeout'> & { http: ServerOptions } {
+  const shortest = Math.min(server.headers_timeout_ms, server.request_timeout_ms);
+  return {
+    // Fastify's default, 0, would let a request body trickle forever.
+    requestTimeout: server.request_timeout_ms,
+    keepAliveTimeout: server.keep_alive_timeout_ms,
+    http: {
+      headersTimeout: server.headers_timeout_ms,
+      requestTimeout: server.request_timeout_ms,
+      // Node checks both timeouts on this interval, 30 s unless set: a stall would outlive them by as much.
+      connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(shortest / 4))),
+    },
+  };
+}
+
+/** Options of serve(). */
+export interface ServeOptions {
+  /** false: no log at all. Default: JSON logs at LOG_LEVEL (info). */
+  logger?: boolean;
+  /** Told what a slow start is doing (the embedded default's dev chains), then null before the server logs. */
+  onProgress?: (status: string | null) => void;
+}
+
 /** Start the gateway standalone on config.server.host:port. */
-export async function serve(env: ConfigEnv = process.env, opts: { logger?: boolean } = {}): Promise<Server> {
+export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {}): Promise<Server> {
   let embedded: Embedded | undefined;
   let app: FastifyInstance | undefined;
   try {
     let config: FareboxConfig;
     let runEnv: ConfigEnv = env;
     if (!env.FAREBOX_CONFIG) {
-      embedded = await startEmbedded(env);
+      opts.onProgress?.('starting the simulated upstreams and four dev chains');
+      try {
+        embedded = await startEmbedded(env);
+      } finally {
+        opts.onProgress?.(null);
+      }
       ({ config, env: runEnv } = embedded);
     } else {
       config = loadConfig(env);
@@ -88,25 +126,35 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
       routerOptions: { ignoreTrailingSlash: true },
       // What the HTTP parser and the router refuse gets a request id and the caller's error shape too.
       ...fareboxServerOptions,
+      ...serverTimeouts(config.server),
     });
+    if (config.server.max_connections > 0) app.server.maxConnections = config.server.max_connections;
     // While stopping, answers tell keep-alive clients the connection closes (RFC 9112 9.6): an open socket would
-    // hold close() for the keep-alive timeout (72 s).
+    // hold close() for the keep-alive timeout (server.keep_alive_timeout_ms).
     let closing = false;
     app.addHook('onSend', (_request, reply, payload, done) => {
       if (closing) reply.header('connection', 'close');
       done(null, payload);
     });
-    await app.register(farebox, { config, env: runEnv });
+    const metrics = createMetrics();
+    await app.register(farebox, { config, env: runEnv, metrics });
     if (config.dashboard.enabled) await app.register(dashboard, { prefix: config.dashboard.path, config, env: runEnv });
     await app.listen({ port: config.server.port, host: config.server.host });
+    // The dev chains answer web pages of the dashboard's origins alone (dev-rpc-server.ts).
+    if (config.dashboard.enabled) embedded?.devChains.allowOrigins(config.dashboard.origins ?? listeningOrigins(app));
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.server.port;
-    const url = `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${port}`;
+    const origin = (p: number) => `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${p}`;
+    const url = origin(port);
+    let metricsUrl: string | undefined;
+    if (config.metrics.enabled) metricsUrl = config.metrics.on_api_port ? `${url}/metrics` : `${origin(metrics.server.port!)}/metrics`;
+    if (metricsUrl) app.log.info({ url: metricsUrl }, 'metrics served');
     const started = app;
     return {
       app: started,
       config,
       url,
+      metricsUrl,
       simulator: embedded?.simulator,
       devChains: embedded?.devChains,
       env: runEnv,
@@ -129,10 +177,22 @@ export async function serve(env: ConfigEnv = process.env, opts: { logger?: boole
   }
 }
 
+/** Options of fundOnDevChain. */
+export interface DevFundOptions {
+  /** How long to wait for the gateway's watcher to apply the deposit. Default 15 s. */
+  timeoutMs?: number;
+  /** Told what it is doing as each step starts, for a progress line. */
+  onProgress?: (status: string) => void;
+}
+
 /** Fund `account` on a dev chain and wait until the gateway's synced balance shows it. */
-export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: ChainName, account: string, amount: bigint, timeoutMs = 15_000): Promise<bigint> {
-  const onchain = await mintAndDeposit(chains[chain], account as `0x${string}`, amount);
-  const deadline = Date.now() + timeoutMs;
+export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: ChainName, account: string, amount: bigint, opts: DevFundOptions = {}): Promise<bigint> {
+  const say = opts.onProgress;
+  const onchain = await mintAndDeposit(chains[chain], account as `0x${string}`, amount, {
+    onStep: say && ((step) => say(`${chain}: ${step === 'minting' ? `minting ${formatUsd(amount)} test USD` : `depositing it for ${account}`}`)),
+  });
+  say?.(`${chain}: deposited; waiting for the gateway's watcher to see it`);
+  const deadline = Date.now() + (opts.timeoutMs ?? 15_000);
   for (;;) {
     const w = await readWallet(redis, account, chain);
     if (w.synced >= onchain) return w.synced;
@@ -141,16 +201,22 @@ export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: 
   }
 }
 
-/** On the embedded default: make the demo account on first start and return the lines to print (the dashboard's URL last). */
-export async function demoGreeting(redis: Redis, url: string, chains: ChainsConfig): Promise<string[]> {
+/**
+ * On the embedded default: make the demo account on first start and return the lines to print (where metrics are
+ * scraped, then the dashboard's URL, last).
+ */
+export async function demoGreeting(
+  redis: Redis, url: string, chains: ChainsConfig, metricsUrl?: string, onProgress?: (status: string) => void,
+): Promise<string[]> {
   const marker = await redis.get(keys.demoAccount);
   const existing = marker ? await getAccount(redis, marker) : null;
   const address = existing ? existing.address : (await createAccount(redis, {})).address;
-  const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n);
+  const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n, { onProgress });
   const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
   const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with a browser wallet; it offers to add the dev chains)`;
+  const tail = metricsUrl ? [`  Metrics: ${metricsUrl} (Prometheus)`, board] : [board];
   if (existing) {
-    return [head, `  A new key for it: npx farebox key create --account ${address}`, board];
+    return [head, `  A new key for it: npx farebox key create --account ${address}`, ...tail];
   }
   await redis.set(keys.demoAccount, address);
   const { key } = await createKey(redis, address);
@@ -161,6 +227,6 @@ export async function demoGreeting(redis: Redis, url: string, chains: ChainsConf
     `  curl ${url}/v1/chat/completions -H "authorization: Bearer $FAREBOX_KEY" -H 'content-type: application/json' \\`,
     `    -d '{"model":"gamma-k3","messages":[{"role":"user","content":"Say hello"}]}'`,
     '',
-    board,
+    ...tail,
   ];
 }

@@ -283,6 +283,8 @@ t.test('compose.yaml: Redis with redis.conf, gateways and a settle process on on
     t.ok(config.chains, `${name}: its config loads, with the four chains`);
     const port = settle ? Number(/--metrics-port (\d+)/.exec(env.FAREBOX_RUN!)![1]) : config.metrics.port;
     t.type(port, 'number', `${name}: metrics on a port of their own`);
+    t.notOk(config.metrics.on_api_port, `${name}: no metrics on the API port`);
+    t.notOk((s.ports ?? []).some((p) => p.split(':').at(-1) === String(port)), `${name}: the metrics port is not published`);
     (settle ? expectedSettle : expected).push(`${name}:${port}`);
     t.ok(config.metrics.token_env && env[config.metrics.token_env], `${name}: metrics token variable set`);
     const keyEnvs = Object.values(config.chains!).map((c) => c.settler_key_env).filter((k): k is string => !!k);
@@ -358,6 +360,7 @@ t.test('k8s.yaml: Deployments, Services and a ConfigMap that agree', async (t) =
     t.ok(run, `${dep.metadata.name}: runs farebox serve or settle`);
     const settle = run?.[1]?.startsWith('settle') ?? false;
     const metricsPort = settle ? Number(run![2]) : config.metrics.port;
+    t.notOk(config.metrics.on_api_port, `${dep.metadata.name}: no metrics on the API port`);
     t.ok(c.ports.some((p) => p.containerPort === metricsPort), `${dep.metadata.name}: metrics port exposed`);
     const keys = (c.envFrom ?? []).some((e) => e.secretRef?.name === 'farebox-settler-keys');
     if (settle) {
@@ -380,6 +383,7 @@ t.test('k8s.yaml: Deployments, Services and a ConfigMap that agree', async (t) =
     const settle = (dep.spec as DeploymentSpec).template.spec.containers[0].command.join(' ').includes('farebox.js settle');
     t.equal(selected, !settle, `${dep.metadata.name}: ${settle ? 'not ' : ''}behind the calls' Service`);
   }
+  t.same((calls.spec as { ports: { targetPort: string }[] }).ports.map((p) => p.targetPort), ['http'], "the calls' Service exposes no metrics port");
   for (const svc of objects.filter((o) => o.kind === 'Service')) {
     const selector = (svc.spec as { selector: Record<string, string> }).selector;
     const matches = objects.filter((o) => o.kind === 'Deployment' && Object.entries(selector).every(([k, v]) =>

@@ -90,7 +90,7 @@ t.test('register(farebox) and register(farebox, {}) run on the defaults farebox 
   const prefix = testPrefix();
   const saved = { ...process.env };
   // The environment, as `farebox serve` reads it: dev chains on ephemeral ports, this test's key prefix.
-  Object.assign(process.env, { FAREBOX_DEV_CHAIN_PORT: '0', FAREBOX_REDIS_PREFIX: prefix });
+  Object.assign(process.env, { FAREBOX_DEV_CHAIN_PORT: '0', METRICS_PORT: '0', FAREBOX_REDIS_PREFIX: prefix });
   delete process.env.FAREBOX_CONFIG;
   const redis = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
   t.teardown(async () => {

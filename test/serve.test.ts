@@ -26,7 +26,8 @@ t.teardown(async () => {
   await redis.quit();
 });
 
-const env = { ...process.env, FAREBOX_CONFIG: '', FAREBOX_REDIS_PREFIX: prefix, REDIS_URL, HOST: '127.0.0.1', FAREBOX_DEV_CHAIN_PORT: '0', LOG_LEVEL: 'warn' };
+// METRICS_PORT=0: other test files run gateways beside this one, and 9464 is one port.
+const env = { ...process.env, FAREBOX_CONFIG: '', FAREBOX_REDIS_PREFIX: prefix, REDIS_URL, HOST: '127.0.0.1', FAREBOX_DEV_CHAIN_PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'warn' };
 
 async function freePort(): Promise<number> {
   const srv = createServer();
@@ -51,8 +52,9 @@ function serve(port: number): Promise<{ child: ChildProcess; stdout: string; std
     });
     child.stdout!.on('data', (d) => {
       stdout += d;
-      // First start: the key and the curl line; later starts: how to make a new key.
-      if (/-d '[^\n]*'\n/.test(stdout) || /A new key for it: [^\n]*\n/.test(stdout)) {
+      // The greeting ends with the dashboard's URL (first start: the key and the curl line before it; later
+      // starts: how to make a new key).
+      if (/^ {2}Dashboard: [^\n]*\n/m.test(stdout)) {
         clearTimeout(timer);
         child.removeAllListeners('exit');
         resolve({ child, stdout, stderr: () => stderr });
@@ -141,8 +143,15 @@ t.test('farebox fund then farebox balance on the same Redis show the deposit, eq
   t.ok(onchainA < 10_000_000n && onchainA > 9_000_000n);
 });
 
-t.test('GET /metrics answers with the farebox_ metrics', async (t) => {
-  const res = await fetch(`${url}/metrics`);
+t.test('serve prints where metrics are; they answer there, on a port of their own, and not on the API port', async (t) => {
+  const printed = /^ {2}Metrics: (http:\/\/127\.0\.0\.1:(\d+)\/metrics) \(Prometheus\)$/m.exec(first.stdout);
+  t.ok(printed, first.stdout);
+  t.not(Number(printed?.[2]), port, 'a port other than the API port');
+  t.match(first.stdout, /Metrics: [^\n]*\n {2}Dashboard: /, "the dashboard's URL stays last");
+  const api = await fetch(`${url}/metrics`);
+  await api.text();
+  t.equal(api.status, 404, 'the API port does not serve /metrics');
+  const res = await fetch(printed![1]);
   t.equal(res.status, 200);
   t.match(res.headers.get('content-type'), /^text\/plain/);
   const text = await res.text();
@@ -150,6 +159,24 @@ t.test('GET /metrics answers with the farebox_ metrics', async (t) => {
     t.match(text, new RegExp(`^${name}`, 'm'), name);
   }
   t.match(text, /^farebox_requests_total\{route="chat_completions",model="gamma-k3",status="200"\} [1-9]/m);
+});
+
+t.test("the dev chains answer web pages of the dashboard's origins alone", async (t) => {
+  const rpc = (await published()).chain_a.rpc_url;
+  const preflight = (origin: string) => fetch(rpc, {
+    method: 'OPTIONS',
+    headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+  });
+  for (const origin of [url, `http://localhost:${port}`]) {
+    const r = await preflight(origin);
+    t.equal(r.status, 204, `${origin}: preflight answered`);
+    t.equal(r.headers.get('access-control-allow-origin'), origin);
+    await r.arrayBuffer();
+  }
+  const page = await preflight('http://attacker.example');
+  t.equal(page.status, 403, 'another page: refused');
+  t.equal(page.headers.get('access-control-allow-origin'), null);
+  await page.arrayBuffer();
 });
 
 t.test('restart on the same Redis: account and key survive, funds re-deposited on the new chains, nothing stale', async (t) => {

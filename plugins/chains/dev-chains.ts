@@ -94,6 +94,8 @@ export interface DevChainsOptions {
   roleDelay?: bigint;
   /** Escrow per-charge cap in atomic units. Default DEV_MAX_CHARGE. */
   maxCharge?: bigint;
+  /** Web origins the JSON-RPC answers, with CORS (the local dashboard's); others are refused. Default none. */
+  origins?: readonly string[];
 }
 
 /** The dev escrows' per-charge cap: 1,000 USD. */
@@ -108,6 +110,8 @@ export type DevChain = ChainConfig & { name: ChainName; provider: Provider };
 export interface DevChains {
   chains: Record<ChainName, DevChain>;
   keys: typeof DEV_KEYS;
+  /** Replace the web origins the chains' JSON-RPC answers (known once the gateway listens). */
+  allowOrigins(origins: readonly string[]): void;
   /** Stops the HTTP servers (the EVM state is dropped with them). */
   close(): Promise<void>;
 }
@@ -222,6 +226,7 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
   const delays = { withdrawalDelay, roleDelay: opts.roleDelay ?? 2n * withdrawalDelay, maxCharge: opts.maxCharge ?? DEV_MAX_CHARGE };
   await loadArtifacts(); // compile once before the four deploys race for it
   const servers: Server[] = [];
+  const origins = new Set(opts.origins ?? []);
   const close = async () => {
     await Promise.all(
       servers.map(
@@ -238,7 +243,7 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
     CHAIN_NAMES.map(async (name, i): Promise<DevChain> => {
       const chainId = DEV_CHAIN_IDS[name];
       const provider = await createDevProvider(chainId);
-      const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i);
+      const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i, origins);
       servers.push(server);
       const d = await deployDev(name, url, delays);
       return {
@@ -267,5 +272,9 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
   const chains = Object.fromEntries(
     started.map((r) => (r as PromiseFulfilledResult<DevChain>).value).map((c) => [c.name, c]),
   ) as Record<ChainName, DevChain>;
-  return { chains, keys: DEV_KEYS, close };
+  const allowOrigins = (list: readonly string[]) => {
+    origins.clear();
+    for (const o of list) origins.add(o);
+  };
+  return { chains, keys: DEV_KEYS, allowOrigins, close };
 }

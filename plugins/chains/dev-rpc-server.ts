@@ -1,6 +1,12 @@
 /**
  * Serves an in-process EDR provider as JSON-RPC 2.0 over HTTP (single and batch requests),
  * so wallets, the CLI and viem reach the dev chains like any node.
+ *
+ * Web pages are kept out: a page the developer visits could otherwise drive the chains (the dev keys are public). A
+ * request with an Origin is answered only for the allowed origins (the local dashboard's), with CORS headers naming
+ * that origin, or for a browser extension (a wallet, which needs no CORS); any other is refused, preflight or not, so
+ * even a request that needs no preflight (text/plain) never reaches the chain. Clients outside a browser send no
+ * Origin and are answered.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -69,13 +75,26 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.end(JSON.stringify(body));
 }
 
-async function handleHttp(provider: Provider, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  // Browser wallets and dapps call local nodes cross-origin.
-  res.setHeader('access-control-allow-origin', '*');
-  res.setHeader('access-control-allow-headers', 'content-type');
-  if (req.method === 'OPTIONS') {
-    res.writeHead(204).end();
-    return;
+/** Origins of browser extensions: wallets call the chain from there, and no web page can take such an origin. */
+const EXTENSION_ORIGIN = /^(chrome-extension|moz-extension|safari-web-extension):\/\/[^/]+$/;
+
+async function handleHttp(provider: Provider, origins: ReadonlySet<string>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const origin = req.headers.origin;
+  if (origin !== undefined) {
+    res.setHeader('vary', 'origin');
+    if (origins.has(origin)) {
+      res.setHeader('access-control-allow-origin', origin);
+      res.setHeader('access-control-allow-methods', 'POST, OPTIONS');
+      res.setHeader('access-control-allow-headers', 'content-type');
+      res.setHeader('access-control-max-age', '600');
+      if (req.method === 'OPTIONS') {
+        res.writeHead(204).end();
+        return;
+      }
+    } else if (!EXTENSION_ORIGIN.test(origin)) {
+      send(res, 403, { jsonrpc: '2.0', id: null, error: { code: -32600, message: `origin ${origin} is not allowed` } });
+      return;
+    }
   }
   if (req.method !== 'POST') {
     send(res, 405, { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'use POST' } });
@@ -95,14 +114,18 @@ async function handleHttp(provider: Provider, req: IncomingMessage, res: ServerR
   }
 }
 
-/** Starts an HTTP JSON-RPC server for `provider`; port 0 picks a free port. */
+/**
+ * Starts an HTTP JSON-RPC server for `provider`; port 0 picks a free port. `origins` are the web origins it answers
+ * (with CORS), read at each request: the caller may fill the set once it knows them.
+ */
 export async function serveProvider(
   provider: Provider,
   host: string,
   port: number,
+  origins: ReadonlySet<string> = new Set(),
 ): Promise<{ url: string; server: Server }> {
   const server = createServer((req, res) => {
-    handleHttp(provider, req, res).catch((err: Error) => {
+    handleHttp(provider, origins, req, res).catch((err: Error) => {
       if (!res.headersSent) send(res, 500, { jsonrpc: '2.0', id: null, error: { code: -32603, message: err.message } });
       else res.destroy();
     });

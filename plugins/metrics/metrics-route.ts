@@ -1,26 +1,42 @@
 /**
- * GET /metrics for Prometheus: on the gateway's port, or on a port of its own (config metrics.port), and behind a
- * bearer token when config metrics.token_env names one.
+ * GET /metrics for Prometheus. By default on a port of its own (config metrics.port, 9464), off the API port: the
+ * metrics tell what every chain and model is charged and how often each is called. On the API port only when the
+ * config says so (metrics.on_api_port), and then only behind the bearer token of metrics.token_env.
  */
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyInstance } from 'fastify';
+import { DEFAULT_METRICS_PORT } from '../config.js';
 import type { Metrics } from './metrics.js';
+
+/** Where and how /metrics is served (config metrics, with server.host). */
+export interface MetricsServing {
+  /** Port of its own (0 = ephemeral); absent = 9464. Ignored with `on_api_port`. */
+  port?: number;
+  /** On the gateway's port instead, behind the token (which is then required). */
+  on_api_port?: boolean;
+  /** Name of the env var holding the bearer token. */
+  token_env?: string;
+  /** Address the port of its own binds to (the server's host). */
+  host?: string;
+}
+
+const digest = (s: string) => createHash('sha256').update(s).digest();
 
 /** Whether an Authorization header passes: always, when no token is configured. */
 function tokenCheck(tokenEnv: string | undefined, env: Record<string, string | undefined>): (auth: string | undefined) => boolean {
   const token = tokenEnv ? env[tokenEnv] : undefined;
   if (tokenEnv && !token) throw new Error(`metrics.token_env: environment variable ${tokenEnv} is not set`);
-  return (auth) => !token || auth === `Bearer ${token}`;
+  if (!token) return () => true;
+  const want = digest(`Bearer ${token}`);
+  // Compared in constant time: the token guards every account's spend.
+  return (auth) => auth !== undefined && timingSafeEqual(digest(auth), want);
 }
 
 /** Serve the registry of `metrics` as configured. */
-export async function serveMetrics(
-  app: FastifyInstance,
-  metrics: Metrics,
-  opts: { port?: number; token_env?: string; host?: string },
-  env: Record<string, string | undefined>,
-): Promise<void> {
-  if (opts.port === undefined) {
+export async function serveMetrics(app: FastifyInstance, metrics: Metrics, opts: MetricsServing, env: Record<string, string | undefined>): Promise<void> {
+  if (opts.on_api_port) {
+    if (!opts.token_env) throw new Error('metrics.token_env: required with metrics.on_api_port (the API port is public)');
     const allowed = tokenCheck(opts.token_env, env);
     app.get('/metrics', async (request, reply) => {
       if (!allowed(request.headers.authorization)) return reply.code(401).send('unauthorized\n');
@@ -29,7 +45,7 @@ export async function serveMetrics(
     });
     return;
   }
-  const server = await startMetricsServer(metrics, { ...opts, port: opts.port }, env);
+  const server = await startMetricsServer(metrics, { ...opts, port: opts.port ?? DEFAULT_METRICS_PORT }, env);
   app.addHook('onClose', () => server.close());
 }
 
@@ -54,6 +70,9 @@ export async function startMetricsServer(
       () => res.writeHead(500).end(),
     );
   });
+  // A scrape is one small GET: a client that takes longer to send it is cut.
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 10_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port, opts.host ?? '127.0.0.1', () => resolve());
@@ -61,6 +80,10 @@ export async function startMetricsServer(
   metrics.server.port = (server.address() as { port: number }).port;
   return {
     port: metrics.server.port,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      // Prometheus keeps its scrape connections open: they must not hold the gateway's close.
+      server.closeAllConnections();
+    }),
   };
 }

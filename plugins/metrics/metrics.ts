@@ -14,7 +14,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
   const r = [registry];
   return {
     registry,
-    /** Where /metrics listens when it has a port of its own (set by serveMetrics). */
+    /** Where /metrics listens when it has a port of its own (set by startMetricsServer). */
     server: { port: undefined as number | undefined },
     requests: new Counter({ name: 'farebox_requests_total', help: 'Calls answered, by route, model and HTTP status.', labelNames: ['route', 'model', 'status'] as const, registers: r }),
     requestDuration: new Histogram({ name: 'farebox_request_duration_seconds', help: 'Time from request to the end of the response.', labelNames: ['route'] as const, buckets: LATENCY_BUCKETS, registers: r }),

@@ -233,7 +233,7 @@ t.test('usage records list every call with time, key, model, tokens, price, chai
 });
 
 t.test('metrics count charges, holds, refusals and settlement', async (t) => {
-  const text = await (await fetch(`${h.url}/metrics`)).text();
+  const text = await (await fetch(h.metricsUrl)).text();
   for (const name of ['farebox_charged_usd_total', 'farebox_holds_placed_total', 'farebox_rejections_total', 'farebox_settlement_batches_total', 'farebox_settlement_duration_seconds', 'farebox_chain_events_total', 'farebox_requests_total', 'farebox_gateway_overhead_seconds']) {
     t.match(text, new RegExp(`^${name}`, 'm'), name);
   }

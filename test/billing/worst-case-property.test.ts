@@ -77,6 +77,6 @@ t.test('no actual price exceeds its hold, over 160 random requests', async (t) =
     if (price > 0n) charged++;
   }
   t.ok(charged > N / 2, `${charged} calls charged`);
-  const metrics = await (await fetch(`${h.url}/metrics`)).text();
+  const metrics = await (await fetch(h.metricsUrl)).text();
   t.notMatch(metrics, /farebox_price_above_hold_total\{[^}]*\} [1-9]/, 'no price was ever capped at its hold');
 });

@@ -102,6 +102,68 @@ t.test('JSON-RPC over HTTP: batches, geth-style reverts, bad requests', async (t
   t.equal((await fetch(url)).status, 405, 'GET is not JSON-RPC');
 });
 
+t.test('CORS only for the allowed origins (the local dashboard); any other web page is refused, preflight or not', async (t) => {
+  const url = dc.chains.chain_b.rpc_url;
+  const chainId = { jsonrpc: '2.0', id: 1, method: 'eth_chainId' };
+  const post = (headers: Record<string, string>, body: unknown = chainId) =>
+    fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const preflight = (origin: string) => fetch(url, {
+    method: 'OPTIONS',
+    headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+  });
+  const cors = (r: Response) => [...r.headers.keys()].filter((k) => k.startsWith('access-control-'));
+
+  const plain = await post({});
+  t.equal(plain.status, 200, 'no Origin (node, the CLI, curl): answered');
+  t.same(cors(plain), [], 'and no CORS headers');
+  await plain.arrayBuffer();
+
+  const page = 'https://evil.example';
+  const refusedPreflight = await preflight(page);
+  t.equal(refusedPreflight.status, 403, 'a preflight from another origin is refused');
+  t.same(cors(refusedPreflight), [], 'without CORS headers');
+  await refusedPreflight.arrayBuffer();
+  // A simple request (text/plain, no preflight) from a page: refused before it reaches the chain.
+  const head = async () => ((await (await post({}, { jsonrpc: '2.0', id: 3, method: 'eth_blockNumber' })).json()) as { result: string }).result;
+  const before = await head();
+  const mine = { jsonrpc: '2.0', id: 2, method: 'evm_mine', params: [] };
+  const simple = await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain', origin: page }, body: JSON.stringify(mine) });
+  t.equal(simple.status, 403, 'a request from another origin is refused');
+  t.same(cors(simple), [], 'without CORS headers');
+  await simple.arrayBuffer();
+  t.equal(await head(), before, 'the chain did not move');
+  const mined = await post({}, mine);
+  await mined.arrayBuffer();
+  t.not(await head(), before, 'as it does for a request with no Origin');
+  for (const origin of ['null', 'http://127.0.0.1:1', 'http://localhost:8545']) {
+    const r = await post({ origin });
+    t.equal(r.status, 403, `${origin}: refused while no origin is allowed`);
+    await r.arrayBuffer();
+  }
+
+  const board = 'http://127.0.0.1:8080';
+  dc.allowOrigins([board, 'http://localhost:8080']);
+  t.teardown(() => dc.allowOrigins([]));
+  const ok = await preflight(board);
+  t.equal(ok.status, 204, 'the dashboard origin: preflight answered');
+  t.equal(ok.headers.get('access-control-allow-origin'), board, 'its origin, not *');
+  t.match(ok.headers.get('access-control-allow-methods'), /POST/);
+  t.match(ok.headers.get('access-control-allow-headers'), /content-type/);
+  t.match(ok.headers.get('vary'), /origin/i);
+  const call = await post({ origin: 'http://localhost:8080' });
+  t.equal(call.status, 200);
+  t.equal(call.headers.get('access-control-allow-origin'), 'http://localhost:8080');
+  t.match(await call.json(), { result: '0x1de2a2a' });
+  const other = await preflight('http://127.0.0.1:8081');
+  t.equal(other.status, 403, 'another port of 127.0.0.1 is another origin');
+  await other.arrayBuffer();
+  // Browser wallets call the chain from their extension: not a web page, and no CORS needed.
+  const wallet = await post({ origin: 'chrome-extension://nkbihfbeogaeaoehlefnkodbefgpgknn' });
+  t.equal(wallet.status, 200, 'a browser extension (a wallet) is answered');
+  t.same(cors(wallet), [], 'without CORS headers');
+  await wallet.arrayBuffer();
+});
+
 t.test('mintAndDeposit funds an account on a dev chain and refuses other chains', async (t) => {
   const c = dc.chains.chain_d;
   const who = DEV_KEYS.callers[4].address;
@@ -109,6 +171,16 @@ t.test('mintAndDeposit funds an account on a dev chain and refuses other chains'
   t.equal(await mintAndDeposit(c, who, 1n), 2_500_001n);
   await t.rejects(mintAndDeposit({ ...c, chain_id: 8453 }, who, 1n), /not a dev chain/);
   await t.rejects(mintAndDeposit(c, who, 0n), /positive/);
+});
+
+t.test('fundings of one chain at once all succeed, though they sign with one minter key', async (t) => {
+  const c = dc.chains.chain_c;
+  const who = DEV_KEYS.callers.map((k) => k.address);
+  const balances = await Promise.all(who.map((a, i) => mintAndDeposit(c, a, BigInt(i + 1) * 1_000_000n)));
+  t.same(balances, who.map((_, i) => BigInt(i + 1) * 1_000_000n), 'each deposit in full');
+  const steps: string[] = [];
+  await mintAndDeposit(c, who[0], 1n, { onStep: (s) => steps.push(s) });
+  t.same(steps, ['minting', 'depositing'], 'steps reported in order');
 });
 
 t.test('deployEscrow deploys for an existing 6-decimal stablecoin; refuses anything else', async (t) => {

@@ -1,6 +1,8 @@
 import t, { type Test } from 'tap';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CHAIN_NAMES, type Address } from '../../plugins/chains/config.js';
@@ -154,6 +156,90 @@ t.test('usage --json after a few calls: documented fields, statuses settle with 
   t.equal(w.pending, 0n);
   t.same(doc.chains.chain_b, { balance: formatUsd(onchain), held: '0.000000', pending: '0.000000', available: formatUsd(onchain) }, 'synced = balanceOf after the charges');
   t.ok(onchain < 2_500_000n, 'the calls were charged');
+});
+
+/**
+ * A JSON-RPC proxy to `target` that holds its answers to eth_getTransactionCount until `n` have been asked (or 10 s
+ * passed): that many senders on one key then all sign with the same nonce, as processes that start together may.
+ */
+async function nonceBarrier(target: string, n: number): Promise<{ url: string; met: boolean; close(): void }> {
+  const waiting: (() => void)[] = [];
+  const state = { met: false };
+  const release = () => {
+    state.met ||= waiting.length >= n;
+    for (const go of waiting.splice(0)) go();
+  };
+  const timer = setTimeout(release, 10_000);
+  const read = async (req: IncomingMessage) => {
+    let s = '';
+    for await (const chunk of req) s += chunk;
+    return s;
+  };
+  const server = createServer((req, res) => void (async () => {
+    const body = await read(req);
+    const answer = await (await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json' }, body })).text();
+    if ((JSON.parse(body) as { method?: string }).method === 'eth_getTransactionCount' && !state.met) {
+      await new Promise<void>((go) => {
+        waiting.push(go);
+        if (waiting.length >= n) release();
+      });
+    }
+    res.setHeader('content-type', 'application/json');
+    res.end(answer);
+  })());
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    get met() {
+      return state.met;
+    },
+    close() {
+      clearTimeout(timer);
+      server.close();
+      server.closeAllConnections();
+    },
+  };
+}
+
+t.test('two farebox fund at once on one chain both succeed, though they sign with one dev key', async (t) => {
+  const chains = h.config.chains!;
+  const barrier = await nonceBarrier(chains.chain_c.rpc_url, 2);
+  // The CLI reaches chain_c through the barrier: both commands read the minter's nonce before either sends.
+  await h.redis.set(DEV_CHAINS_KEY, JSON.stringify({ ...chains, chain_c: { ...chains.chain_c, rpc_url: barrier.url } }));
+  t.teardown(async () => {
+    barrier.close();
+    await h.redis.set(DEV_CHAINS_KEY, JSON.stringify(chains));
+  });
+  const [x, y] = ['0x' + '5a'.repeat(20), '0x' + '5b'.repeat(20)];
+  const [a, b] = await Promise.all([
+    farebox(['fund', '--account', x, '--chain', 'chain_c', '--amount', '1.25', '--json']),
+    farebox(['fund', '--account', y, '--chain', 'chain_c', '--amount', '0.75', '--json']),
+  ]);
+  t.ok(barrier.met, 'both read the same nonce');
+  t.same(json(a), { chain: 'chain_c', account: x, balance: '1.250000' }, a.stderr);
+  t.same(json(b), { chain: 'chain_c', account: y, balance: '0.750000' }, b.stderr);
+  t.equal(a.stderr + b.stderr, '', 'no progress lines when stderr is not a terminal');
+  const evm = createEvmChain('chain_c', chains.chain_c);
+  t.same([await evm.balanceOf(x as Address), await evm.balanceOf(y as Address)], [1_250_000n, 750_000n], 'both deposited onchain');
+});
+
+t.test('fund with stderr on a terminal shows its steps there; stdout keeps its one JSON document', { skip: !existsSync('/usr/bin/script') && 'no script(1) to give the command a terminal' }, async (t) => {
+  const out = join(tmp, 'fund.json');
+  const who = '0x' + '5c'.repeat(20);
+  // script(1) gives the command a terminal; stdout goes to a file, so only stderr is the terminal.
+  const command = `${process.execPath} --import tsx bin/cli.ts fund --account ${who} --chain chain_d --amount 3 --json > ${out}`;
+  const r = await new Promise<{ code: number | null; tty: string }>((resolve) => {
+    const child = spawn('script', ['-qec', command, '/dev/null'], { env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' } });
+    let tty = '';
+    child.stdout.on('data', (d) => (tty += d));
+    child.on('close', (code) => resolve({ code, tty }));
+  });
+  t.equal(r.code, 0, r.tty);
+  t.match(r.tty, /\r\x1b\[2Kfarebox: chain_d: minting 3\.000000 test USD\.\.\./, 'minting');
+  t.match(r.tty, new RegExp(`farebox: chain_d: depositing it for ${who}\\.\\.\\.`), 'depositing');
+  t.match(r.tty, /farebox: chain_d: deposited; waiting for the gateway's watcher to see it\.\.\./, 'waiting for the watcher');
+  t.match(r.tty, /\r\x1b\[2K$/, 'the line erased at the end');
+  t.equal(readFileSync(out, 'utf8'), `{"chain":"chain_d","account":"${who}","balance":"3.000000"}\n`, 'stdout: the document alone');
 });
 
 /** A failed command: non-zero exit, nothing on stdout, one line on stderr. */

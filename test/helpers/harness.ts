@@ -28,6 +28,8 @@ export interface Harness {
   keyId: string;
   /** The gateway's metrics (registry, and the port of /metrics when it has one of its own). */
   metrics: Metrics;
+  /** Where Prometheus scrapes this gateway: its metrics port, or its own port with metrics.on_api_port. */
+  metricsUrl: string;
   /** With `chains: true`: the dev chains the gateway bills on. */
   dev?: DevChains;
   /** Fund `account` (default: the harness account) on a dev chain and wait for the synced balance. */
@@ -122,6 +124,7 @@ export async function startHarness(opts: {
   const { key, id } = await createKey(redis, account.address);
   return {
     url, app, sim, config, redis, prefix, account: account.address, key, keyId: id, dev, metrics,
+    metricsUrl: config.metrics.on_api_port ? `${url}/metrics` : `http://127.0.0.1:${metrics.server.port}/metrics`,
     fund: (chain, amount, acct = account.address) => fundOnDevChain(redis, config.chains!, chain, acct, amount),
     async close() {
       await app.close();

@@ -130,7 +130,7 @@ t.test('GET /v1/health needs no key and says whether Redis answers', async (t) =
   t.match(await json(r), { status: 'ok', redis: 'ok' });
   t.match(r.headers.get('x-request-id'), /^req_/);
 
-  const config = buildConfig({ ...embeddedDefault(h.sim.url), redis: { url: 'redis://127.0.0.1:1', prefix: 'x:' } }, { FAREBOX_SIM_KEY: 'k' });
+  const config = buildConfig({ ...embeddedDefault(h.sim.url), redis: { url: 'redis://127.0.0.1:1', prefix: 'x:' }, metrics: { port: 0 } }, { FAREBOX_SIM_KEY: 'k' });
   const app = Fastify();
   await app.register(farebox, { config });
   const down = await app.inject({ method: 'GET', url: '/v1/health' });

@@ -1,11 +1,12 @@
 /**
  * GET /metrics (plugins/metrics.ts, plugins/metrics-route.ts): Prometheus text format, the farebox_ metrics with
- * their documented labels, recorded by real calls; metrics on a port of their own; the bearer token.
+ * their documented labels, recorded by real calls; metrics on a port of their own by default, on the API port only
+ * when configured and behind the bearer token.
  */
 import t, { type Test } from 'tap';
 import Fastify, { type FastifyInstance } from 'fastify';
 import farebox from '../../plugins/gateway.js';
-import { buildConfig, embeddedDefault } from '../../plugins/config.js';
+import { buildConfig, ConfigError, DEFAULT_METRICS_PORT, embeddedDefault, loadConfig } from '../../plugins/config.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { listUsage } from '../../plugins/billing/call-records.js';
@@ -95,7 +96,7 @@ t.test('GET /metrics: text format, every farebox_ metric, labels and histograms 
   const h = await startHarness();
   t.teardown(() => h.close());
 
-  const first = await fetch(`${h.url}/metrics`);
+  const first = await fetch(h.metricsUrl);
   t.equal(first.status, 200);
   t.match(first.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/, 'Prometheus text format 0.0.4');
   const { types, help } = parseExposition(await first.text());
@@ -122,7 +123,7 @@ t.test('GET /metrics: text format, every farebox_ metric, labels and histograms 
   await noKey.text();
   t.equal(noKey.status, 401);
 
-  const s = await scrapeUntil(`${h.url}/metrics`, (s) => total(s, 'farebox_requests_total') >= 4);
+  const s = await scrapeUntil(h.metricsUrl, (s) => total(s, 'farebox_requests_total') >= 4);
   const requests = select(s, 'farebox_requests_total');
   t.equal(requests.length, 4, 'one series per route, model and status');
   for (const r of requests) t.same(Object.keys(r.labels).sort(), ['model', 'route', 'status'], 'labels route, model, status');
@@ -144,7 +145,7 @@ t.test('GET /metrics: text format, every farebox_ metric, labels and histograms 
 t.test('billed calls: tokens and charged USD match the usage record; holds, settlement and watcher metrics', async (t) => {
   const h = await startHarness({ chains: true });
   t.teardown(() => h.close());
-  const url = `${h.url}/metrics`;
+  const url = h.metricsUrl;
 
   t.equal((await chat(h, 'hello before funding')).status, 402, 'unfunded -> 402');
   await h.fund('chain_a', 5_000_000n);
@@ -182,11 +183,13 @@ t.test('billed calls: tokens and charged USD match the usage record; holds, sett
   t.match(select(q, 'farebox_debit_queue_oldest_seconds', { chain: 'chain_a' }), [{ value: 0 }], 'oldest debit age by chain: none');
 });
 
-t.test('metrics.port: served on a port of its own, not on the gateway port', async (t) => {
-  const h = await startHarness({ edit: (c) => void (c.metrics = { port: 0 }) });
+t.test('by default /metrics has a port of its own: the API port does not answer it', async (t) => {
+  const h = await startHarness();
+  t.teardown(() => h.close());
   const port = h.metrics.server.port;
   t.type(port, 'number', 'the port /metrics listens on is known');
   t.not(port, 0);
+  t.equal(h.config.metrics.port, 0, 'ephemeral, as the API port of the harness is');
 
   const main = await fetch(`${h.url}/metrics`);
   await main.text();
@@ -197,17 +200,57 @@ t.test('metrics.port: served on a port of its own, not on the gateway port', asy
   const other = await fetch(`http://127.0.0.1:${port}/other`);
   await other.text();
   t.equal(other.status, 404, 'only /metrics there');
+});
 
+t.test('metrics.port: the port of its own as configured; it closes with the gateway', async (t) => {
+  const h = await startHarness({ edit: (c) => void (c.metrics = { port: 0 }) });
+  const port = h.metrics.server.port;
+  t.ok(port, 'listening');
+  t.ok((await scrape(`http://127.0.0.1:${port}/metrics`)).length > 0);
   await h.close();
   await t.rejects(fetch(`http://127.0.0.1:${port}/metrics`), 'the metrics server closes with the gateway');
 });
 
-t.test('metrics.token_env: 401 without the bearer token, 200 with it', async (t) => {
+t.test('the metrics port defaults to 9464 (ephemeral beside an ephemeral API port); METRICS_PORT sets it for farebox serve', async (t) => {
+  const env = { FAREBOX_SIM_KEY: 'k' };
+  t.equal(DEFAULT_METRICS_PORT, 9464);
+  t.equal(buildConfig(embeddedDefault('http://127.0.0.1:9'), env).metrics.port, 9464, 'server.port 8080 -> 9464');
+  t.equal(buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), server: { port: 0 } }, env).metrics.port, 0, 'server.port 0 -> 0');
+  t.equal(buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), metrics: { port: 9100 } }, env).metrics.port, 9100);
+  t.equal(loadConfig({ ...env, METRICS_PORT: '9200' }, 'http://127.0.0.1:9').metrics.port, 9200, 'METRICS_PORT over the embedded default');
+  t.equal(loadConfig({ ...env, PORT: '0' }, 'http://127.0.0.1:9').metrics.port, 0, 'PORT=0 -> ephemeral metrics port');
+  t.equal(loadConfig({ ...env, PORT: '0', METRICS_PORT: '9300' }, 'http://127.0.0.1:9').metrics.port, 9300);
+});
+
+t.test('metrics on the API port without a token are refused at config validation, naming the field', async (t) => {
+  const env = { FAREBOX_SIM_KEY: 'k', FAREBOX_METRICS_TOKEN: 'x' };
+  const refused = (metrics: unknown, field: RegExp) => {
+    const err = (() => {
+      try {
+        buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), metrics }, env);
+        return null;
+      } catch (e) {
+        return e as Error;
+      }
+    })();
+    t.ok(err instanceof ConfigError, `${JSON.stringify(metrics)}: a ConfigError`);
+    t.match(err?.message, field, JSON.stringify(metrics));
+  };
+  refused({ on_api_port: true }, /metrics\.token_env: required with metrics\.on_api_port/);
+  refused({ on_api_port: true, enabled: true }, /metrics\.token_env/);
+  refused({ on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN', port: 9464 }, /metrics\.port: .*exclude each other/);
+  const ok = buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), metrics: { on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN' } }, env);
+  t.equal(ok.metrics.port, undefined, 'on the API port: no port of its own');
+});
+
+t.test('metrics.on_api_port with token_env: 401 without the bearer token, 200 with it; no port of its own', async (t) => {
   const h = await startHarness({
-    edit: (c) => void (c.metrics = { token_env: 'FAREBOX_METRICS_TOKEN' }),
+    edit: (c) => void (c.metrics = { on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN' }),
     env: { FAREBOX_METRICS_TOKEN: 'scrape-secret' },
   });
   t.teardown(() => h.close());
+  t.equal(h.metrics.server.port, undefined, 'no metrics server of its own');
+  t.equal(h.metricsUrl, `${h.url}/metrics`);
   const get = async (headers: Record<string, string>) => {
     const res = await fetch(`${h.url}/metrics`, { headers });
     return { status: res.status, body: await res.text() };
@@ -215,6 +258,7 @@ t.test('metrics.token_env: 401 without the bearer token, 200 with it', async (t)
   t.equal((await get({})).status, 401, 'no token');
   t.equal((await get({ authorization: 'Bearer wrong' })).status, 401, 'wrong token');
   t.equal((await get({ authorization: 'scrape-secret' })).status, 401, 'token without the Bearer scheme');
+  t.equal((await get({ authorization: 'Bearer scrape-secret-and-more' })).status, 401, 'a longer token');
   const ok = await get({ authorization: 'Bearer scrape-secret' });
   t.equal(ok.status, 200);
   t.match(ok.body, /# TYPE farebox_requests_total counter/);
@@ -233,19 +277,20 @@ t.test('metrics.port with token_env: the port of its own asks for the token', as
   t.ok((await scrape(url, { authorization: 'Bearer scrape-secret' })).length > 0, '200 with the token');
 });
 
-t.test('metrics.enabled false: no /metrics', async (t) => {
+t.test('metrics.enabled false: no /metrics anywhere', async (t) => {
   const h = await startHarness({ edit: (c) => void (c.metrics = { enabled: false }) });
   t.teardown(() => h.close());
   const res = await fetch(`${h.url}/metrics`);
   await res.text();
   t.equal(res.status, 404);
+  t.equal(h.metrics.server.port, undefined, 'no metrics server');
 });
 
 t.test('metrics.token_env naming an unset variable: the plugin refuses to start', async (t) => {
   const input = embeddedDefault('http://127.0.0.1:9');
   const prefix = testPrefix();
   input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };
-  input.metrics = { token_env: 'FAREBOX_METRICS_TOKEN_UNSET' };
+  input.metrics = { port: 0, token_env: 'FAREBOX_METRICS_TOKEN_UNSET' };
   const env = { FAREBOX_SIM_KEY: 'sim-key' };
   const config = buildConfig(input, env, true);
   const redis = connectRedis(config.redis);

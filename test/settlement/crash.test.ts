@@ -47,6 +47,7 @@ async function startGateway(): Promise<ChildProcess> {
   writeFileSync(configFile, JSON.stringify({
     ...embeddedDefault(sim.url),
     server: { port, host: '127.0.0.1' },
+    metrics: { port: 0 },
     redis: { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix },
     chains: devChainsConfig(dev),
     billing: { instance_timeout_ms: 1_500, claim_idle_ms: 2_000, batch_wait_ms: 0 },

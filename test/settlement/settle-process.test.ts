@@ -72,7 +72,7 @@ t.test('its watcher syncs a deposit, its settler charges the call onchain; the g
   const own = await (await fetch(started.metrics)).text();
   t.match(own, /^farebox_settlement_batches_total\{chain="chain_a",result="mined"\} [1-9]/m);
   t.match(own, /^farebox_chain_events_total\{chain="chain_a",kind="deposited"\} [1-9]/m);
-  const gateway = await (await fetch(`${h.url}/metrics`)).text();
+  const gateway = await (await fetch(h.metricsUrl)).text();
   t.notMatch(gateway, /^farebox_settlement_batches_total\{chain="chain_a",result="mined"\} [1-9]/m, 'the gateway settled nothing');
 });
 

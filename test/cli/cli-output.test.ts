@@ -1,0 +1,81 @@
+/**
+ * The farebox command as a Unix citizen: a large document through a pipe whose reader is slow arrives whole before
+ * the process exits (both entry points: bin/cli.ts and the bin/farebox.js that npx runs); a reader that leaves early
+ * (`| head`) gets no stack trace.
+ */
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import { createAccount } from '../../plugins/accounts/accounts.js';
+import { callIdOf } from '../../plugins/chains/port.js';
+import { keys } from '../../plugins/store/keys.js';
+import { testRedis } from '../helpers/harness.js';
+
+const { redis, prefix } = await testRedis(t);
+const RECORDS = 3_000;
+const account = (await createAccount(redis, {})).address;
+const batch = redis.pipeline();
+const now = Date.now();
+for (let i = 0; i < RECORDS; i++) {
+  const id = `req_${i.toString(16).padStart(32, '0')}`;
+  batch.hset(keys.call(callIdOf(id)), {
+    call_id: id, time: String(now + i), key_id: 'key_test', model: 'gamma-k3', chain: 'chain_a', price: '1234', status: 'settled',
+    usage: JSON.stringify({ input_tokens: 12, output_tokens: 34 }), tx: `0x${'ab'.repeat(32)}`,
+  });
+  batch.zadd(keys.usageIndex(account), now + i, id);
+}
+await batch.exec();
+
+/** Run a command with its stdout read through a pipe by a reader that waits `startMs`, then takes a chunk every `everyMs`. */
+function slowlyRead(command: string[], startMs: number, everyMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, command, { env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' } });
+    const chunks: Buffer[] = [];
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    child.stdout.pause();
+    const readOne = () => {
+      const chunk = child.stdout.read() as Buffer | null;
+      if (chunk) chunks.push(chunk);
+      if (!child.stdout.readableEnded) setTimeout(readOne, everyMs);
+    };
+    setTimeout(readOne, startMs);
+    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(chunks).toString('utf8'), stderr }));
+  });
+}
+
+const usage = ['usage', '--account', account, '--limit', String(RECORDS), '--json'];
+
+t.test('usage --json through a slow pipe: the whole document, one line, then exit 0', async (t) => {
+  const r = await slowlyRead(['--import', 'tsx', 'bin/cli.ts', ...usage], 1_000, 5);
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stderr, '');
+  t.ok(r.stdout.length > 4 * 65_536, `${r.stdout.length} bytes, several pipe buffers`);
+  t.match(r.stdout, /^[^\n]+\n$/, 'one line');
+  const doc = JSON.parse(r.stdout) as { call_id: string }[];
+  t.equal(doc.length, RECORDS, 'every record');
+  t.equal(doc[0].call_id, `req_${(RECORDS - 1).toString(16).padStart(32, '0')}`, 'newest first');
+});
+
+const built = new URL('../../dist/bin/cli.js', import.meta.url);
+const stale = !existsSync(built) || statSync(built).mtimeMs < statSync(new URL('../../bin/cli.ts', import.meta.url)).mtimeMs;
+
+t.test('bin/farebox.js (what npx farebox runs) lets the output drain too', {
+  skip: stale && 'dist/ is older than bin/cli.ts: npm run build (npm ci does) to test the built command',
+}, async (t) => {
+  const r = await slowlyRead(['bin/farebox.js', ...usage], 1_000, 5);
+  t.equal(r.code, 0, r.stderr);
+  t.equal((JSON.parse(r.stdout) as unknown[]).length, RECORDS, 'every record');
+});
+
+t.test('a reader that leaves early (| head -c 100) ends the command quietly', async (t) => {
+  const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', ...usage], { env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' } });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    child.stdout.once('data', () => child.stdout.destroy());
+    child.on('close', (code) => resolve({ code, stderr }));
+  });
+  t.equal(r.stderr, '', 'no stack trace');
+  t.equal(r.code, 0);
+});
