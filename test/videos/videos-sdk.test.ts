@@ -219,7 +219,7 @@ t.test('every accepted cell of the table is taken (JSON and multipart; the jobs 
 });
 
 t.test('metrics: jobs submitted and ended by model, upstream polls by provider, job durations', async (t) => {
-  const text = await (await fetch(`${h.url}/metrics`)).text();
+  const text = await (await fetch(h.metricsUrl!)).text();
   const value = (re: RegExp) => Number(re.exec(text)?.[1] ?? NaN);
   t.ok(value(/^farebox_video_jobs_total\{model="vidA-v6",status="submitted"\} (\d+)/m) >= 3);
   t.ok(value(/^farebox_video_jobs_total\{model="vidA-v6",status="completed"\} (\d+)/m) >= 2);
