@@ -16,7 +16,8 @@ import type { Metrics } from '../metrics/metrics.js';
 import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { DebitSpool, type SpooledDebit } from './spool.js';
-import { debitHold, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
+import { debitHold, MAX_AMOUNT, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
+import { redisUnavailable } from '../store/redis.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
 
@@ -95,10 +96,11 @@ export class Billing {
     private readonly log: Log,
   ) {
     if (settings.spool) {
-      this.spool = new DebitSpool(settings.spool.dir, this.instance, settings.spool.maxEntries, (d) => debitHold(this.r, d), {
+      this.spool = new DebitSpool(settings.spool.dir, this.instance, settings.spool.maxEntries, (d) => debitHold(this.r, d), redisUnavailable, {
         spooled: () => metrics.debitsSpooled.inc(),
         drained: (done, d) => this.counted(d.chain, d.model, JSON.parse(d.usageJson) as Usage, d.requestId, done),
         lost: () => metrics.debitsLost.inc(),
+        refused: (d, err) => this.refused(d, err, false),
         resized: (size) => metrics.debitSpoolSize.set(size),
       }, log);
     }
@@ -146,7 +148,8 @@ export class Billing {
       account: hold.account,
       chain: hold.chain,
       owner: hold.owner,
-      price: bill.price,
+      // A price beyond what the script reads is above any hold: the script cuts it to the hold and reports the cut.
+      price: bill.price > MAX_AMOUNT ? MAX_AMOUNT : bill.price,
       usageJson: JSON.stringify(bill.size === undefined ? bill.usage : { ...bill.usage, size: bill.size }),
       retentionMs: this.settings.retentionMs,
       limits,
@@ -163,6 +166,11 @@ export class Billing {
         this.counted(hold.chain, hold.model, bill.usage, hold.requestId, done);
         return done;
       } catch (err) {
+        if (!redisUnavailable(err)) {
+          // Redis refused the debit itself: a retry would repeat it, and it must not hold up the debits behind it.
+          this.refused(input, err);
+          return null;
+        }
         if (this.spool) {
           this.log.warn({ err, requestId: hold.requestId }, 'Redis away: the debit waits in the spool');
           this.spool.add(input);
@@ -176,6 +184,13 @@ export class Billing {
         await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
       }
     }
+  }
+
+  /** A debit Redis refused (a bug, never an outage): logged, counted and kept in the spool's `.refused` file, not retried. */
+  private refused(input: SpooledDebit, err: unknown, setAside = true): void {
+    if (setAside) this.spool?.setAside(input);
+    this.metrics.debitsRefused.inc();
+    this.log.error({ err, requestId: input.requestId, price: input.price.toString() }, 'debit refused by Redis; the call is not charged');
   }
 
   /** Count what a debit did in the metrics, and log a late one. */

@@ -5,8 +5,9 @@
  * (a new process adopts the files of dead ones on the same host). While anything waits, new debits queue behind it.
  *
  * One JSON line per debit in `<dir>/<instance>.jsonl`, appended and flushed to disk before the call's end is
- * acknowledged; rewritten without the debits Redis took. A crash between a debit and the rewrite replays that debit,
- * which changes nothing the second time.
+ * acknowledged; rewritten (and flushed) without the debits Redis took. A crash between a debit and the rewrite replays
+ * that debit, which changes nothing the second time. A debit Redis refuses outright (an error reply, never an outage)
+ * would be refused again: it moves to `<dir>/<instance>.refused` for an operator and stops holding up the rest.
  */
 import { appendFileSync, closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
@@ -31,6 +32,8 @@ export interface SpoolEvents {
   lost(input: SpooledDebit): void;
   /** The number of debits waiting changed. */
   resized(size: number): void;
+  /** Redis refused a spooled debit itself (not for being away): it is set aside, not retried. */
+  refused(input: SpooledDebit, err: unknown): void;
 }
 
 const SPOOL_FILE = /^((.+)-(\d+)-[0-9a-f]{6})\.jsonl$/;
@@ -50,6 +53,8 @@ export class DebitSpool {
     private readonly instance: string,
     private readonly maxEntries: number,
     private readonly debit: (input: SpooledDebit) => Promise<DebitResult | null>,
+    /** Whether a debit's error means Redis is away (wait and retry) rather than a refusal (set it aside). */
+    private readonly retryable: (err: unknown) => boolean,
     private readonly events: SpoolEvents,
     private readonly log: Log,
   ) {
@@ -123,8 +128,13 @@ export class DebitSpool {
       while (this.queue.length > taken) {
         const line = this.queue[taken]!;
         const input: SpooledDebit = { ...line, price: BigInt(line.price) };
-        const result = await this.debit(input);
-        this.events.drained(result, input);
+        try {
+          this.events.drained(await this.debit(input), input);
+        } catch (err) {
+          if (this.retryable(err)) throw err;
+          this.setAside(input);
+          this.events.refused(input, err);
+        }
         taken++;
       }
     } catch (err) {
@@ -137,14 +147,17 @@ export class DebitSpool {
 
   /** Keep a debit at the end of the queue, on disk before in memory. */
   private append(line: Line): void {
-    const fd = openSync(this.file, 'a');
-    try {
-      appendFileSync(fd, `${JSON.stringify(line)}\n`);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
+    appendSynced(this.file, line);
     this.queue.push(line);
+  }
+
+  /** Keep a debit Redis refused in this instance's `.refused` file, out of the queue's way. */
+  setAside(input: SpooledDebit): void {
+    try {
+      appendSynced(`${this.file.slice(0, -'.jsonl'.length)}.refused`, { ...input, price: input.price.toString() });
+    } catch (err) {
+      this.log.error({ err, requestId: input.requestId }, 'a refused debit could not be set aside');
+    }
   }
 
   /** Drop the first `n` debits, from memory and from the file. */
@@ -156,8 +169,15 @@ export class DebitSpool {
       return;
     }
     const tmp = `${this.file}.tmp`;
-    writeFileSync(tmp, this.queue.map((l) => `${JSON.stringify(l)}\n`).join(''));
+    const fd = openSync(tmp, 'w');
+    try {
+      writeFileSync(fd, this.queue.map((l) => `${JSON.stringify(l)}\n`).join(''));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
     renameSync(tmp, this.file);
+    syncDir(this.dir);
   }
 
   /** Take over the spool files of processes of this host that are gone: their debits wait in this one's queue. */
@@ -186,6 +206,30 @@ export class DebitSpool {
       rmSync(claimed, { force: true });
       if (lines.length > 0) this.log.warn({ file: name, debits: lines.length }, 'adopted the debits of a process that is gone');
     }
+  }
+}
+
+/** Append one JSON line to `file` and flush it to disk. */
+function appendSynced(file: string, line: object): void {
+  const fd = openSync(file, 'a');
+  try {
+    appendFileSync(fd, `${JSON.stringify(line)}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Flush a directory's entries (a rename) to disk; a no-op where directories cannot be opened for it. */
+function syncDir(dir: string): void {
+  let fd: number | undefined;
+  try {
+    fd = openSync(dir, 'r');
+    fsyncSync(fd);
+  } catch {
+    // Windows cannot fsync a directory.
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 

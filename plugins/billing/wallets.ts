@@ -146,6 +146,9 @@ const holdScript = new LuaScript(HOLD);
 const debitScript = new LuaScript(DEBIT);
 const renewScript = new LuaScript(RENEW);
 
+/** The largest amount the scripts take (Lua numbers are exact up to 2^53 - 1 atomic units). */
+export const MAX_AMOUNT = 9_007_199_254_740_991n;
+
 /** Whole milliseconds for PEXPIRE, which refuses a fraction (retention_days 0.7 is 60479999.99999999 ms). */
 function wholeMs(ms: number): number {
   return Math.ceil(ms);

@@ -28,6 +28,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     holdsReleased: new Counter({ name: 'farebox_holds_released_total', help: 'Holds released without a call settling them (crashed instance, expiry).', labelNames: ['reason'] as const, registers: r }),
     debitsSpooled: new Counter({ name: 'farebox_debits_spooled_total', help: 'Debits that waited in the instance\'s spool because Redis was away.', registers: r }),
     debitSpoolSize: new Gauge({ name: 'farebox_debit_spool_size', help: 'Debits waiting in this instance\'s spool for Redis.', registers: r }),
+    debitsRefused: new Counter({ name: 'farebox_debits_refused_total', help: 'Debits Redis refused (a price or usage the scripts cannot take): calls not charged. Any is a bug.', registers: r }),
     debitsLost: new Counter({ name: 'farebox_debits_lost_total', help: 'Debits dropped because the spool was full: delivered calls not charged.', registers: r }),
     lateDebits: new Counter({ name: 'farebox_debits_after_release_total', help: 'Calls debited after their hold was released (expired or its instance taken for dead while the call still delivered), by chain.', labelNames: ['chain'] as const, registers: r }),
     priceAboveHold: new Counter({ name: 'farebox_price_above_hold_total', help: 'Calls whose actual price exceeded the hold (capped; a worst-case bug).', labelNames: ['model'] as const, registers: r }),

@@ -72,6 +72,17 @@ export function logRedisErrors(redis: Redis, log: (err: Error) => void, everyMs 
   return redis;
 }
 
+/**
+ * Whether a command's error may pass if the command is sent again later: anything but an error reply (a lost
+ * connection, a timeout, retries exhausted), or an error reply of a Redis that is loading, busy or failing over.
+ * Any other error reply is Redis refusing the command itself (a script's own error), which a retry only repeats.
+ */
+export function redisUnavailable(err: unknown): boolean {
+  const e = err as { name?: string; message?: string } | null;
+  if (!e || e.name !== 'ReplyError') return true;
+  return /^(LOADING|BUSY|READONLY|OOM|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOSCRIPT)\b/.test(e.message ?? '');
+}
+
 /** Whether Redis answers a PING within `timeoutMs`. */
 export async function redisAnswers(redis: Redis, timeoutMs = 500): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;

@@ -14,7 +14,7 @@ import { getCallRecord, type CallRecord } from '../../plugins/billing/call-recor
 import { redisNow } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import sharp from 'sharp';
-import { worstCaseText } from '../../pricing/index.js';
+import { makeUsage, worstCaseText } from '../../pricing/index.js';
 import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
@@ -200,3 +200,17 @@ t.test("a call whose worst case is above the escrow's per-charge cap is refused 
   await admission.finish(at);
 });
 
+
+t.test('a price past what the debit script reads (10^30 atomic units) debits the hold, no more, and is counted as a cut', async (t) => {
+  const metrics = createMetrics();
+  const log = { error() {}, warn() {} };
+  const billing = new Billing(h.redis, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 60_000 }, metrics, log);
+  const admission = new Admission(new RateLimiter(h.redis, limitsConfigSchema.parse({})), billing, log, h.redis);
+  const identity = { keyId: h.keyId, keyHash: 'x', account: h.account, status: 'active' as const, defaultChain: 'chain_a' };
+  const at = await admission.admit({ requestId: newRequestId(), protocol: 'openai', identity, family: 'gamma', tokens: 0, quote: { model: 'gamma-k3', amount: 1_234n } });
+  const done = await billing.debit(at.hold!, { usage: makeUsage({ output_tokens: Number.MAX_SAFE_INTEGER }), price: 10n ** 30n });
+  t.same(done, { debited: 1_234n, capped: true, late: false });
+  t.match(await getCallRecord(h.redis, at.hold!.requestId), { priceAtomic: 1_234n, capped: true, status: 'pending' });
+  t.equal((await metrics.priceAboveHold.get()).values[0]?.value, 1);
+  t.equal((await metrics.debitsRefused.get()).values[0]?.value ?? 0, 0, 'nothing refused');
+});

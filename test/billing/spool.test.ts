@@ -1,0 +1,54 @@
+// The debit spool: what waits reaches Redis in order; a debit Redis refuses outright is set aside, not retried,
+// and the debits behind it still go through.
+import t from 'tap';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ReplyError } from 'ioredis';
+import { DebitSpool, type SpooledDebit } from '../../plugins/billing/spool.js';
+import { redisUnavailable } from '../../plugins/store/redis.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'farebox-spool-unit-'));
+t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const quiet = { error() {}, warn() {} };
+
+const debit = (n: number): SpooledDebit => ({
+  requestId: `req_${n}`, callId: `call_${n}`, account: '0xabc', chain: 'chain_a', owner: 'i', price: BigInt(n),
+  usageJson: '{}', retentionMs: 1_000, model: 'm',
+});
+
+t.test('Redis being away is retried; an error reply of Redis itself is not', async (t) => {
+  const closed = Object.assign(new Error('Connection is closed.'), {});
+  t.ok(redisUnavailable(closed));
+  t.ok(redisUnavailable(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' })));
+  t.ok(redisUnavailable(new Error('Command timed out')));
+  t.ok(redisUnavailable(new ReplyError('LOADING Redis is loading the dataset in memory')));
+  t.ok(redisUnavailable(new ReplyError('READONLY You can\'t write against a read only replica.')));
+  t.notOk(redisUnavailable(new ReplyError('ERR user_script:42: Script attempted to access nonexistent global variable')));
+});
+
+t.test('a refused debit is set aside in the .refused file and the ones behind it reach Redis', async (t) => {
+  let away = true;
+  const taken: string[] = [];
+  const refused: string[] = [];
+  const spool = new DebitSpool(dir, `host-1-abcdef`, 100, async (d) => {
+    if (away) throw new Error('Connection is closed.');
+    if (d.requestId === 'req_2') throw new ReplyError('ERR Error running script: bad number');
+    taken.push(d.requestId);
+    return { debited: d.price, capped: false, late: false };
+  }, redisUnavailable, {
+    spooled() {}, drained() {}, lost() {}, resized() {},
+    refused: (d) => refused.push(d.requestId),
+  }, quiet);
+  for (const n of [1, 2, 3]) spool.add(debit(n));
+  await new Promise((r) => setTimeout(r, 50));
+  t.equal(spool.size, 3, 'all wait while Redis is away');
+  away = false;
+  t.ok(await spool.flush(5_000), 'the spool empties');
+  t.same(taken, ['req_1', 'req_3'], 'in order, past the refused one');
+  t.same(refused, ['req_2']);
+  t.same(readdirSync(dir), ['host-1-abcdef.refused'], 'the queue file is gone; the refused debit is kept');
+  const kept = JSON.parse(readFileSync(join(dir, 'host-1-abcdef.refused'), 'utf8').trim()) as { requestId: string; price: string };
+  t.match(kept, { requestId: 'req_2', price: '2' });
+  await spool.stop();
+});
