@@ -119,7 +119,7 @@ export class Load {
     await this.agent.close();
   }
 
-  /** Calls sent per second over the run, calls skipped (no gateway up, or too many in flight), time to headers. */
+  /** Calls sent per second over the run, calls skipped (no gateway up, or too many in flight), time to a 200's headers. */
   stats(): { seconds: number; sent: number; perSecond: number; skipped: number; ttfb: Percentiles | null } {
     const seconds = this.startedAt ? ((this.stoppedAt || Date.now()) - this.startedAt) / 1000 : 0;
     const sent = this.launched - this.skipped;
@@ -200,7 +200,8 @@ export class Load {
     } catch (err) {
       return done({ status: null, requestId: null, outcome: 'connection_lost', code: null, detail: (err as Error).message });
     }
-    this.ttfb.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    // Admitted calls only: a 503 waits for the gateway's next reconnection attempt to Redis.
+    if (res.statusCode === 200) this.ttfb.push(Number(process.hrtime.bigint() - t0) / 1e6);
     const requestId = typeof res.headers['x-request-id'] === 'string' ? res.headers['x-request-id'] : null;
     const status = res.statusCode;
     let text = '';

@@ -10,7 +10,8 @@ export interface SoakReport {
   /** The run's options (durations in seconds). */
   options: Record<string, unknown> & { seed: number; gateways: number; rate: number };
   started: string;
-  machine: { cpus: number; model: string; load: number[] };
+  /** Load average at the end, and how busy the cores were while the load ran (every process of the machine). */
+  machine: { cpus: number; model: string; load: number[]; busyPct: number };
   fuzz?: FuzzReport;
   timeline: { at: number; what: string }[];
   load: { seconds: number; sent: number; perSecond: number; skipped: number; ttfb: Percentiles | null };
@@ -66,7 +67,8 @@ export function formatReport(r: SoakReport): string {
     lines.push('', '  what callers saw, by the phase the call ended in:');
     for (const [phase, c] of Object.entries(r.byPhase)) lines.push(`    ${phase.padEnd(20)} ${counts(c)}`);
     lines.push(`    ${'all'.padEnd(20)} ${counts(r.outcomes)}`);
-    if (r.load.ttfb) lines.push(`  time to answer headers: p50 ${r.load.ttfb.p50.toFixed(1)} ms, p99 ${r.load.ttfb.p99.toFixed(1)} ms`);
+    lines.push(`  the machine's cores were ${r.machine.busyPct}% busy while the load ran (other work on the machine included)`);
+    if (r.load.ttfb) lines.push(`  time to the headers of a 200 (JSON calls wait 0-300 ms upstream): p50 ${r.load.ttfb.p50.toFixed(1)} ms, p99 ${r.load.ttfb.p99.toFixed(1)} ms`);
     const low = r.peaks.minAvailable;
     lines.push(`  peaks: ${r.peaks.spooled} debits in spool files, ${r.peaks.openHolds} open holds; lowest available ${low ? `${low.usd} USD (${low.wallet})` : '-'}`);
     lines.push(`  gateways: ${counts(r.gatewayMetrics)}`);

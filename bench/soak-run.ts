@@ -16,6 +16,7 @@ import { mintAndDeposit } from '../plugins/chains/dev-fund.js';
 import { closeRedis, connectRedis, logRedisErrors } from '../plugins/store/redis.js';
 import { formatUsd } from '../pricing/index.js';
 import { checkLedger, waitSettled } from './soak-check.js';
+import { coreBusyMsOf } from './children.js';
 import { startCluster, type Cluster, type Runner } from './soak-cluster.js';
 import { runFuzz, type FuzzReport } from './soak-fuzz.js';
 import { Load, type Caller } from './soak-load.js';
@@ -60,6 +61,9 @@ export interface SoakOptions {
   keepDir?: boolean;
   log(line: string): void;
 }
+
+/** Busy time of all cores since boot, ms (/proc/stat: every process of the machine, not only the soak's). */
+const busyMs = () => cpus().reduce((a, _c, i) => a + coreBusyMsOf(i), 0);
 
 const sleep = (s: number) => new Promise((r) => setTimeout(r, s * 1000));
 
@@ -187,6 +191,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     const load = new Load(c.gateways, callers, opts.rate, opts.seed, opts.longStreamS);
     const watch = new Watch(redis, c, callers);
     const loadStart = Date.now();
+    const busyAtStart = busyMs();
     const mark = (what: string) => {
       const at = Math.round((Date.now() - loadStart) / 100) / 10;
       timeline.push({ at, what });
@@ -199,6 +204,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
       await injectFaults(opts, c, redisServer, load, watch, mark);
       mark('load stopped; waiting for the calls in flight');
     }
+    const busyPct = opts.faults ? Math.round((100 * (busyMs() - busyAtStart)) / ((Date.now() - loadStart) * cpus().length)) : 0;
     await load.stop();
     if (opts.faults) mark('every call answered; waiting for settlement');
     const fuzzWallet: Caller = { account: fuzzCaller.account, keys: [], chains: ['chain_a'], tight: false };
@@ -227,7 +233,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     return {
       options,
       started: new Date(t0).toISOString(),
-      machine: { cpus: cpus().length, model: cpus()[0]?.model ?? '', load: loadavg().map((l) => Math.round(l * 100) / 100) },
+      machine: { cpus: cpus().length, model: cpus()[0]?.model ?? '', load: loadavg().map((l) => Math.round(l * 100) / 100), busyPct },
       fuzz, timeline, load: load.stats(), ...tally(results), unexpected,
       peaks: { ...watch.peaks, minAvailable: low && { wallet: low.wallet, usd: formatUsd(low.available) } },
       gatewayMetrics, settleMetrics: watch.settleMetrics(), settle, ledger, lost,
