@@ -180,12 +180,13 @@ async function checkAnswers(redis: Redis, results: readonly CallResult[], recs: 
   for (const c of results) {
     if (!c.requestId) continue;
     const r = recs.byCallId.get(callIdOf(c.requestId)) ?? (await getCallRecord(redis, c.requestId));
+    const when = c.phase === c.endPhase ? c.phase : `${c.phase} to ${c.endPhase}`;
     if (c.status === 200) {
       if (!r) {
-        say(`${c.requestId} (${c.outcome}, ${c.phase}): answered 200, no call record`);
+        say(`${c.requestId} (${c.outcome}, ${when}): answered 200, no call record`);
       } else if (c.outcome === 'whole') {
-        if (r.priceAtomic === 0n) say(`${c.requestId} (${c.phase}): answered in full, never billed (record ${r.status}${r.released ? `, released ${r.released}` : ''})`);
-        else if (r.usage.output_tokens !== c.tokens) say(`${c.requestId} (${c.phase}): answered ${c.tokens} output tokens, billed ${r.usage.output_tokens}`);
+        if (r.priceAtomic === 0n) say(`${c.requestId} (${when}): answered in full, never billed (record ${r.status}${r.released ? `, released ${r.released}` : ''})`);
+        else if (r.usage.output_tokens !== c.tokens) say(`${c.requestId} (${when}): answered ${c.tokens} output tokens, billed ${r.usage.output_tokens}`);
       } else if (c.outcome === 'cut') {
         cut.calls++;
         if (r.priceAtomic > 0n) cut.billed++;
