@@ -86,6 +86,11 @@ export class Billing {
   /** This instance's holds of calls still running: renewed at every heartbeat. */
   private readonly live = new Map<string, Hold>();
   private timer: NodeJS.Timeout | undefined;
+  /**
+   * Redis time of this instance's first sweep since a sweep last failed (Redis away); -Infinity when none has
+   * failed, undefined from a failure to the next success.
+   */
+  private heardSince: number | undefined = -Infinity;
   /** Debits waiting for Redis. */
   readonly spool: DebitSpool | undefined;
 
@@ -227,9 +232,26 @@ export class Billing {
 
   /** One sweep: heartbeat, renew, then release holds of dead instances and expired holds (exported for tests). */
   async sweep(now?: number): Promise<number> {
+    try {
+      return await this.sweepOnce(now);
+    } catch (err) {
+      this.heardSince = undefined;
+      throw err;
+    }
+  }
+
+  private async sweepOnce(now?: number): Promise<number> {
     const at = now ?? (await redisNow(this.r));
     await this.r.zadd(keys.instances, at, this.instance);
+    this.heardSince ??= at;
     await renewHolds(this.r, [...this.live.values()], this.settings.holdTtlMs, this.settings.retentionMs, now);
+    // While Redis was away, every instance's heartbeat and renewals lapsed, the live ones' too: releasing at once
+    // would free the holds of calls still running (their debits come late) and let new holds take that room. Nothing
+    // is released until this instance has reached Redis again for an instance timeout: the live ones beat meanwhile.
+    if (at - this.heardSince < this.settings.instanceTimeoutMs) {
+      this.metrics.holdsOpen.set(await this.r.zcard(keys.holds));
+      return 0;
+    }
     let released = 0;
     const dead = await this.r.zrangebyscore(keys.instances, '-inf', at - this.settings.instanceTimeoutMs);
     for (const instance of dead) {
