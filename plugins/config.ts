@@ -54,8 +54,11 @@ const billingSchema = z.strictObject({
   retention_days: z.number().positive().max(36_500).default(30),
   /** A hold lives this long past its owner's last renewal (at least three heartbeats). */
   hold_grace_ms: z.number().int().positive().default(60_000),
-  /** An instance silent this long is dead; any other instance releases its holds. */
-  instance_timeout_ms: z.number().int().positive().default(30_000),
+  /**
+   * An instance silent this long is dead; any other instance releases its holds. At least 1 s: instances beat every
+   * third of it (250 ms at the least), and a timeout near one beat would take live instances for dead.
+   */
+  instance_timeout_ms: z.number().int().min(1_000).default(30_000),
   /**
    * Where debits wait while Redis is away (plugins/billing/spool.ts): a folder that outlives the process (a persistent
    * volume in production). Default: farebox-spool/<redis prefix> under the system's temporary folder.

@@ -63,6 +63,9 @@ t.test('a bad config fails with a message naming the field', async (t) => {
   const forever = { ...good(), billing: { retention_days: 36_501 } };
   fails(t, forever, /billing\.retention_days/);
 
+  // A timeout near one heartbeat would take live instances for dead and release their calls' holds.
+  fails(t, { ...good(), billing: { instance_timeout_ms: 999 } }, /billing\.instance_timeout_ms/);
+
   fails(t, good(), /providers\.sim-anthropic\.key_env: environment variable FAREBOX_SIM_KEY is not set/, {});
 });
 

@@ -132,7 +132,7 @@ export class Admission {
 
   /**
    * The call is over: debit its hold at `bill` (FREE releases it) and correct its token limits to the tokens billed.
-   * Callable from outside a request (a job's completion). Never throws.
+   * Callable from outside a request (a job's completion). Throws only DebitNotReached (Billing.debit).
    */
   async finish(admitted: Admitted, bill: Bill = FREE): Promise<void> {
     const tokens = tokensOf(bill.usage);

@@ -49,6 +49,17 @@ export interface Bill {
   readonly size?: string;
 }
 
+/** A debit script run unanswered this long is taken for Redis away (ms). */
+const DEBIT_TIMEOUT_MS = 5_000;
+
+/** A debit that could not reach Redis through its retries, with no spool to keep it. */
+export class DebitNotReached extends Error {
+  constructor(readonly requestId: string, cause: unknown) {
+    super(`the debit of ${requestId} did not reach Redis; its hold will expire`, { cause });
+    this.name = 'DebitNotReached';
+  }
+}
+
 /** Nothing delivered: a free call. */
 export const FREE: Bill = Object.freeze({ usage: makeUsage({}), price: 0n });
 
@@ -101,7 +112,7 @@ export class Billing {
     private readonly log: Log,
   ) {
     if (settings.spool) {
-      this.spool = new DebitSpool(settings.spool.dir, this.instance, settings.spool.maxEntries, (d) => debitHold(this.r, d), redisUnavailable, {
+      this.spool = new DebitSpool(settings.spool.dir, this.instance, settings.spool.maxEntries, (d) => this.debitOnce(d), redisUnavailable, {
         spooled: () => metrics.debitsSpooled.inc(),
         drained: (done, d) => this.counted(d.chain, d.model, JSON.parse(d.usageJson) as Usage, d.requestId, done),
         lost: () => metrics.debitsLost.inc(),
@@ -144,7 +155,9 @@ export class Billing {
 
   /**
    * Turn `hold` into a debit of `bill.price` (0 releases it), correcting the call's token limits in the same step
-   * (`limits`, RateLimiter.prepareAdjust). Retries while Redis is away. Never throws.
+   * (`limits`, RateLimiter.prepareAdjust). While Redis is away the debit waits in the spool; without a spool it is
+   * retried for about 6 s, then throws DebitNotReached (the hold expires and is released; a job retries it). A debit
+   * Redis refuses outright is logged and counted, and answers null.
    */
   async debit(hold: Hold, bill: Bill, limits?: PreparedAdjust | null): Promise<DebitResult | null> {
     const input: SpooledDebit = {
@@ -167,7 +180,7 @@ export class Billing {
     }
     for (let attempt = 0; ; attempt++) {
       try {
-        const done = await debitHold(this.r, input);
+        const done = await this.debitOnce(input);
         this.counted(hold.chain, hold.model, bill.usage, hold.requestId, done);
         return done;
       } catch (err) {
@@ -182,13 +195,25 @@ export class Billing {
           return null;
         }
         // No spool: retry for a while; after that the hold expires and is released (the call goes free).
-        if (attempt >= 5) {
-          this.log.error({ err, requestId: hold.requestId }, 'debit failed; the hold will expire');
-          return null;
-        }
+        if (attempt >= 5) throw new DebitNotReached(hold.requestId, err);
         await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
       }
     }
+  }
+
+  /**
+   * One run of the debit script, given up after DEBIT_TIMEOUT_MS: a command on a connection that died unanswered
+   * waits in ioredis until it reconnects, and would hold the debit (and a shutdown) for the whole outage. The run
+   * given up may still land once Redis is back; the one that follows answers as it did.
+   */
+  private debitOnce(input: SpooledDebit): Promise<DebitResult | null> {
+    const run = debitHold(this.r, input);
+    run.catch(() => {});
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
+    });
+    return Promise.race([run, late]).finally(() => clearTimeout(timer));
   }
 
   /** A debit Redis refused (a bug, never an outage): logged, counted and kept in the spool's `.refused` file, not retried. */
@@ -257,20 +282,20 @@ export class Billing {
     for (const instance of dead) {
       if (instance === this.instance) continue;
       const ids = await this.r.smembers(keys.ownerHolds(instance));
-      for (const id of ids) released += await this.release(id, 'instance_died');
+      for (const id of ids) released += await this.release(id, 'instance_died', now);
       if ((await this.r.scard(keys.ownerHolds(instance))) === 0) await this.r.zrem(keys.instances, instance);
     }
     const expired = await this.r.zrangebyscore(keys.holds, '-inf', at, 'LIMIT', 0, 500);
     for (const id of expired) {
       // This instance's own running calls are renewed above; one that expired anyway (Redis was away longer than the
       // hold's TTL) is released like any other, and its debit still charges what it delivered.
-      released += await this.release(id, 'expired');
+      released += await this.release(id, 'expired', now);
     }
     this.metrics.holdsOpen.set(await this.r.zcard(keys.holds));
     return released;
   }
 
-  private async release(requestId: string, reason: string): Promise<number> {
+  private async release(requestId: string, reason: 'expired' | 'instance_died', now: number | undefined): Promise<number> {
     const callId = callIdOf(requestId);
     const [account, chain, owner, status] = await this.r.hmget(keys.call(callId), 'account', 'chain', 'owner', 'status');
     if (!account || !chain || !owner || status !== 'held') {
@@ -279,9 +304,10 @@ export class Billing {
     }
     const done = await debitHold(this.r, {
       requestId, callId, account, chain: chain as ChainName, owner,
-      price: 0n, usageJson: JSON.stringify(FREE.usage), releaseReason: reason, retentionMs: this.settings.retentionMs,
+      price: 0n, usageJson: JSON.stringify(FREE.usage), retentionMs: this.settings.retentionMs,
+      release: { reason, instanceTimeoutMs: this.settings.instanceTimeoutMs, now },
     });
-    // Debited: the call ended between the read and this release.
+    // Debited (the call ended between the read and this release), or the owner renewed or beat since: kept.
     if (!done || done.debited > 0n) return 0;
     this.metrics.holdsReleased.inc({ reason });
     return 1;

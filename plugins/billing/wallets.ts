@@ -75,13 +75,17 @@ return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, owner-holds,
-// debits; KEYS[6..]: token limits to correct to the call's actual tokens, with ARGV[10..] (rate-limit.ts), in the same
-// step and so only once. ARGV: request id, price, usage JSON, call id, account, chain, status when free, retention
-// ms, release reason ('' for a debit). Replies {amount debited, capped, late}.
+// debits, instances; KEYS[7..]: token limits to correct to the call's actual tokens, with ARGV[12..] (rate-limit.ts),
+// in the same step and so only once. ARGV: request id, price, usage JSON, call id, account, chain, status when free,
+// retention ms, release reason ('' for a debit), now ms ('' = Redis TIME), instance timeout ms. Replies {amount
+// debited, capped, late}.
 // - The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet (capped
 //   = 1, kept in the record).
 // - A record no longer held is this debit run again (a resend after a lost reply, or a retry): it answers as the
 //   first run did and changes nothing.
+// - A release (the sweeper's) happens only if its reason still holds when the script runs: the hold's expiry is
+//   past ('expired'), or its owner's last heartbeat is older than the instance timeout ('instance_died'). An owner
+//   that renewed or beat since the sweeper read its state keeps the hold ({-1, 0, 0}).
 // - A record the sweeper released (its owner taken for dead, or its expiry passed while Redis or the owner was away)
 //   whose call still delivered: the price is debited all the same (late = 1), so delivered output is never free. The
 //   wallet may then be committed beyond its balance; the escrow refuses what it cannot pay.
@@ -97,6 +101,16 @@ if status ~= 'held' then
   end
   if not (status == 'free' and rec[5] and ARGV[9] == '' and price > 0) then return {-1, 0, 0} end
   late = 1
+end
+if ARGV[9] ~= '' then
+  ${nowLua('ARGV[10]')}
+  if ARGV[9] == 'expired' then
+    local expires = redis.call('ZSCORE', KEYS[3], ARGV[1])
+    if expires and tonumber(expires) > now then return {-1, 0, 0} end
+  elseif ARGV[9] == 'instance_died' then
+    local beat = redis.call('ZSCORE', KEYS[6], redis.call('HGET', KEYS[2], 'owner') or '')
+    if beat and tonumber(beat) > now - tonumber(ARGV[11]) then return {-1, 0, 0} end
+  end
 end
 local held = tonumber(rec[2])
 local capped = 0
@@ -117,9 +131,9 @@ else
   if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'released', ARGV[9]) end
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
-if #KEYS > 5 then
-  local n = #KEYS - 5
-  ${rateLimitLua.adjust(5, 9)}
+if #KEYS > 6 then
+  local n = #KEYS - 6
+  ${rateLimitLua.adjust(6, 11)}
 end
 return {price, capped, late}
 `;
@@ -212,8 +226,11 @@ export interface DebitInput {
   /** Usage record status when nothing is charged: 'free'. */
   freeStatus?: string;
   retentionMs: number;
-  /** Set by the sweeper: why it releases the hold (price 0); a debit that comes later still charges. */
-  releaseReason?: string;
+  /**
+   * Set by the sweeper: why it releases the hold (price 0), checked again inside the script against `now` (default
+   * Redis TIME) and the instance timeout; a debit that comes later still charges.
+   */
+  release?: { reason: 'expired' | 'instance_died'; instanceTimeoutMs: number; now?: number };
   /** The call's token-limit correction (RateLimiter.prepareAdjust), made with the debit. */
   limits?: PreparedAdjust | null;
 }
@@ -233,10 +250,11 @@ export interface DebitResult {
  */
 export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | null> {
   const scriptKeys = [
-    keys.wallet(d.account, d.chain), keys.call(d.callId), keys.holds, keys.ownerHolds(d.owner), keys.debits(d.chain),
+    keys.wallet(d.account, d.chain), keys.call(d.callId), keys.holds, keys.ownerHolds(d.owner), keys.debits(d.chain), keys.instances,
   ];
   const args: (string | number)[] = [
-    d.requestId, d.price.toString(), d.usageJson, d.callId, d.account, d.chain, d.freeStatus ?? 'free', wholeMs(d.retentionMs), d.releaseReason ?? '',
+    d.requestId, d.price.toString(), d.usageJson, d.callId, d.account, d.chain, d.freeStatus ?? 'free', wholeMs(d.retentionMs),
+    d.release?.reason ?? '', d.release?.now ?? '', d.release?.instanceTimeoutMs ?? 0,
   ];
   if (d.limits) {
     scriptKeys.push(...d.limits.keys);

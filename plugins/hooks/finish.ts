@@ -27,12 +27,12 @@ export class Finisher {
     try {
       bill = call.endpoint!.bill(call, call.policed!, this.prices);
     } catch (err) {
-      // An upstream that reports nonsense usage is charged nothing rather than guessed at.
+      // A bill that cannot be computed is a bug: logged, and the call charged nothing rather than guessed at.
       this.log.error({ err, requestId: call.id }, 'usage not billable; call charged 0');
       bill = FREE;
     }
     if (bill === null) return;
-    const done = this.admission.finish(call.admitted, bill).catch((err) => this.log.warn({ err, requestId: call.id }, 'finishing the call failed'));
+    const done = this.admission.finish(call.admitted, bill).catch((err) => this.log.error({ err, requestId: call.id }, 'finishing the call failed'));
     this.running.add(done);
     void done.finally(() => this.running.delete(done));
   };

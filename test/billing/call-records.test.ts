@@ -208,3 +208,28 @@ t.test('a hold its owner renews outlives its first expiry; a released hold whose
   t.equal((await metrics.lateDebits.get()).values.find((v) => v.labels.chain === 'chain_a')?.value, 1);
   t.match(warned, [/released before its call ended/]);
 });
+
+t.test('a release whose reason no longer holds when it runs (the owner renewed, or beat) leaves the hold', async (t) => {
+  const account = fresh();
+  await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
+  const owner = `race-${randomBytes(3).toString('hex')}`;
+  const now = Date.now();
+  const a = hold(account, 10_000n, { owner, now, ttlMs: 5_000 });
+  t.ok((await placeHold(redis, a)).placed);
+  const release = (reason: 'expired' | 'instance_died', at: number) => debitHold(redis, {
+    requestId: a.requestId, callId: a.callId, account, chain: 'chain_a', owner, price: 0n, usageJson: '{}', retentionMs: RETENTION,
+    release: { reason, instanceTimeoutMs: 10_000, now: at },
+  });
+  // The sweeper read the hold as expired, but its expiry (now + 5 s) is still ahead at the script's time.
+  t.equal(await release('expired', now + 1_000), null, 'not expired yet: kept');
+  // The owner beat 2 s ago: not dead, whatever the sweeper read before.
+  await redis.zadd(keys.instances, now - 2_000, owner);
+  t.equal(await release('instance_died', now), null, 'owner alive: kept');
+  t.match(await getCallRecord(redis, a.requestId), { status: 'held', released: null });
+  t.equal((await readWallet(redis, account, 'chain_a')).held, 10_000n);
+  // Its heartbeat now 11 s old: released.
+  t.same(await release('instance_died', now + 9_001), { debited: 0n, capped: false, late: false });
+  t.match(await getCallRecord(redis, a.requestId), { status: 'free', released: 'instance_died' });
+  t.equal((await readWallet(redis, account, 'chain_a')).held, 0n);
+  await redis.zrem(keys.instances, owner);
+});

@@ -4,9 +4,13 @@ import t from 'tap';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { ReplyError } from 'ioredis';
+import { Billing } from '../../plugins/billing/billing.js';
+import { createMetrics } from '../../plugins/metrics/metrics.js';
+import { connectRedis, redisUnavailable } from '../../plugins/store/redis.js';
+import { makeUsage } from '../../pricing/index.js';
 import { DebitSpool, type SpooledDebit } from '../../plugins/billing/spool.js';
-import { redisUnavailable } from '../../plugins/store/redis.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'farebox-spool-unit-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -51,4 +55,28 @@ t.test('a refused debit is set aside in the .refused file and the ones behind it
   const kept = JSON.parse(readFileSync(join(dir, 'host-1-abcdef.refused'), 'utf8').trim()) as { requestId: string; price: string };
   t.match(kept, { requestId: 'req_2', price: '2' });
   await spool.stop();
+});
+
+t.test('a debit sent to a Redis that never answers is spooled after 5 s, not held for the whole outage', async (t) => {
+  // A server that takes connections and says nothing: a Redis gone silent (or a connection that died unanswered).
+  const sockets: Socket[] = [];
+  const silent = createServer((socket) => sockets.push(socket));
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+  const port = (silent.address() as AddressInfo).port;
+  const r = connectRedis({ url: `redis://127.0.0.1:${port}`, prefix: 'spool-test:' });
+  r.on('error', () => {});
+  const spoolDir = join(dir, 'silent');
+  const billing = new Billing(r, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 30_000, spool: { dir: spoolDir, maxEntries: 10 } }, createMetrics(), quiet);
+  t.teardown(async () => {
+    r.disconnect();
+    for (const socket of sockets) socket.destroy();
+    await new Promise((done) => silent.close(done));
+  });
+  const hold = { requestId: 'req_silent', callId: 'call_silent', account: '0xabc', keyId: 'k', chain: 'chain_a' as const, model: 'm', amount: 10n, owner: billing.instance };
+  const started = Date.now();
+  t.equal(await billing.debit(hold, { usage: makeUsage({ output_tokens: 1 }), price: 5n }), null);
+  const waited = Date.now() - started;
+  t.ok(waited >= 4_900 && waited < 8_000, `given up after ${waited} ms`);
+  t.equal(billing.spool?.size, 1, 'the debit waits in the spool');
+  await billing.spool?.stop();
 });
