@@ -6,9 +6,10 @@
  *
  * When the provider says a job ended, the job's status moves once (video-store.ts) and its hold is settled through
  * Admission.finish from here: completed, debited at the clip's price for its duration; failed, released. A job not
- * seen completed by its deadline (when its hold expires) is failed and released: its last poll comes at the deadline. Settling is safe to repeat: the job stays open until its hold is
- * settled, and the debit script answers a second run as the first did; so two instances that race (a lease handed
- * over mid-poll) or an instance that stops between the two steps charge a clip exactly once.
+ * seen completed by its deadline is failed and released: its last poll comes at the deadline, and its hold lasts a
+ * margin longer. Settling is safe to repeat: the job stays open until its debit has reached Redis (or the spool),
+ * and the debit script answers a second run as the first did; so two instances that race (a lease handed over
+ * mid-poll) or an instance that stops between the two steps charge a clip exactly once.
  */
 import type { Redis } from 'ioredis';
 import type { Admission, Admitted } from '../billing/admission.js';
@@ -196,11 +197,11 @@ export class VideoPoller {
   /** Move the job to its end (once, whichever instance gets there first), then settle its hold. */
   private async end(job: VideoJob, outcome: VideoOutcome, now: number): Promise<void> {
     const moved = await this.store.finish(job.id, outcome, now);
-    const ended = moved ? { ...job, status: outcome.status } : await this.store.get(job.id);
+    const ended = moved ? { ...job, status: moved } : await this.store.get(job.id);
     if (ended === null) return this.store.forget(job.id);
     if (moved) {
-      this.metrics.videoJobs.inc({ model: job.model, status: outcome.status });
-      this.metrics.videoJobDuration.observe({ model: job.model, status: outcome.status }, Math.max(0, now - job.createdAt) / 1000);
+      this.metrics.videoJobs.inc({ model: job.model, status: moved });
+      this.metrics.videoJobDuration.observe({ model: job.model, status: moved }, Math.max(0, now - job.createdAt) / 1000);
     }
     return this.settle(ended);
   }

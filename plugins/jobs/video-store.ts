@@ -6,9 +6,14 @@
  * times, error, the MP4's location and expiry).
  *
  * Status moves once, from in_progress to completed or failed, in one script that checks it is still in progress, so
- * two instances that see the end of a job at once cannot both move it. The job stays in `videos-open` until its
- * hold is debited (completed) or released (failed): a poller that stops between the two steps leaves it there, and
- * the next pass debits it, which the debit script answers as the first run did if it had run.
+ * two instances that see the end of a job at once cannot both move it. A job completes only while its hold is still
+ * held: one whose hold was released (its submit failed after the record was written, its caller left, or the
+ * sweeper found it past its deadline) fails instead, and no wallet is charged beyond what it holds.
+ * Times are on Redis's clock: the deadline is the hold's placement plus `deadline_ms`, and the hold outlives it by
+ * VIDEO_SETTLE_MARGIN_MS, the time the poller has to settle a job it saw end at its last poll. The job stays in
+ * `videos-open` until its hold is debited (completed) or released (failed): a poller that stops between the two
+ * steps leaves it there, and the next pass debits it, which the debit script answers as the first run did if it had
+ * run.
  */
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
@@ -41,14 +46,14 @@ export interface NewVideoJob {
   readonly provider: string;
   readonly upstreamModel: string;
   readonly upstreamId: string;
-  /** ms since the epoch. */
-  readonly createdAt: number;
-  /** A job still running at this time (ms) is failed and its hold released; the hold expires then too. */
-  readonly deadline: number;
 }
 
 /** A job as it stands. */
 export interface VideoJob extends NewVideoJob {
+  /** ms since the epoch (Redis's clock). */
+  readonly createdAt: number;
+  /** A job still running at this time (ms, Redis's clock) is failed and its hold released. */
+  readonly deadline: number;
   readonly status: VideoStatus;
   readonly progress: number;
   readonly completedAt: number | null;
@@ -67,19 +72,46 @@ export type VideoOutcome =
   | { readonly status: 'completed'; readonly contentUrl: string; readonly expiresAt: number }
   | { readonly status: 'failed'; readonly code: string; readonly message: string };
 
+/** A job's hold outlives its deadline by this (ms): the poller settles a job it saw end before the sweeper may release it. */
+export const VIDEO_SETTLE_MARGIN_MS = 60_000;
+
 /** A new job id: unguessable (128 random bits), in the shape of OpenAI's video ids. */
 export function newVideoId(): string {
   return `video_${randomBytes(16).toString('hex')}`;
 }
 
-// End a job still in progress. KEYS: the record. ARGV: status, completed_at, progress, error code, error message,
-// content url, expires_at, record ttl ms. Returns 1 if it moved it, 0 if it was not in progress (or is gone).
+// Record a submitted job. KEYS: the record, videos-open, the hold's call record. ARGV: record ttl past the deadline
+// ms, first poll delay ms, deadline ms, settle margin ms, job id, then the record's field/value pairs. The job is
+// created now (Redis TIME); its deadline is its hold's placement plus the deadline (the hold's expiry minus the
+// margin), or now plus the deadline when nothing is held. Returns {created_at, deadline}.
+const CREATE = new LuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now + tonumber(ARGV[3])
+local expires = tonumber(redis.call('HGET', KEYS[3], 'expires') or '')
+if expires and expires - tonumber(ARGV[4]) < deadline then deadline = expires - tonumber(ARGV[4]) end
+redis.call('HSET', KEYS[1], 'created_at', now, 'deadline', deadline, 'status', 'in_progress', 'progress', 0, 'polls', 0, unpack(ARGV, 6))
+redis.call('PEXPIRE', KEYS[1], math.max(1, deadline - now + tonumber(ARGV[1])))
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[5])
+return {now, deadline}
+`);
+
+// End a job still in progress. KEYS: the record, the hold's call record. ARGV: status, completed_at, progress, error
+// code, error message, content url, expires_at, record ttl ms, '1' when the job holds money. A job that holds money
+// completes only while the hold is held; else it fails (deadline_exceeded), free. Returns the status it moved to, or
+// false if it was not in progress (or is gone).
 const FINISH = new LuaScript(`
-if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return false end
+if ARGV[1] == 'completed' and ARGV[9] == '1' and redis.call('HGET', KEYS[2], 'status') ~= 'held' then
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'completed_at', ARGV[2], 'progress', 0, 'error_code', 'deadline_exceeded',
+    'error_message', 'The video finished after its hold had been released; it is not charged.')
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  return 'failed'
+end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'completed_at', ARGV[2], 'progress', ARGV[3], 'error_code', ARGV[4],
   'error_message', ARGV[5], 'content_url', ARGV[6], 'expires_at', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
-return 1
+return ARGV[1]
 `);
 
 // Note a poll of a job still in progress and when to poll it next. KEYS: the record, videos-open. ARGV: progress,
@@ -135,22 +167,21 @@ export class VideoStore {
     private readonly recordMs: number,
   ) {}
 
-  /** Record a submitted job, in progress, first polled at `firstPollAt` (ms). */
-  async create(job: NewVideoJob, firstPollAt: number): Promise<VideoJob> {
-    const key = keys.video(job.id);
-    const ttl = Math.max(1, Math.ceil(job.deadline - job.createdAt + this.recordMs));
-    await this.r.multi()
-      .hset(key, {
-        id: job.id, account: job.account, key_id: job.keyId, model: job.model, family: job.family, seconds: job.seconds,
-        size: job.size, prompt: job.prompt, chain: job.chain ?? '', request_id: job.requestId, call_id: job.callId,
-        held: job.held.toString(), price: job.price.toString(), provider: job.provider, upstream_model: job.upstreamModel,
-        upstream_id: job.upstreamId, created_at: job.createdAt, deadline: job.deadline, status: 'in_progress', progress: 0, polls: 0,
-      })
-      .pexpire(key, ttl)
-      .zadd(keys.videosOpen, firstPollAt, job.id)
-      .exec()
-      .then(failed);
-    return { ...job, status: 'in_progress', progress: 0, completedAt: null, error: null, contentUrl: null, expiresAt: null, polls: 0, settled: false };
+  /** Record a submitted job, in progress, failing `deadlineMs` after its hold was placed, first polled after `firstPollMs`. */
+  async create(job: NewVideoJob, deadlineMs: number, firstPollMs: number): Promise<VideoJob> {
+    const fields = {
+      id: job.id, account: job.account, key_id: job.keyId, model: job.model, family: job.family, seconds: job.seconds,
+      size: job.size, prompt: job.prompt, chain: job.chain ?? '', request_id: job.requestId, call_id: job.callId,
+      held: job.held.toString(), price: job.price.toString(), provider: job.provider, upstream_model: job.upstreamModel,
+      upstream_id: job.upstreamId,
+    };
+    const [createdAt, deadline] = await CREATE.run<[number, number]>(
+      this.r, [keys.video(job.id), keys.videosOpen, keys.call(job.callId)],
+      [this.recordMs, firstPollMs, deadlineMs, VIDEO_SETTLE_MARGIN_MS, job.id, ...Object.entries(fields).flat()],
+    );
+    return {
+      ...job, createdAt, deadline, status: 'in_progress', progress: 0, completedAt: null, error: null, contentUrl: null, expiresAt: null, polls: 0, settled: false,
+    };
   }
 
   /** A job by id (one HGETALL), or null. */
@@ -163,15 +194,20 @@ export class VideoStore {
     return (await PROGRESS.run<number>(this.r, [keys.video(id), keys.videosOpen], [progress, polls, Math.ceil(nextAt), id])) === 1;
   }
 
-  /** Move a job in progress to its end, at `now` (ms); false if it was not in progress. */
-  async finish(id: string, outcome: VideoOutcome, now: number): Promise<boolean> {
+  /**
+   * Move a job in progress to its end, at `now` (ms); the status it moved to (a completion whose hold was released
+   * fails), or null if it was not in progress.
+   */
+  async finish(id: string, outcome: VideoOutcome, now: number): Promise<VideoStatus | null> {
     const done = outcome.status === 'completed';
     // Readable for the retention, and at least as long as its MP4 is.
     const ttl = Math.ceil(Math.max(this.recordMs, done ? outcome.expiresAt - now : 0));
-    return (await FINISH.run<number>(this.r, [keys.video(id)], [
+    const [callId, chain] = await this.r.hmget(keys.video(id), 'call_id', 'chain');
+    const moved = await FINISH.run<string | null>(this.r, [keys.video(id), keys.call(callId ?? '')], [
       outcome.status, now, done ? 100 : 0, done ? '' : outcome.code, done ? '' : outcome.message,
-      done ? outcome.contentUrl : '', done ? Math.floor(outcome.expiresAt) : '', ttl,
-    ])) === 1;
+      done ? outcome.contentUrl : '', done ? Math.floor(outcome.expiresAt) : '', ttl, chain ? '1' : '0',
+    ]);
+    return moved === 'completed' || moved === 'failed' ? moved : null;
   }
 
   /** The job's hold is debited or released: it leaves the open set. */

@@ -2,15 +2,16 @@
  * POST /v1/videos: submit a video job (SPEC "Video submit request"). Police reads the body (JSON for text-to-video;
  * multipart/form-data when files come, its limits enforced while it is read), checks it against the model's family
  * and config (policies/videos.ts) and prepares the reference images, all before any hold. The quote is the clip's
- * price, held for the job (`job:<id>`) until its deadline. Forward submits the render through the provider's
- * adapter, records the job and answers at once with it, in progress. The finished request bills nothing: the job
- * owns its hold, and the poller debits it when the clip completes, or releases it when it fails. A submit the
- * provider refused (400) or failed is free, its hold released at once.
+ * price, held for the job (`job:<id>`) until VIDEO_SETTLE_MARGIN_MS past its deadline. Forward submits the render
+ * through the provider's adapter, records the job and answers at once with it, in progress. The finished request
+ * bills nothing: the job owns its hold, and the poller debits it when the clip completes, or releases it when it
+ * fails. A submit the provider refused (400) or failed is free, its hold released at once; so is one whose caller
+ * left before the job's id reached it (the job, if recorded, is failed: no one could ever fetch its clip).
  */
 import type { FastifyRequest } from 'fastify';
 import { FREE } from '../billing/billing.js';
 import type { Exchange } from '../call.js';
-import { newVideoId } from '../jobs/video-store.js';
+import { newVideoId, VIDEO_SETTLE_MARGIN_MS } from '../jobs/video-store.js';
 import {
   decodeImage, isMultipartRequest, prepareImage, readImageParts,
   type ImageFit, type ImagePartLimits, type PreparedImage, type UploadedImage,
@@ -47,8 +48,8 @@ export interface VideoPoliced extends Policed {
   readonly subjects?: readonly PreparedImage[];
   /** The job's id, known before its hold so that the hold can name it as its owner. */
   readonly jobId: string;
-  /** ms since the epoch: the job fails, and its hold expires, at this time. */
-  readonly deadline: number;
+  /** How long the hold lasts: the job's deadline, then the margin in which the poller settles it. */
+  readonly holdMs: number;
 }
 
 /** The scalar fields and files of a submit, from either body. */
@@ -100,12 +101,12 @@ export const videos: Endpoint<VideoPoliced> = {
     const lasts = uploads.filter((u) => u.field === 'last_reference');
     const plan = planVideo(route.model, fields, { inputs: inputs.length, lasts: lasts.length });
     const images = await prepareReferences(plan, inputs, lasts);
-    return { route, plan, ...images, jobId: newVideoId(), deadline: Date.now() + ctx.videos.deadline_ms };
+    return { route, plan, ...images, jobId: newVideoId(), holdMs: ctx.videos.deadline_ms + VIDEO_SETTLE_MARGIN_MS };
   },
   quote(p, prices) {
     const amount = worstCaseVideo(prices, p.route.model.id, p.plan.seconds);
-    // The hold is the job's until its deadline: no instance renews it, and the sweeper releases it only then.
-    return { quote: { model: p.route.model.id, amount }, tokens: 0, owner: `job:${p.jobId}`, ttlMs: Math.max(1, p.deadline - Date.now()) };
+    // The hold is the job's: no instance renews it, and the sweeper releases it only past the job's deadline.
+    return { quote: { model: p.route.model.id, amount }, tokens: 0, owner: `job:${p.jobId}`, ttlMs: p.holdMs };
   },
   async forward(call, p, reply, ctx) {
     const provider = ctx.videos.provider(p.route.provider.name);
@@ -133,18 +134,26 @@ export const videos: Endpoint<VideoPoliced> = {
       return reply.send();
     }
     const hold = call.admitted?.hold;
-    const now = Date.now();
     let job;
     try {
       job = await ctx.videos.store.create({
         id: p.jobId, account: call.identity!.account, keyId: call.identity!.keyId, model: p.route.model.id, family: p.route.model.family,
         seconds: p.plan.seconds, size: p.plan.size, prompt: p.plan.prompt, chain: hold?.chain,
         requestId: call.id, callId: hold?.callId ?? '', held: hold?.amount ?? 0n, price: hold?.amount ?? 0n,
-        provider: providerName, upstreamModel: p.route.upstreamModel, upstreamId, createdAt: now, deadline: p.deadline,
-      }, now + ctx.videos.settings.poll_initial_ms);
+        provider: providerName, upstreamModel: p.route.upstreamModel, upstreamId,
+      }, ctx.videos.settings.deadline_ms, ctx.videos.settings.poll_initial_ms);
     } catch (err) {
+      // Whether or not the record was written, the hold is released now: a job the poller may still find can then
+      // only fail (the store completes a job only while its hold is held).
       exchange.status = 503;
       throw err;
+    }
+    if (call.ended) {
+      // The caller left while the job was being recorded: it never learned the id. The job fails, free.
+      exchange.status = 499;
+      await ctx.videos.store.finish(job.id, { status: 'failed', code: 'client_disconnected', message: 'The caller left before the job was accepted.' }, job.createdAt)
+        .catch((err: unknown) => reply.log.warn({ err, job: job.id }, 'a job whose caller left could not be failed; its released hold fails it'));
+      return reply.send();
     }
     exchange.status = 200;
     ctx.metrics.videoJobs.inc({ model: job.model, status: 'submitted' });

@@ -5,11 +5,12 @@
 import t from 'tap';
 import type { Redis } from 'ioredis';
 import { Admission } from '../../plugins/billing/admission.js';
-import { Billing } from '../../plugins/billing/billing.js';
+import { Billing, DebitNotReached } from '../../plugins/billing/billing.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
 import { VideoJobs } from '../../plugins/jobs/video-jobs.js';
+import { VIDEO_SETTLE_MARGIN_MS } from '../../plugins/jobs/video-store.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
@@ -103,7 +104,7 @@ t.test('two instances that see a job end at once: it moves once and is debited o
   t.equal(before.synced - after.synced, price, 'charged once');
 });
 
-t.test('the hold belongs to the job: no sweep releases it while the job lives; it expires at the job\'s deadline', async (t) => {
+t.test('the hold belongs to the job: no sweep releases it while the job lives; it expires a settle margin past the job\'s deadline', async (t) => {
   const prefix = testPrefix();
   const sim = await startSimulator({ videoRenderMs: 600_000 });
   t.teardown(() => sim.close());
@@ -119,11 +120,13 @@ t.test('the hold belongs to the job: no sweep releases it while the job lives; i
   const requestId = response.headers.get('x-request-id')!;
   const held = await getCallRecord(a.redis, requestId);
   t.equal(held?.owner, `job:${job.id}`);
-  t.ok(Math.abs(held!.expires! - (job.created_at * 1000 + 60_000)) < 2_000, 'the hold expires with the job\'s deadline');
+  const deadline = (await a.redis.hget(`video:${job.id}`, 'deadline'))!;
+  t.equal(held!.expires! - Number(deadline), VIDEO_SETTLE_MARGIN_MS, 'the hold outlives the job\'s deadline by the settle margin');
+  t.ok(Math.abs(Number(deadline) - (job.created_at * 1000 + 60_000)) < 2_000, 'the deadline is deadline_ms past the submit');
   // The instance that took the hold dies: every other instance's sweep runs, long after its heartbeat stopped.
   await a.close();
   const sweeper = new Billing(r, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, createMetrics({ defaults: false }), quiet);
-  t.equal(await sweeper.sweep(held!.expires! - 5_000), 0, 'swept 55 s on: nothing released');
+  t.equal(await sweeper.sweep(held!.expires! - 5_000), 0, 'swept 115 s on: nothing released');
   t.equal((await getCallRecord(r, requestId))?.status, 'held', 'still held for the job');
   t.equal(await sweeper.sweep(held!.expires! + 1), 1, 'swept past the deadline: released');
   const free = await getCallRecord(r, requestId);
@@ -144,6 +147,59 @@ t.test('a job still rendering at its deadline is failed and free', async (t) => 
   t.equal(v.error?.code, 'deadline_exceeded');
   const record = await recordOf(h, response.headers.get('x-request-id')!, 'free');
   t.equal(record.priceAtomic, 0n);
+});
+
+t.test('a clip seen completed after its hold was released fails, free: no wallet pays beyond its hold', async (t) => {
+  const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
+  t.teardown(() => h.close());
+  await h.fund('chain_a', 5_000_000n);
+  const before = await readWallet(h.redis, h.account, 'chain_a');
+  const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'late', seconds: '4' }).withResponse();
+  const requestId = response.headers.get('x-request-id')!;
+  const one = instanceOf(h, 'one');
+  const upstreamId = (await one.store.get(job.id))!.upstreamId;
+  await until('rendered', async () => {
+    const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
+    return v.status === 'completed';
+  }, 30_000);
+  // The sweeper released the hold (say a stalled poller let it expire) just before the poll that sees the clip.
+  const held = await getCallRecord(h.redis, requestId);
+  const sweeper = new Billing(h.redis, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, createMetrics({ defaults: false }), quiet);
+  t.equal(await sweeper.sweep(held!.expires! + 1), 1);
+  await one.poller.follow(job.id, await redisNow(h.redis));
+  const v = await sdk(h).videos.retrieve(job.id);
+  t.equal(v.status, 'failed');
+  t.equal(v.error?.code, 'deadline_exceeded');
+  t.match(await getCallRecord(h.redis, requestId), { status: 'free', priceAtomic: 0n, late: false });
+  t.equal(await h.redis.zscore('videos-open', job.id), null, 'closed');
+  const after = await readWallet(h.redis, h.account, 'chain_a');
+  t.same([after.synced, after.pending, after.held], [before.synced, 0n, 0n], 'nothing charged');
+});
+
+t.test('a job whose debit cannot reach Redis stays open and is settled by a later pass, once', async (t) => {
+  const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
+  t.teardown(() => h.close());
+  await h.fund('chain_a', 5_000_000n);
+  const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'unreached', seconds: '4' }).withResponse();
+  const requestId = response.headers.get('x-request-id')!;
+  const one = instanceOf(h, 'one');
+  const upstreamId = (await one.store.get(job.id))!.upstreamId;
+  await until('rendered', async () => {
+    const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
+    return v.status === 'completed';
+  }, 30_000);
+  // An admission whose debit gives up (Redis away through its retries, no spool).
+  const unreached = { finish: async () => { throw new DebitNotReached(requestId, new Error('Connection is closed.')); } } as unknown as Admission;
+  const config = { ...h.config, videos: { ...h.config.videos, poller: true } };
+  const failing = new VideoJobs({ redis: h.redis, config, upstreams: new Upstreams(), admission: unreached, metrics: createMetrics({ defaults: false }), log: quiet, instance: 'failing' });
+  await t.rejects(failing.poller.follow(job.id, await redisNow(h.redis)), DebitNotReached);
+  t.equal((await one.store.get(job.id))?.status, 'completed', 'the job completed');
+  t.equal((await one.store.get(job.id))?.settled, false, 'but is not settled');
+  t.ok(await h.redis.zscore('videos-open', job.id), 'and stays open');
+  t.equal((await getCallRecord(h.redis, requestId))?.status, 'held', 'its hold untouched');
+  await one.poller.follow(job.id, await redisNow(h.redis));
+  t.equal((await one.store.get(job.id))?.settled, true);
+  t.equal((await recordOf(h, requestId, 'settled')).priceAtomic, usd(DEFAULT_PRICES.video['vidA-v6']!['4']!));
 });
 
 t.test('a poll is one Redis read and no upstream call', async (t) => {
