@@ -54,6 +54,14 @@ export const imageBody = z.looseObject({
   response_format: oneOf(RESPONSE_FORMATS),
   // An image stream (partial images) cannot be billed per delivered image: refused rather than passed on.
   stream: z.literal(false, { error: 'is not served on the image endpoints: leave it out' }).nullish(),
+  // Gemini request fields that would have the provider charge for more than the one image priced (grounding
+  // searches, cached content, several candidates of which one is delivered): refused rather than passed on.
+  tools: z.never({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
+  toolConfig: z.never({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
+  cachedContent: z.never({ error: 'is not served on the image endpoints: leave it out' }).optional(),
+  generationConfig: z.looseObject({
+    candidateCount: z.literal(1, { error: 'must be 1: one image per call' }).nullish(),
+  }, { error: 'must be an object' }).nullish(),
 });
 
 /** A validated image request. */

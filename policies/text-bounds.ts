@@ -53,7 +53,11 @@ const SERVER_TOOL = /^(web_search|web_fetch|code_execution|tool_search|mcp)/;
 /** A token of any tokenizer in use covers at most this many bytes: a body larger than window x this cannot fit. */
 export const MAX_BYTES_PER_TOKEN = 64;
 
-const MEDIA_BY_REFERENCE = /"url"\s*:\s*"(?:https?|gs|s3):|"type"\s*:\s*"(?:document|file|input_file|container_upload|search_result)"|"file_id"\s*:/;
+/**
+ * Input the gateway cannot size: media fetched by the upstream (any "url" that is not an inline `data:` one, in any
+ * scheme or case), documents and files. A request with any is bounded by the whole context window.
+ */
+const MEDIA_BY_REFERENCE = /"url"\s*:\s*"(?!data:)|"type"\s*:\s*"(?:document|file|input_file|container_upload|search_result)"|"file_id"\s*:/;
 const CACHE_1H = /"ttl"\s*:\s*"1h"/;
 /** Nesting followed when looking for inline images; the body parser bounds nesting anyway. */
 const MAX_DEPTH = 64;

@@ -8,7 +8,7 @@ import type { FastifyReply } from 'fastify';
 import type { Bill } from '../billing/billing.js';
 import { FREE } from '../billing/billing.js';
 import type { Call, Exchange } from '../call.js';
-import { JsonMeter, SseMeter } from '../upstream/metering.js';
+import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
 import { proxyCall } from '../upstream/proxy.js';
 import type { ModelRoute, ProviderConfig, TextModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
@@ -133,7 +133,9 @@ function isSse(contentType: string | undefined): boolean {
  * output = the larger of the content deltas forwarded (each carries at least one token) and their generated
  * characters / 4 (a cut JSON answer: its bytes written / 4), at most max_tokens; input from message_start where the
  * protocol reports it early, else estimated at one token per 4 bytes of the request. An answer cut before any
- * generated content reached the caller, an upstream error, or no answer, costs 0.
+ * generated content reached the caller, an upstream error, or no answer, costs 0. Usage the upstream reports in a
+ * shape no count can be read from (negative, fractional, a string) is taken as no usage: the answer is billed by
+ * what was metered, as one without usage.
  */
 export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clientAborted: boolean): Usage {
   const status = exchange?.status ?? 0;
@@ -141,7 +143,7 @@ export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clie
   if (!meter || status < 200 || status >= 300) return ZERO_USAGE;
   const r = meter.reading;
   const anthropic = p.route.provider.protocol === 'anthropic';
-  const reported = r.usage ? (anthropic ? fromAnthropicUsage(r.usage, p.cacheWrite) : fromOpenAIUsage(r.usage)) : null;
+  const reported = r.usage ? reportedUsage(r.usage, anthropic, p.cacheWrite) : null;
   const whole = r.complete && !clientAborted && r.streamError === null;
   if (whole && reported) return reported;
   const streamed = r.deltas > 0 || p.rewrite.stream;
@@ -156,7 +158,16 @@ export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clie
   return makeUsage({ input_tokens: estimate, output_tokens: output });
 }
 
-/** The bill of a finished text call; an upstream that reports nonsense usage is charged nothing rather than guessed at. */
+/** The upstream's usage in our terms, or null when its counts are not non-negative integers. */
+function reportedUsage(raw: RawUsage, anthropic: boolean, cacheWrite: TextPoliced['cacheWrite']): Usage | null {
+  try {
+    return anthropic ? fromAnthropicUsage(raw, cacheWrite) : fromOpenAIUsage(raw);
+  } catch {
+    return null;
+  }
+}
+
+/** The bill of a finished text call. */
 export function billText(call: Call, p: TextPoliced, prices: PriceTable): Bill {
   const usage = billedUsage(p, call.exchange, call.clientAborted);
   return { usage, price: priceCall(prices, p.route.model.id, usage) };

@@ -12,7 +12,8 @@
  *   answer with text and no image is the model declining. Each is content_refused with the provider's reason.
  * - `usageMetadata` becomes OpenAI's ImageGenUsage (prompt, candidate and thought tokens by modality).
  * The caller's fields the Gemini API has no name for (OpenAI's quality, background, style, ...) are not sent; any
- * other unknown field goes to the top of the request, and a `generationConfig` of the caller's is merged under ours.
+ * other unknown field goes to the top of the request, and a `generationConfig` of the caller's is merged under ours
+ * (one candidate always; fields billed apart from the image are refused before: policies/image-request.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
@@ -192,6 +193,7 @@ function requestBody(req: ImageRequest, references: readonly ReferenceImage[] | 
     contents: [{ role: 'user', parts }],
     generationConfig: {
       ...callerConfig,
+      candidateCount: 1,
       responseModalities: ['TEXT', 'IMAGE'],
       imageConfig: { ...callerImage, ...geminiImageConfig(req.size, req.aspectRatio) },
     },

@@ -41,6 +41,12 @@ t.test('anything else is a 400 whose param names the field', async (t) => {
     [{ model: 'm', prompt: 'p', n: '1' }, 'n'],
     [{ model: 'm', prompt: 'p', response_format: 'png' }, 'response_format'],
     [{ model: 'm', prompt: 'p', stream: true }, 'stream'],
+    // Billed by the provider apart from the one image priced.
+    [{ model: 'm', prompt: 'p', tools: [{ google_search: {} }] }, 'tools'],
+    [{ model: 'm', prompt: 'p', toolConfig: {} }, 'toolConfig'],
+    [{ model: 'm', prompt: 'p', cachedContent: 'cachedContents/x' }, 'cachedContent'],
+    [{ model: 'm', prompt: 'p', generationConfig: { candidateCount: 4 } }, 'generationConfig.candidateCount'],
+    [{ model: 'm', prompt: 'p', generationConfig: 'x' }, 'generationConfig'],
   ];
   for (const [body, param] of cases) {
     const r = refusal(body);
@@ -48,6 +54,7 @@ t.test('anything else is a 400 whose param names the field', async (t) => {
     t.match(r.message, new RegExp(`^${param}: `));
   }
   t.match(refusal({ model: 'm', prompt: 'p', size: '8K' }).message, /1K, 2K, 4K/);
+  t.same(parseImageRequest({ model: 'm', prompt: 'p', generationConfig: { candidateCount: 1, seed: 3 } }).extra, { generationConfig: { candidateCount: 1, seed: 3 } });
   t.equal(refusal([1]).param, undefined, 'not an object');
 });
 

@@ -72,6 +72,12 @@ t.test('client tools add the system prompt tokens Anthropic documents; server to
 t.test('media by reference is bound by the window; a body that cannot fit is refused, except when counting', async (t) => {
   const byUrl = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } }] }] };
   t.equal(bounds(byUrl).inputBound, 200_000);
+  const image = (url: string) => ({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url } }] }] });
+  for (const url of ['HTTPS://EXAMPLE.COM/A.PNG', 'Http://example.com/a.png', 'ftp://example.com/a.png', '//example.com/a.png', 'DATA:image/png;base64,AAAA']) {
+    t.equal(bounds(image(url)).inputBound, 200_000, `${url}: fetched upstream, bounded by the window`);
+  }
+  const chat = (url: string) => ({ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }] });
+  t.equal(bounds(chat('HTTPS://example.com/a.png'), { protocol: 'openai' }).inputBound, 200_000);
   const huge = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'a'.repeat(1_000 * 64 + 1) }] };
   t.equal(codeOf(() => bounds(huge, { contextWindow: 1_000 })), 'context_window_exceeded:');
   t.equal(bounds(huge, { contextWindow: 1_000, mustFit: false }).inputBound, 1_000);

@@ -101,7 +101,7 @@ t.test('the upstream requests: the operator\'s key, the provider\'s model, our f
   t.same(g.body, {
     safetySettings: [{ category: 'HARM_CATEGORY_HARASSMENT', threshold: 'BLOCK_ONLY_HIGH' }],
     contents: [{ role: 'user', parts: [{ text: 'a kite' }] }],
-    generationConfig: { responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '9:16', imageSize: '4K' } },
+    generationConfig: { candidateCount: 1, responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '9:16', imageSize: '4K' } },
   }, 'OpenAI-only fields are not sent to Gemini; other unknown fields are');
   t.notOk(JSON.stringify(o.headers).includes(h.key) || JSON.stringify(g.headers).includes(h.key), 'the caller\'s key never goes upstream');
 });

@@ -42,3 +42,15 @@ t.test('a stream cut before any content delta: nothing; after two deltas: their 
   upstreamFailed.feed(Buffer.from(sse('abc')));
   t.match(billedUsage(policed(true), { status: 500, meter: upstreamFailed }, false), { input_tokens: 0, output_tokens: 0 }, 'an upstream error costs nothing');
 });
+
+t.test('a whole answer whose usage is nonsense (negative, fractional, a string): billed by what was metered, not 0', async (t) => {
+  for (const usage of [{ prompt_tokens: -5, completion_tokens: 9 }, { prompt_tokens: 7, completion_tokens: 2.5 }, { prompt_tokens: '7', completion_tokens: '9' }]) {
+    const text = 'x'.repeat(400);
+    const meter = new JsonMeter();
+    meter.feed(Buffer.from(JSON.stringify({ id: 'x', choices: [{ index: 0, message: { role: 'assistant', content: text } }], usage })));
+    meter.end();
+    const u = billedUsage(policed(false), { status: 200, meter }, false);
+    t.ok(u.output_tokens >= 100, `output from the bytes written (${JSON.stringify(usage)})`);
+    t.ok(u.input_tokens > 0, 'input estimated from the request');
+  }
+});

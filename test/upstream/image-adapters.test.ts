@@ -160,14 +160,14 @@ t.test('Gemini requests: prompt then inline images, encoded as sent; imageConfig
   t.equal(Number(r.headers['content-length']), bytes.length);
   const body = JSON.parse(bytes.toString()) as { contents: { role: string; parts: { text?: string; inlineData?: { mimeType: string; data: string } }[] }[] } & Record<string, unknown>;
   t.same(Object.keys(body).sort(), ['contents', 'generationConfig', 'systemInstruction']);
-  t.same(body.generationConfig, { temperature: 0.5, responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '21:9', imageSize: '4K' } });
+  t.same(body.generationConfig, { temperature: 0.5, candidateCount: 1, responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '21:9', imageSize: '4K' } });
   const parts = body.contents[0]!.parts;
   t.equal(parts[0]!.text, 'a "quoted" kite');
   t.same(Buffer.from(parts[1]!.inlineData!.data, 'base64'), png);
   t.same(Buffer.from(parts[2]!.inlineData!.data, 'base64'), big);
   t.equal(parts[2]!.inlineData!.mimeType, 'image/png');
   const plain = geminiImageRequest(route('gemini', 'm'), parseImageRequest({ model: 'img-x', prompt: 'p' }), null);
-  t.same(JSON.parse(String(plain.body)).generationConfig, { responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '1:1' } });
+  t.same(JSON.parse(String(plain.body)).generationConfig, { candidateCount: 1, responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '1:1' } });
 });
 
 t.test('an image\'s base64 is decoded piece by piece, whatever the cuts', async (t) => {
