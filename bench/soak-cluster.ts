@@ -32,6 +32,8 @@ export interface Gateway {
   readonly spoolDir: string;
   /** http://127.0.0.1:port of the running process (a new port at each start). */
   url: string;
+  /** Its /metrics, on a port of its own (a new one at each start). */
+  metricsUrl: string;
   child: Child | null;
   /** Answering calls (the load balancer's view: the load goes elsewhere while it is not). */
   up: boolean;
@@ -130,9 +132,10 @@ export async function startCluster(opts: ClusterOptions, redis: Redis): Promise<
   if (!published) throw new Error('the chains process published no chains');
   const chains = JSON.parse(published) as ChainsConfig;
 
-  const configOf = (port: number, spoolDir: string): ConfigInput => ({
+  const configOf = (port: number, spoolDir: string, metricsPort = 0): ConfigInput => ({
     ...embeddedDefault(simUrl),
     server: { host: '127.0.0.1', port },
+    metrics: { port: metricsPort },
     redis: { url: opts.redisUrl, prefix: opts.prefix },
     chains,
     limits: opts.limits,
@@ -146,20 +149,22 @@ export async function startCluster(opts: ClusterOptions, redis: Redis): Promise<
   const settleMetrics = String((await jsonLine(settle, 'instance')).metrics);
 
   const gateways: Gateway[] = Array.from({ length: opts.gateways }, (_, i) => ({
-    name: `gateway-${i + 1}`, spoolDir: join(opts.dir, `spool-${i + 1}`), url: '', child: null, up: false, starts: 0,
+    name: `gateway-${i + 1}`, spoolDir: join(opts.dir, `spool-${i + 1}`), url: '', metricsUrl: '', child: null, up: false, starts: 0,
   }));
 
   const startGateway = async (g: Gateway) => {
     // A new port at each start: a killed gateway's port may be taken by any process meanwhile.
     const port = await freePort();
+    const metricsPort = await freePort();
     const file = join(opts.dir, `${g.name}.json`);
-    writeFileSync(file, JSON.stringify(configOf(port, g.spoolDir)));
+    writeFileSync(file, JSON.stringify(configOf(port, g.spoolDir, metricsPort)));
     const child = spawnNode(`${g.name}#${g.starts + 1}`, cores, nodeArgs, cli, ['serve'], childEnv(file));
     logTo(opts.dir, child);
     g.child = child;
     g.starts++;
     await waitForPort(child, port, 60_000);
     g.url = `http://127.0.0.1:${port}`;
+    g.metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
     g.up = true;
   };
 

@@ -67,10 +67,10 @@ export class Watch {
 
   /** Read every running process's metrics now (before a gateway is stopped, and at the end). */
   async scrape(): Promise<void> {
-    const read = (url: string) => fetch(url, { signal: AbortSignal.timeout(2_000) }).then((r) => r.text()).catch(() => null);
+    const read = (url: string) => fetch(url, { signal: AbortSignal.timeout(2_000) }).then((r) => (r.ok ? r.text() : null)).catch(() => null);
     await Promise.all(this.cluster.gateways.filter((g) => g.up && g.child).map(async (g) => {
       const name = g.child!.name;
-      const text = await read(`${g.url}/metrics`);
+      const text = await read(g.metricsUrl);
       if (text) this.scrapes.set(name, text);
     }));
     const text = await read(this.cluster.settleMetrics);
