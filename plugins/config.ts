@@ -33,6 +33,12 @@ const serverSchema = z
     keep_alive_timeout_ms: z.number().int().positive().default(72_000),
     /** Most connections open at once; more are closed as they come (0 = no cap). Keep it under the fd limit. */
     max_connections: z.number().int().min(0).default(0),
+    /**
+     * Calls still running this long after the gateway starts to stop (SIGTERM, or app.close() in a host app) are cut
+     * and debited for what they delivered. Keep it a few seconds under the orchestrator's grace before its kill: a
+     * killed instance's calls go free.
+     */
+    shutdown_grace_ms: z.number().int().positive().default(20_000),
   })
   .refine((s) => s.headers_timeout_ms <= s.request_timeout_ms, {
     path: ['headers_timeout_ms'],

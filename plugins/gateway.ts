@@ -161,6 +161,9 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   // socket would hold the server's close for its keep-alive timeout.
   app.addHook('preClose', async () => {
     upstreams.closing = true;
+    // Calls still running when the grace is over are cut and debited for what they delivered: a kill by the
+    // orchestrator would leave their holds to be released, free.
+    upstreams.cutAfter(config.server.shutdown_grace_ms);
   });
   if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
 
@@ -215,6 +218,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
         const ge = toGatewayError(err, request.routeOptions.config.endpoint?.body === 'multipart' ? 'multipart/form-data' : undefined);
         // Refusals are errors before the upstream was called; upstream failures have their own metric.
         if ((request.farebox as Call | null)?.exchange === undefined) metrics.rejections.inc({ code: ge.code });
+        // Stopping: as proxied answers do, so the caller's keep-alive socket does not hold the server's close.
+        if (upstreams.closing) reply.header('connection', 'close');
         sendError(request, reply, ge);
       });
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));

@@ -16,6 +16,7 @@ import type { Upstreams } from './pools.js';
 const ERROR_BODY_LIMIT = 64 * 1024;
 const ABORTED = new Error('caller went away');
 const TOO_LONG = new Error('call ran past its maximum duration');
+const SHUTDOWN = new Error('the gateway is stopping (server.shutdown_grace_ms passed)');
 
 /** What any upstream request of a call carries. */
 export interface ExchangeRequest {
@@ -114,6 +115,12 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
     // A hard bound on the whole call: the idle timeouts do not bound a slow stream or a caller that stops reading.
     this.deadline = setTimeout(() => controller.abort(TOO_LONG), this.req.maxDurationMs);
     this.deadline.unref();
+    this.upstreams.track(this);
+  }
+
+  /** The gateway is stopping and its grace is over: cut the call now, billed for what it delivered. */
+  shutdown(): void {
+    this.controller?.abort(SHUTDOWN);
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
@@ -160,6 +167,11 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
     }
     const code = (err as { code?: string }).code;
     const timeout = err === TOO_LONG || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
+    if (err === SHUTDOWN) {
+      this.exchange.status ??= 503;
+      sendUpstreamError(reply, new GatewayError('service_unavailable', { cause: err }));
+      return;
+    }
     this.exchange.status ??= timeout ? 504 : 502;
     if (!this.errorBody) this.metrics?.upstreamErrors.inc({ provider: this.req.provider, status: '0' });
     sendUpstreamError(reply, timeout ? new GatewayError('upstream_timeout', { cause: err }) : new GatewayError('upstream_error', { cause: err }));
@@ -168,6 +180,7 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   private done(): void {
     this.exchange.abort = undefined;
     clearTimeout(this.deadline);
+    this.upstreams.untrack(this);
   }
 }
 
