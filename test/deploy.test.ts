@@ -220,6 +220,7 @@ function configFor(script: string, overlay: string): FareboxConfig {
 
 interface Service {
   image?: string;
+  hostname?: string;
   command?: unknown;
   environment?: Record<string, string>;
   volumes?: string[];
@@ -296,6 +297,10 @@ t.test('compose.yaml: Redis with redis.conf, gateways and a settle process on on
       for (const k of keyEnvs) t.notOk(env[k], `${name}: no settler key ${k} on a gateway`);
       t.equal(config.billing.settler, false, `${name}: does not settle`);
       t.ok(config.billing.watcher, `${name}: stands by as watcher`);
+      // The debit spool outlives the container: a named volume, under a hostname that does not change.
+      t.equal(s.hostname, name, `${name}: a fixed hostname`);
+      const spoolVolume = (s.volumes ?? []).find((v) => !v.startsWith('.') && config.billing.spool_dir?.startsWith(v.split(':')[1] + '/'));
+      t.ok(spoolVolume, `${name}: spool_dir on a named volume`);
     }
   }
   t.same(scraped(job), expected.sort(), 'Prometheus scrapes every gateway on its metrics port');
@@ -328,12 +333,12 @@ t.test('compose.yaml: Redis with redis.conf, gateways and a settle process on on
   t.match(parse(dsConfig.content), { datasources: [{ type: 'prometheus', url: 'http://prometheus:9090' }] }, 'Prometheus datasource');
 });
 
-t.test('k8s.yaml: Deployments, Services and a ConfigMap that agree', async (t) => {
+t.test('k8s.yaml: workloads, Services and a ConfigMap that agree', async (t) => {
   const docs = parseAllDocuments(read('k8s.yaml'));
   for (const d of docs) t.same(d.errors, [], 'document parses');
   const objects = docs.map((d) => d.toJS() as { kind: string; metadata: { name: string }; spec?: Record<string, unknown>; data?: Record<string, string> });
   const kinds = new Set(objects.map((o) => o.kind));
-  for (const k of ['Deployment', 'Service', 'ConfigMap']) t.ok(kinds.has(k), `a ${k}`);
+  for (const k of ['StatefulSet', 'Deployment', 'Service', 'ConfigMap']) t.ok(kinds.has(k), `a ${k}`);
   const roles = objects.find((o) => o.kind === 'ConfigMap')!;
   type Container = {
     command: string[];
@@ -345,9 +350,11 @@ t.test('k8s.yaml: Deployments, Services and a ConfigMap that agree', async (t) =
     replicas: number;
     strategy?: { type: string };
     selector: { matchLabels: Record<string, string> };
-    template: { metadata: { labels: Record<string, string> }; spec: { containers: Container[] } };
+    template: { metadata: { labels: Record<string, string> }; spec: { containers: (Container & { volumeMounts: { name: string; mountPath: string }[] })[] } };
+    volumeClaimTemplates?: { metadata: { name: string } }[];
   };
-  const deployments = objects.filter((o) => o.kind === 'Deployment');
+  const workload = (o: { kind: string }) => o.kind === 'Deployment' || o.kind === 'StatefulSet';
+  const deployments = objects.filter(workload);
   let settlers = 0;
   for (const dep of deployments) {
     const spec = dep.spec as DeploymentSpec;
@@ -371,6 +378,10 @@ t.test('k8s.yaml: Deployments, Services and a ConfigMap that agree', async (t) =
     } else {
       t.notOk(keys, `${dep.metadata.name}: no settler keys on a gateway`);
       t.equal(config.billing.settler, false, `${dep.metadata.name}: does not settle`);
+      // The debit spool outlives the pod: a StatefulSet's claim, mounted where spool_dir points.
+      t.equal(dep.kind, 'StatefulSet', `${dep.metadata.name}: pods keep their names and volumes`);
+      const mount = c.volumeMounts.find((m) => config.billing.spool_dir?.startsWith(m.mountPath + '/'));
+      t.ok(mount && spec.volumeClaimTemplates?.some((v) => v.metadata.name === mount.name), `${dep.metadata.name}: spool_dir on its own claim`);
     }
   }
   t.equal(settlers, 1, 'one settler Deployment');
@@ -386,7 +397,7 @@ t.test('k8s.yaml: Deployments, Services and a ConfigMap that agree', async (t) =
   t.same((calls.spec as { ports: { targetPort: string }[] }).ports.map((p) => p.targetPort), ['http'], "the calls' Service exposes no metrics port");
   for (const svc of objects.filter((o) => o.kind === 'Service')) {
     const selector = (svc.spec as { selector: Record<string, string> }).selector;
-    const matches = objects.filter((o) => o.kind === 'Deployment' && Object.entries(selector).every(([k, v]) =>
+    const matches = objects.filter((o) => workload(o) && Object.entries(selector).every(([k, v]) =>
       (o.spec as { template: { metadata: { labels: Record<string, string> } } }).template.metadata.labels[k] === v));
     t.ok(matches.length > 0, `${svc.metadata.name}: selects pods`);
   }
