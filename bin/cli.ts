@@ -11,6 +11,7 @@ import { CHAIN_NAMES, chainsConfigSchema, type ChainName, type ChainsConfig } fr
 import { connectRedis } from '../plugins/store/redis.js';
 import { listUsage } from '../plugins/billing/call-records.js';
 import { readWallet } from '../plugins/billing/wallets.js';
+import { readAnomalies } from '../plugins/settlement/apply-events.js';
 import { buildPriceTable, formatUsd, parseUsd, publishPrices } from '../pricing/index.js';
 
 /** A bad invocation: printed as one line, exit code 2. */
@@ -144,7 +145,7 @@ const HELP = `usage: farebox <command> [options]
   account status --account 0x.. --set active|pending|suspended
   key create --account 0x.. [--name NAME] [--json]
   key revoke --id ID
-  chains [--json]                         the chains: chain id, RPC URL, stablecoin, escrow
+  chains [--json]                         the chains: chain id, RPC URL, stablecoin, escrow, events not applied
   fund --account 0x.. --chain chain_a --amount 2.5 [--json]   (dev chains only) mint and deposit test stablecoin
   balance --account 0x.. [--json]         synced escrow balance, held, pending and available per chain
   default-chain --account 0x.. --chain chain_b
@@ -258,9 +259,17 @@ export async function main(
       }
       case 'chains': {
         const chains = await chainsOf(env, db());
-        const doc = Object.fromEntries(CHAIN_NAMES.map((n) => [n, { chain_id: chains[n].chain_id, rpc_url: chains[n].rpc_url, stablecoin: chains[n].stablecoin, escrow: chains[n].escrow }]));
+        // Events the watcher could not apply (FareboxChainAnomaly), each with its transaction, to settle by hand.
+        const anomalies = await Promise.all(CHAIN_NAMES.map((n) => readAnomalies(db(), n)));
+        const doc = Object.fromEntries(CHAIN_NAMES.map((n, i) => [n, {
+          chain_id: chains[n].chain_id, rpc_url: chains[n].rpc_url, stablecoin: chains[n].stablecoin, escrow: chains[n].escrow, anomalies: anomalies[i]!,
+        }]));
         if (json) out(JSON.stringify(doc));
-        else for (const [n, c] of Object.entries(doc)) out(`${n}  chain id ${c.chain_id}  ${c.rpc_url}  stablecoin ${c.stablecoin}  escrow ${c.escrow}`);
+        else {
+          for (const [n, c] of Object.entries(doc)) {
+            out(`${n}  chain id ${c.chain_id}  ${c.rpc_url}  stablecoin ${c.stablecoin}  escrow ${c.escrow}${c.anomalies.length ? `  anomalies ${c.anomalies.length}` : ''}`);
+          }
+        }
         return 0;
       }
       case 'fund': {

@@ -70,7 +70,12 @@ function toRecord(h: Record<string, string>): CallRecord | null {
 
 /** The record of the call with request id `requestId`, or null (never billed, or past its retention). */
 export async function getCallRecord(redis: Redis, requestId: string): Promise<CallRecord | null> {
-  return toRecord(await redis.hgetall(keys.call(callIdOf(requestId))));
+  return getCallRecordById(redis, callIdOf(requestId));
+}
+
+/** The record of the call with call id `callId` (the id the escrow charges), or null. */
+export async function getCallRecordById(redis: Redis, callId: string): Promise<CallRecord | null> {
+  return toRecord(await redis.hgetall(keys.call(callId)));
 }
 
 /** Request ids of the account's calls, newest first. */

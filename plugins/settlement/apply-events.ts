@@ -212,11 +212,6 @@ export async function applyEventBatch(r: Redis, chain: ChainName, events: readon
   return report;
 }
 
-/** Apply escrow events (in chain order) to the synced state, each exactly once; returns the kinds applied. */
-export async function applyEvents(r: Redis, chain: ChainName, events: readonly EscrowEvent[]): Promise<string[]> {
-  return (await applyEventBatch(r, chain, events)).applied;
-}
-
 /** The events the watcher could not apply on `chain`, oldest first (JSON entries of chain-anomalies:<chain>). */
 export async function readAnomalies(r: Redis, chain: ChainName): Promise<Record<string, string>[]> {
   return (await r.lrange(keys.chainAnomalies(chain), 0, -1)).map((s) => JSON.parse(s) as Record<string, string>);

@@ -8,7 +8,7 @@ import { callIdOf, type EscrowEvent, type Hex } from '../../plugins/chains/port.
 import { newRequestId } from '../../plugins/call.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { debitHold, placeHold, readWallet, type HoldInput } from '../../plugins/billing/wallets.js';
-import { applyEvents } from '../../plugins/settlement/apply-events.js';
+import { applyEventBatch } from '../../plugins/settlement/apply-events.js';
 import { countOpenHolds, countQueuedDebits, getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
 import { keys } from '../../plugins/store/keys.js';
 import { makeUsage } from '../../pricing/index.js';
@@ -132,7 +132,7 @@ t.test("the watcher's events settle or fail the record once; an event of no reco
   const strangerHold = hold(account, 1n);
   const strangerId = strangerHold.requestId;
   const stranger = charged(strangerHold, 5_000n, 1_002n);
-  t.same(await applyEvents(redis, 'chain_a', [eA, eB, stranger]), ['charged', 'charge_refused', 'charged']);
+  t.same((await applyEventBatch(redis, 'chain_a', [eA, eB, stranger])).applied, ['charged', 'charge_refused', 'charged']);
   t.match(await getCallRecord(redis, a.requestId), { status: 'settled', tx: eA.txHash, priceAtomic: 60_000n });
   t.match(await getCallRecord(redis, b.requestId), { status: 'failed', tx: eB.txHash, priceAtomic: 70_000n });
   t.equal(await getCallRecord(redis, strangerId), null, 'no record made for an unknown call id');
@@ -140,7 +140,7 @@ t.test("the watcher's events settle or fail the record once; an event of no reco
   t.same({ synced: w.synced, pending: w.pending }, { synced: 1_000_000n - 60_000n - 5_000n, pending: 0n });
   // The same events once more under a later position (a re-scan past a lost cursor): the records say they are done.
   const again = [eA, eB].map((e, i) => ({ ...e, blockNumber: 2_000n + BigInt(i) }));
-  await applyEvents(redis, 'chain_a', again);
+  await applyEventBatch(redis, 'chain_a', again);
   t.equal((await readWallet(redis, account, 'chain_a')).pending, 0n, 'pending not lowered twice');
 });
 

@@ -6,8 +6,9 @@ import t from 'tap';
 import type { Address } from '../../plugins/chains/config.js';
 import { callIdOf, type EscrowEvent, type Hex } from '../../plugins/chains/port.js';
 import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
+import { getCallRecordById } from '../../plugins/billing/call-records.js';
 import { keys } from '../../plugins/store/keys.js';
-import { APPLY_CHUNK, applyEventBatch, applyEvents, readAnomalies, readCursor } from '../../plugins/settlement/apply-events.js';
+import { APPLY_CHUNK, applyEventBatch, readAnomalies, readCursor } from '../../plugins/settlement/apply-events.js';
 import { testRedis } from '../helpers/harness.js';
 
 const { redis } = await testRedis(t);
@@ -46,9 +47,9 @@ t.test('events over several chunks: one script per APPLY_CHUNK events, each appl
   const accounts = [account(), account(), account()];
   const events = history(accounts, 3 * APPLY_CHUNK + 5);
   // A watcher that stopped part-way (after the first chunk and a half): the rest is applied from its cursor.
-  const first = await applyEvents(redis, 'chain_b', events.slice(0, APPLY_CHUNK + APPLY_CHUNK / 2));
+  const first = await applied(redis, 'chain_b', events.slice(0, APPLY_CHUNK + APPLY_CHUNK / 2));
   t.equal(first.length, APPLY_CHUNK + APPLY_CHUNK / 2);
-  const { result, commands } = await commandsDuring(() => applyEvents(redis, 'chain_b', events));
+  const { result, commands } = await commandsDuring(() => applied(redis, 'chain_b', events));
   t.equal(commands, Math.ceil(events.length / APPLY_CHUNK), 'one script per chunk');
   t.equal(result.length, events.length - first.length, 'only events past the cursor applied');
   t.same(result.slice(-accounts.length), ['withdrawal_requested', 'withdrawal_requested', 'withdrawal_requested']);
@@ -62,11 +63,16 @@ t.test('events over several chunks: one script per APPLY_CHUNK events, each appl
   const lastEvent = events[events.length - 1]!;
   const cursor = await readCursor(redis, 'chain_b');
   t.same(cursor && { block: cursor.block, logIndex: cursor.logIndex }, { block: lastEvent.blockNumber, logIndex: lastEvent.logIndex });
-  t.same(await applyEvents(redis, 'chain_b', events), [], 'the whole history again: nothing applied');
+  t.same(await applied(redis, 'chain_b', events), [], 'the whole history again: nothing applied');
 });
 
 let block = 1_000n;
 /** One event at the next block (log index 0), with defaults for the fields its kind does not use. */
+/** Apply events in chain order, each once: the kinds applied. */
+async function applied(...a: Parameters<typeof applyEventBatch>): Promise<string[]> {
+  return (await applyEventBatch(...a)).applied;
+}
+
 function ev(kind: EscrowEvent['kind'], account: Address, amount: bigint, more: Record<string, unknown> = {}): EscrowEvent {
   block += 1n;
   const callId = kind.startsWith('charge') ? callIdOf(`apply-${block}`) : null;
@@ -97,9 +103,9 @@ t.test('a Withdrawn of 0 (charges took the balance during the timelock) applies;
     ev('withdrawn', a, 0n, { requested: 500n }),
     ev('deposited', a, 300n),
   ];
-  t.same(await applyEvents(redis, 'chain_a', events), ['deposited', 'withdrawal_requested', 'withdrawn', 'deposited']);
+  t.same(await applied(redis, 'chain_a', events), ['deposited', 'withdrawal_requested', 'withdrawn', 'deposited']);
   t.same(await wallet(a), { synced: 800n, locked: 0n, pending: 0n });
-  t.same(await applyEvents(redis, 'chain_a', events), [], 'applied again: nothing');
+  t.same(await applied(redis, 'chain_a', events), [], 'applied again: nothing');
   t.same(await wallet(a), { synced: 800n, locked: 0n, pending: 0n }, 'the deposit credited once');
   const last = events[events.length - 1]!;
   t.equal((await readCursor(redis, 'chain_a'))?.raw, `${last.blockNumber}:0`, 'the cursor moved past all four');
@@ -107,7 +113,7 @@ t.test('a Withdrawn of 0 (charges took the balance during the timelock) applies;
 
 t.test('an amount of 0 of every kind writes nothing and stops nothing', async (t) => {
   const a = account();
-  await applyEvents(redis, 'chain_a', [ev('deposited', a, 1_000n), ev('withdrawal_requested', a, 400n)]);
+  await applied(redis, 'chain_a', [ev('deposited', a, 1_000n), ev('withdrawal_requested', a, 400n)]);
   const callId = await debit(a, 250n);
   const zeros = [
     ev('deposited', a, 0n),
@@ -122,7 +128,7 @@ t.test('an amount of 0 of every kind writes nothing and stops nothing', async (t
   const r = await applyEventBatch(redis, 'chain_a', zeros);
   t.same(r.applied, zeros.map((e) => e.kind));
   t.same(await wallet(a), { synced: 1_000n, locked: 0n, pending: 0n }, 'the debit left pending by its record, 0 charged');
-  t.equal(await redis.hget(keys.call(callId), 'status'), 'settled');
+  t.equal((await getCallRecordById(redis, callId))?.status, 'settled');
   t.same(r.anomalies, []);
   t.same(r.unmatched.map((u) => [u.kind, u.reason, u.released]), [['charged', 'unknown_call', 0n], ['charge_refused', 'unknown_call', 0n]]);
 });
@@ -151,13 +157,13 @@ t.test('an amount of 2^53 or more is not applied: recorded as an anomaly, the cu
   t.equal((await readCursor(redis, 'chain_a'))?.block, huge[5]!.blockNumber);
   const kept = await readAnomalies(redis, 'chain_a');
   t.match(kept.at(-1), { reason: 'amount_out_of_range', kind: 'withdrawn', amount: (10n ** 30n).toString(), tx: huge[4]!.txHash, block: huge[4]!.blockNumber.toString(), account: b.toLowerCase() });
-  t.same(await applyEvents(redis, 'chain_a', huge), [], 'applied again: nothing, and no second record');
+  t.same(await applied(redis, 'chain_a', huge), [], 'applied again: nothing, and no second record');
   t.equal((await readAnomalies(redis, 'chain_a')).length, kept.length);
 });
 
 t.test('a charge of a call whose record expired releases its amount from pending; an unknown one never goes below 0', async (t) => {
   const a = account();
-  await applyEvents(redis, 'chain_a', [ev('deposited', a, 1_000_000n)]);
+  await applied(redis, 'chain_a', [ev('deposited', a, 1_000_000n)]);
   const kept = await debit(a, 40_000n);
   const expired = await debit(a, 30_000n);
   const refusedExpired = await debit(a, 20_000n);
@@ -176,17 +182,17 @@ t.test('a charge of a call whose record expired releases its amount from pending
     ['unknown_call', refusedExpired, 20_000n],
     ['unknown_call', r.unmatched[2]?.callId, 0n],
   ]);
-  t.equal(await redis.hget(keys.call(kept), 'status'), 'settled');
-  t.equal(await redis.exists(keys.call(expired)), 0, 'no record made');
+  t.equal((await getCallRecordById(redis, kept))?.status, 'settled');
+  t.equal(await getCallRecordById(redis, expired), null, 'no record made');
 
   // A record that is not pending (released at 0, or another wallet's) releases nothing.
   const other = account();
-  await applyEvents(redis, 'chain_a', [ev('deposited', other, 10_000n)]);
+  await applied(redis, 'chain_a', [ev('deposited', other, 10_000n)]);
   const foreign = await debit(other, 10_000n);
   const r2 = await applyEventBatch(redis, 'chain_a', [ev('charged', a, 10_000n, { callId: foreign })]);
   t.same(r2.unmatched.map((u) => [u.reason, u.released]), [['call_not_pending', 0n]]);
   t.equal((await wallet(other)).pending, 10_000n, "the other wallet's pending untouched");
-  t.equal(await redis.hget(keys.call(foreign), 'status'), 'pending');
+  t.equal((await getCallRecordById(redis, foreign))?.status, 'pending');
 });
 
 t.test('a malformed event is refused before the first write: nothing of its chunk applied', async (t) => {
@@ -200,7 +206,7 @@ t.test('a malformed event is refused before the first write: nothing of its chun
     { ...ev('deposited', a, 1n), txHash: '0x' },
   ] as EscrowEvent[]) {
     const cursor = await redis.get('cursor:chain_c');
-    await t.rejects(applyEvents(redis, 'chain_c', [good, bad]), /malformed; nothing applied/);
+    await t.rejects(applied(redis, 'chain_c', [good, bad]), /malformed; nothing applied/);
     t.equal(await redis.get('cursor:chain_c'), cursor, 'cursor unchanged');
     t.equal((await readWallet(redis, a, 'chain_c')).synced, 0n, 'the good event before it not applied');
   }

@@ -15,7 +15,7 @@ import { createMetrics, type Metrics } from '../../plugins/metrics/metrics.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { pruneConsumers, Settler } from '../../plugins/settlement/settler.js';
 import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
-import { getCallRecord } from '../../plugins/billing/call-records.js';
+import { getCallRecord, getCallRecordById } from '../../plugins/billing/call-records.js';
 import { keys } from '../../plugins/store/keys.js';
 import { dropPrefix, testPrefix } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
@@ -554,7 +554,7 @@ t.test('a charge above the escrow cap: ChargeOverCap applied as a refusal, the d
   await settler(t, s, metrics).start();
   const done = await s.synced(x, 'chain_a', (v) => v.pending === 0n);
   t.equal(done.synced, DEV_MAX_CHARGE + 5_000_000n, 'nothing charged');
-  t.equal(await s.redis.hget(keys.call(callId), 'status'), 'failed');
+  t.equal((await getCallRecordById(s.redis, callId))?.status, 'failed');
   t.equal(await counter(metrics.settlementCharges, { chain: 'chain_a', outcome: 'over_cap' }), 1);
   t.equal(await counter(metrics.chainEvents, { chain: 'chain_a', kind: 'charge_over_cap' }), 1);
 });

@@ -10,7 +10,7 @@ import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
 import { VideoJobs } from '../../plugins/jobs/video-jobs.js';
-import { VIDEO_SETTLE_MARGIN_MS } from '../../plugins/jobs/video-store.js';
+import { VIDEO_SETTLE_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
@@ -120,7 +120,7 @@ t.test('the hold belongs to the job: no sweep releases it while the job lives; i
   const requestId = response.headers.get('x-request-id')!;
   const held = await getCallRecord(a.redis, requestId);
   t.equal(held?.owner, `job:${job.id}`);
-  const deadline = (await a.redis.hget(`video:${job.id}`, 'deadline'))!;
+  const { deadline } = (await new VideoStore(a.redis, 0).get(job.id))!;
   t.equal(held!.expires! - Number(deadline), VIDEO_SETTLE_MARGIN_MS, 'the hold outlives the job\'s deadline by the settle margin');
   t.ok(Math.abs(Number(deadline) - (job.created_at * 1000 + 60_000)) < 2_000, 'the deadline is deadline_ms past the submit');
   // The instance that took the hold dies: every other instance's sweep runs, long after its heartbeat stopped.
