@@ -126,6 +126,8 @@ t.test('content before completion is a clear 409, not retried; polls of another 
   }
   const anon = await fetch(`${h.url}/v1/videos/${v.id}`);
   t.equal(anon.status, 401, 'polls need a key');
+  // Its hold is released when the render fails: wait for it, so later tests read a wallet nothing changes under.
+  await until('the job failed', async () => ((await openai.videos.retrieve(v.id)).status === 'failed' ? true : null));
 });
 
 t.test('a provider refusal at submit is a 400, and free', async (t) => {
