@@ -24,6 +24,7 @@ import type { Call } from './call.js';
 import { CHAIN_NAMES } from './chains/config.js';
 import { buildConfig, ConfigError, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded } from './embedded.js';
+import { answerExpectation } from './hooks/client-errors.js';
 import { Finisher } from './hooks/finish.js';
 import { forwardCall } from './hooks/forward.js';
 import { gateCall } from './hooks/gate.js';
@@ -107,10 +108,6 @@ export function toGatewayError(err: unknown, contentType = 'application/json'): 
     return new GatewayError('service_unavailable', { cause: err });
   }
   if (e.statusCode === 400) return new GatewayError('invalid_request', { cause: err });
-  // A body nested deeper than a recursive step of the call path can follow.
-  if (err instanceof RangeError && /call stack/.test(err.message)) {
-    return new GatewayError('invalid_request', { message: 'The request body nests too deeply.', cause: err });
-  }
   return new GatewayError('internal_error', { cause: err });
 }
 
@@ -147,6 +144,9 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   const { config, env } = await configOf(app, opts, opts.env ?? process.env);
   const redis = opts.redis ?? connectRedis({ ...config.redis, failFast: true });
   if (!opts.redis) logRedisErrors(redis, (err) => app.log.error({ err }, 'redis connection'));
+  // An Expect Node cannot meet gets our 417, with a request id, instead of Node's bare one (unless the host app
+  // answers it itself).
+  if (app.server.listenerCount('checkExpectation') === 0) app.server.on('checkExpectation', answerExpectation);
   const log = app.log;
   const keys = new KeyResolver(redis);
   keys.listen((err) => log.warn({ err }, 'key invalidation channel'));

@@ -118,6 +118,7 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     } else {
       config = loadConfig(env);
     }
+    const timeouts = serverTimeouts(config.server);
     app = Fastify({
       logger: opts.logger === false ? false : { level: env.LOG_LEVEL ?? 'info' },
       // Per-request log lines cost CPU on every call: off unless LOG_REQUESTS=1.
@@ -126,7 +127,8 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
       routerOptions: { ignoreTrailingSlash: true },
       // What the HTTP parser and the router refuse gets a request id and the caller's error shape too.
       ...fareboxServerOptions,
-      ...serverTimeouts(config.server),
+      ...timeouts,
+      http: { ...fareboxServerOptions.http, ...timeouts.http },
     });
     if (config.server.max_connections > 0) app.server.maxConnections = config.server.max_connections;
     // While stopping, answers tell keep-alive clients the connection closes (RFC 9112 9.6): an open socket would

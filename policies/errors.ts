@@ -1,7 +1,7 @@
 /**
  * One error type for everything the gateway refuses or fails at, and one list of its codes.
  * `message` is always safe to show a caller; `cause` goes to the logs only.
- * docs/errors.md documents this list; test/errors.test.ts keeps the two in step.
+ * The README's "Errors" table documents this list; test/hooks/identify.test.ts keeps the two in step.
  */
 
 /** Every error code the gateway answers with: HTTP status and the default safe message. */
@@ -40,6 +40,7 @@ export const ERROR_CODES = {
   request_too_large: { status: 413, message: 'The request body is too large.' },
   request_timeout: { status: 408, message: 'The request took too long to arrive.' },
   headers_too_large: { status: 431, message: 'The request headers are too large.' },
+  expectation_failed: { status: 417, message: 'The Expect header cannot be met: only 100-continue is.' },
   invalid_range: { status: 416, message: 'The requested byte range is not within the video.' },
   rate_limited: { status: 429, message: 'Rate limit reached; retry after the time in Retry-After.' },
   upstream_rate_limited: { status: 429, message: 'The model provider is rate limiting; retry later.' },
@@ -97,6 +98,7 @@ const ANTHROPIC_TYPES: Record<number, string> = {
   410: 'not_found_error',
   413: 'request_too_large',
   416: 'invalid_request_error',
+  417: 'invalid_request_error',
   431: 'invalid_request_error',
   429: 'rate_limit_error',
   500: 'api_error',
@@ -118,6 +120,7 @@ const OPENAI_TYPES: Record<number, string> = {
   410: 'invalid_request_error',
   413: 'invalid_request_error',
   416: 'invalid_request_error',
+  417: 'invalid_request_error',
   431: 'invalid_request_error',
   429: 'rate_limit_error',
 };

@@ -5,7 +5,7 @@
  * server options (`clientErrorHandler`, `frameworkErrors`), so `farebox serve` sets them and a host app passes
  * `fareboxServerOptions` to its own `Fastify()`.
  */
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { newRequestId } from '../call.js';
@@ -53,8 +53,26 @@ export function frameworkErrors(error: FastifyError, request: FastifyRequest, re
     .send(renderError(ge, request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai'));
 }
 
-/** Server options of `farebox serve` that a host app registering the plugin should pass to its own `Fastify()`. */
-export const fareboxServerOptions: Pick<FastifyServerOptions, 'clientErrorHandler' | 'frameworkErrors'> = {
+/**
+ * Node's `checkExpectation` (an `Expect` other than 100-continue), which Node would answer with a bare 417: in our
+ * shape, with a request id. The plugin listens for it on its server.
+ */
+export function answerExpectation(req: IncomingMessage, res: ServerResponse): void {
+  const ge = new GatewayError('expectation_failed');
+  const body = renderError(ge, req.url?.startsWith('/v1/messages') ? 'anthropic' : 'openai');
+  res.writeHead(ge.status, {
+    'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-request-id': newRequestId(), 'x-should-retry': 'false',
+  });
+  res.end(body);
+}
+
+/**
+ * Server options of `farebox serve` that a host app registering the plugin should pass to its own `Fastify()`.
+ * Node answers an HTTP/1.1 request without `Host` with a bare 400 unless told not to; the gateway refuses it
+ * itself (hooks/identify.ts), in the caller's shape.
+ */
+export const fareboxServerOptions: Pick<FastifyServerOptions, 'clientErrorHandler' | 'frameworkErrors'> & { http: { requireHostHeader: false } } = {
   clientErrorHandler,
   frameworkErrors,
+  http: { requireHostHeader: false },
 };

@@ -61,20 +61,12 @@ export function textUpstreamHeaders(provider: ProviderConfig, incoming: Incoming
   return h;
 }
 
-/** The body as sent upstream; one nested too deeply to serialize is the caller's 400, not a gateway fault. */
-function serialize(body: Record<string, unknown>): string {
-  try {
-    return JSON.stringify(body);
-  } catch (err) {
-    throw new GatewayError('invalid_request', { message: 'The request body nests too deeply.', cause: err });
-  }
-}
 
 /** The policed form of a rewritten text request. */
 export function textPoliced(
   route: ModelRoute<TextModel>, rewrite: RewriteResult, incoming: IncomingHttpHeaders, bodyBytes: number, n = 1, mustFit = true,
 ): TextPoliced {
-  const upstreamBody = serialize(rewrite.body);
+  const upstreamBody = JSON.stringify(rewrite.body);
   const protocol = route.provider.protocol === 'anthropic' ? 'anthropic' : 'openai';
   refuseUnpriced(protocol, rewrite.body, upstreamBody);
   const { inputBound, cacheWrite } = inputBounds({

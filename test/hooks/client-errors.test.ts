@@ -73,9 +73,29 @@ t.test('a bare CR in a header, a broken chunked body, an undecodable URL: 400 ma
   openaiShape(t, await raw('GET /v1/%E0%A4%A HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n'), 400, 'malformed_request');
 });
 
-t.test('a body nested 20,000 deep: 400 invalid_request, not a 500', async (t) => {
-  const body = `{"model":"gamma-k3","messages":[{"role":"user","content":"x"}],"x":${'['.repeat(20_000)}${']'.repeat(20_000)}}`;
-  const a = await raw(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
-  openaiShape(t, a, 400, 'invalid_request');
-  t.match(a.body, { error: { message: /nests too deeply/ } });
+t.test('a body nested deeper than 128 levels: 400 invalid_request before it is parsed; 128 levels pass', async (t) => {
+  const post = (x: string) => {
+    const body = `{"model":"gamma-k3","max_tokens":5,"messages":[{"role":"user","content":"x"}],"x":${x}}`;
+    return raw(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+  };
+  for (const x of ['['.repeat(20_000) + ']'.repeat(20_000), '[{"a":'.repeat(64) + '1' + '}]'.repeat(64)]) {
+    const a = await post(x);
+    openaiShape(t, a, 400, 'invalid_request');
+    t.match(a.body, { error: { message: 'The request body nests deeper than 128 levels.' } });
+  }
+  // The body's own object is one level: x may take 127 more. Brackets inside strings do not count.
+  const ok = await post('['.repeat(127) + ']'.repeat(127) + `,"y":"${'[{'.repeat(500)}"`);
+  t.equal(ok.status, 200, 'at the bound, with brackets in a string: served');
+});
+
+t.test('an Expect other than 100-continue: 417 expectation_failed; HTTP/1.1 without Host: 400 malformed_request', async (t) => {
+  openaiShape(t, await raw('GET /v1/health HTTP/1.1\r\nhost: x\r\nexpect: bogus\r\nconnection: close\r\n\r\n'), 417, 'expectation_failed');
+  const a = await raw('POST /v1/messages HTTP/1.1\r\nhost: x\r\nexpect: bogus\r\nconnection: close\r\n\r\n');
+  t.match(a.body, { type: 'error', error: { type: 'invalid_request_error', code: 'expectation_failed' } }, 'the Anthropic shape on /v1/messages');
+  t.match(a.headers['x-request-id'], /^req_/);
+  const noHost = await raw('GET /v1/health HTTP/1.1\r\nconnection: close\r\n\r\n');
+  openaiShape(t, noHost, 400, 'malformed_request');
+  t.match(noHost.body, { error: { message: 'An HTTP/1.1 request needs a Host header.' } });
+  const old = await raw('GET /v1/health HTTP/1.0\r\n\r\n');
+  t.equal(old.status, 200, 'HTTP/1.0 needs none');
 });
