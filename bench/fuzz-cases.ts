@@ -109,7 +109,7 @@ export function fuzzCases(seed: number, n: number, key: string): FuzzCase[] {
 /** What is wrong with an answer to a fuzz case (null: nothing). */
 export function checkAnswer(c: FuzzCase, status: number, headers: Headers, text: string): string | null {
   if (!headers.get('x-request-id')) return `${status} without x-request-id`;
-  if (status === 500 || status === 503) return `${status} from the gateway: ${text.slice(0, 200)}`;
+  if (status >= 500) return `${status} from the gateway: ${text.slice(0, 200)}`;
   if (status < 400) return null;
   let body: { type?: unknown; error?: { type?: unknown; message?: unknown; code?: unknown } };
   try {

@@ -3,7 +3,7 @@
  * against one of its gateways, then load through all of them while faults are injected in turn with quiet gaps
  * between (a gateway killed with SIGKILL and started again; Redis stopped for a while, a gateway restarted during
  * the outage, Redis started again on its port and data; the chains paused with SIGSTOP), then the ledger checks
- * (soak-check.ts). `npm run soak` runs it in full (bench/soak.ts); test/soak/faults.test.ts runs a short one.
+ * (soak-check.ts). `npm run soak` runs it in full (bench/soak.ts); test/billing/soak-faults.test.ts runs a short one.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
