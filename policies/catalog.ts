@@ -73,6 +73,11 @@ const videoModelSchema = z.strictObject({
   max_references: z.number().int().min(0).max(30).default(0),
   /** Whether the model takes last_reference (first-plus-last-frame animation). */
   last_reference: z.boolean().default(false),
+}).superRefine((m, ctx) => {
+  // SPEC: subject references and a last frame are vidB's (vidB-2.5); vidA and vidC take one starting frame at most.
+  if (m.family === 'vidB') return;
+  if (m.max_references > 0) ctx.addIssue({ code: 'custom', path: ['max_references'], message: `must be 0 for family ${m.family}: only vidB models take subject references` });
+  if (m.last_reference) ctx.addIssue({ code: 'custom', path: ['last_reference'], message: `must be false for family ${m.family}: only vidB models take a last frame` });
 });
 
 const KIND_OF_FAMILY: Record<string, 'text' | 'image' | 'video'> = {

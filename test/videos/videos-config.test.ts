@@ -51,6 +51,15 @@ t.test('a video model\'s config is checked when the gateway starts', async (t) =
   const refs = base();
   (refs.models.at(-1) as { max_references?: number }).max_references = 31;
   t.throws(() => buildConfig(refs, env), /max_references/);
+  // Subject references and a last frame are vidB's alone.
+  for (const family of ['vidA', 'vidC']) {
+    const many = base();
+    Object.assign(many.models.at(-1)!, { family, max_references: 5 });
+    t.throws(() => buildConfig(many, env), new RegExp(`max_references: must be 0 for family ${family}`));
+    const last = base();
+    Object.assign(last.models.at(-1)!, { family, last_reference: true });
+    t.throws(() => buildConfig(last, env), new RegExp(`last_reference: must be false for family ${family}`));
+  }
 });
 
 t.test('multipart is parsed on the endpoints that take it only: text endpoints keep their JSON-only context', async (t) => {
