@@ -20,6 +20,8 @@ export interface SimDirectives {
   chunkDelayMs?: number;
   /** `#sim:video=fail`: the video render fails. */
   videoFail?: boolean;
+  /** `#sim:render_ms=N`: the video job renders for N ms (else the simulator's videoRenderMs). */
+  renderMs?: number;
   /**
    * `#sim:image=refuse`: the provider's safety system blocks the prompt; `#sim:image=refuse_output`: it
    * blocks the generated image (a distinct answer on Gemini, the same error on OpenAI).
@@ -58,6 +60,9 @@ export function parseDirectives(text: string): SimDirectives {
         break;
       case 'video':
         if (value === 'fail') out.videoFail = true;
+        break;
+      case 'render_ms':
+        if (n !== undefined) out.renderMs = n;
         break;
       case 'image':
         if (value === 'refuse' || value === 'refuse_output') out.image = value;

@@ -91,7 +91,7 @@ export async function predictLongRunning(req: FastifyRequest, reply: FastifyRepl
   const d = parseDirectives(prompt);
   await applyFaults(d);
   const id = shortId();
-  ctx.media.jobs.create(id, { protocol: 'gemini', model, prompt, width: frame[0], height: frame[1], seconds, fail: d.videoFail === true, hangupAfter: d.hangupAfter });
+  ctx.media.jobs.create(id, { protocol: 'gemini', model, prompt, width: frame[0], height: frame[1], seconds, fail: d.videoFail === true, renderMs: d.renderMs, hangupAfter: d.hangupAfter });
   return reply.send({ name: `models/${model}/operations/${id}` });
 }
 

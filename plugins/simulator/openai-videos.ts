@@ -108,7 +108,7 @@ export function openaiVideoRoutes(app: FastifyInstance, ctx: RouteContext): void
 
     const d = parseDirectives(prompt);
     await applyFaults(d);
-    const job = ctx.media.jobs.create(newId('video_'), { protocol: 'openai', model, prompt, width, height, seconds, fail: d.videoFail === true, hangupAfter: d.hangupAfter });
+    const job = ctx.media.jobs.create(newId('video_'), { protocol: 'openai', model, prompt, width, height, seconds, fail: d.videoFail === true, renderMs: d.renderMs, hangupAfter: d.hangupAfter });
     return reply.header('x-request-id', newId('req_')).send(videoObject(ctx.media.jobs, job));
   });
 

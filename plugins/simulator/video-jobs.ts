@@ -19,6 +19,8 @@ export interface VideoSpec {
   seconds: number;
   /** `#sim:video=fail`: the job ends failed at the end of its render time. */
   fail: boolean;
+  /** `#sim:render_ms=N`: this job's render time, ms (else the simulator's). */
+  renderMs?: number;
   /** `#sim:hangup_after=N`: downloads of the clip stop after N bytes. */
   hangupAfter?: number;
 }
@@ -122,9 +124,10 @@ export class VideoJobs {
 
   /** The state of `job` at `now`. */
   state(job: VideoJob, now = Date.now()): VideoState {
-    const due = job.createdAt + this.renderMs;
+    const renderMs = job.renderMs ?? this.renderMs;
+    const due = job.createdAt + renderMs;
     if (now < due) {
-      const progress = this.renderMs <= 0 ? 99 : Math.min(99, Math.floor((100 * (now - job.createdAt)) / this.renderMs));
+      const progress = renderMs <= 0 ? 99 : Math.min(99, Math.floor((100 * (now - job.createdAt)) / renderMs));
       return { status: progress < 5 ? 'queued' : 'in_progress', progress, finishedAt: null, failure: null };
     }
     if (job.fail) return { status: 'failed', progress: 0, finishedAt: due, failure: { kind: 'directive', message: 'The video render failed.' } };

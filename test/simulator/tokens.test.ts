@@ -14,6 +14,7 @@ t.test('parseDirectives reads every directive, several at once, ignoring unknown
   });
   t.same(parseDirectives('#sim:status=529'), { status: 529 });
   t.same(parseDirectives('#sim:video=fail'), { videoFail: true });
+  t.same(parseDirectives('#sim:render_ms=6000 #sim:video=fail'), { renderMs: 6000, videoFail: true });
   t.same(parseDirectives('#sim:video=ok #sim:colour=red #sim:tokens=-1 #sim:tokens=x #sim:status=200 #sim:status=600'), {});
   t.same(parseDirectives('#sim:tokens=0'), { tokens: 0 });
 });

@@ -125,6 +125,15 @@ t.test('#sim:video=fail -> failed with an error object; no content', async (t) =
   t.equal((await content(v.id)).status, 404);
 });
 
+t.test('#sim:render_ms=N sets one job\'s render time', async (t) => {
+  const quick = (await (await submit({ prompt: 'quick #sim:render_ms=0 #sim:video=fail', size: '1280x720', seconds: '4' })).json()) as Video;
+  t.equal((await poll(quick.id)).status, 'failed', 'ended at once, where the simulator\'s own render time is 400 ms');
+  const long = (await (await submit({ prompt: 'long #sim:render_ms=60000', size: '1280x720', seconds: '4' })).json()) as Video;
+  await sleep(600);
+  const later = await poll(long.id);
+  t.ok(later.status === 'queued' && later.progress < 5, 'still rendering after the simulator\'s own time');
+});
+
 t.test('a bad size or seconds -> 400 in OpenAI\'s shape naming the param', async (t) => {
   const cases: Array<[Record<string, unknown>, string]> = [
     [{ size: '1281x720' }, 'size'],
