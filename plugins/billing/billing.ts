@@ -282,17 +282,28 @@ export class Billing {
     for (const instance of dead) {
       if (instance === this.instance) continue;
       const ids = await this.r.smembers(keys.ownerHolds(instance));
-      for (const id of ids) released += await this.release(id, 'instance_died', now);
+      for (const id of ids) released += await this.releaseOne(id, 'instance_died', now);
       if ((await this.r.scard(keys.ownerHolds(instance))) === 0) await this.r.zrem(keys.instances, instance);
     }
     const expired = await this.r.zrangebyscore(keys.holds, '-inf', at, 'LIMIT', 0, 500);
     for (const id of expired) {
       // This instance's own running calls are renewed above; one that expired anyway (Redis was away longer than the
       // hold's TTL) is released like any other, and its debit still charges what it delivered.
-      released += await this.release(id, 'expired', now);
+      released += await this.releaseOne(id, 'expired', now);
     }
     this.metrics.holdsOpen.set(await this.r.zcard(keys.holds));
     return released;
+  }
+
+  /** Release one hold; one Redis refuses (a bug, never an outage) is logged and passed over, not the end of the sweep. */
+  private async releaseOne(requestId: string, reason: 'expired' | 'instance_died', now: number | undefined): Promise<number> {
+    try {
+      return await this.release(requestId, reason, now);
+    } catch (err) {
+      if (redisUnavailable(err)) throw err;
+      this.log.error({ err, requestId, reason }, 'releasing a hold failed; the sweep goes on');
+      return 0;
+    }
   }
 
   private async release(requestId: string, reason: 'expired' | 'instance_died', now: number | undefined): Promise<number> {

@@ -13,6 +13,7 @@ import { limitsConfigSchema } from '../../policies/limits.js';
 import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
 import { redisNow } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
+import { request, type IncomingMessage } from 'node:http';
 import sharp from 'sharp';
 import { makeUsage, worstCaseText } from '../../pricing/index.js';
 import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
@@ -97,6 +98,38 @@ t.test('a call past its provider\'s max_duration_ms is cut and billed for what w
   t.ok(rec.priceAtomic > 0n && rec.priceAtomic < rec.held);
 });
 
+t.test('a caller that stops reading is cut at max_duration_ms too, and billed for what it was sent', async (t) => {
+  // 32,000 tokens at once, of which the caller reads nothing: the sockets fill, the gateway pauses the upstream
+  // (backpressure), and only the hard maximum ends the call.
+  const body = JSON.stringify({ model: 'gamma-k3', stream: true, max_tokens: 32_000, messages: [{ role: 'user', content: '#sim:tokens=32000' }] });
+  const started = Date.now();
+  const res = await new Promise<IncomingMessage>((resolve, reject) => {
+    const req = request(`${h.url}/v1/chat/completions`, {
+      method: 'POST', headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+    }, (r) => {
+      r.pause();
+      resolve(r);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+  // The call ends, and is debited, while its caller still reads nothing.
+  const rec = await finished(h, String(res.headers['x-request-id']));
+  const endedAfter = Date.now() - started;
+  t.ok(endedAfter >= 2_000 && endedAfter < 6_000, `debited ${endedAfter} ms in, at the 2.5 s maximum`);
+  let text = '';
+  res.on('data', (d: Buffer) => (text += d.toString()));
+  await new Promise((resolve) => {
+    res.on('error', resolve);
+    res.on('close', resolve);
+    res.resume();
+  });
+  t.notMatch(text, /\[DONE\]/, 'the answer was cut');
+  t.ok(rec.usage.output_tokens > 0 && rec.usage.output_tokens < 32_000, `${rec.usage.output_tokens} output tokens billed: what was written before the stall`);
+  t.ok(rec.priceAtomic > 0n && rec.priceAtomic < rec.held);
+  t.equal(rec.released, null, 'its own hold, renewed while it stalled');
+});
+
 t.test('n on /v1/messages is not the endpoint\'s: every value holds the whole of max_tokens', async (t) => {
   const ask = (extra: object) => post('/messages', { model: 'alpha-haiku-4-5', max_tokens: 2_000, messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'anthropic-version': '2023-06-01' });
   const plain = await ask({});
@@ -124,17 +157,24 @@ t.test('a local clock hours off changes no expiry: holds and heartbeats are on R
   t.teardown(() => {
     Date.now = realNow;
   });
-  const stream = anthropic.messages.stream({ model: 'alpha-haiku-4-5', max_tokens: 100, messages: [{ role: 'user', content: '#sim:tokens=20 #sim:chunk_delay_ms=50' }] });
+  // A stream of about 2 s: its hold is read while the call runs.
+  const stream = anthropic.messages.stream({ model: 'alpha-haiku-4-5', max_tokens: 100, messages: [{ role: 'user', content: '#sim:tokens=20 #sim:chunk_delay_ms=100' }] });
   const { response } = await stream.withResponse();
   const id = response.headers.get('x-request-id')!;
   const held = await until('the hold', async () => getCallRecord(h.redis, id));
   const redisTime = await redisNow(h.redis);
-  if (held.status === 'held') {
-    t.ok(held.expires! < redisTime + 60_000, `expires ${held.expires! - redisTime} ms after Redis's now, not hours`);
-  }
-  // Another instance whose clock runs hours ahead sweeps meanwhile: nothing of this live call is released.
+  t.equal(held.status, 'held', 'read while the call runs');
+  t.ok(held.expires! > redisTime && held.expires! < redisTime + 60_000, `expires ${held.expires! - redisTime} ms after Redis's now, not hours`);
+  // Another instance whose clock runs three hours further ahead than the gateway's sweeps meanwhile: nothing of this
+  // live call is released (were expiries on local clocks, its hold would look hours past its expiry to it).
   const ahead = new Billing(h.redis, { retentionMs: 60_000, holdTtlMs: 1_000, instanceTimeoutMs: 1_500 }, createMetrics(), { error() {}, warn() {} });
-  await ahead.sweep();
+  Date.now = () => realNow() + 2 * skew;
+  try {
+    await ahead.sweep();
+  } finally {
+    Date.now = () => realNow() + skew;
+  }
+  t.match(await getCallRecord(h.redis, id), { status: 'held', released: null }, 'still held after the other sweep');
   await ahead.stop();
   await stream.finalMessage();
   const rec = await finished(h, id);

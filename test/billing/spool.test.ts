@@ -80,3 +80,30 @@ t.test('a debit sent to a Redis that never answers is spooled after 5 s, not hel
   t.equal(billing.spool?.size, 1, 'the debit waits in the spool');
   await billing.spool?.stop();
 });
+
+t.test('a full spool loses what does not fit, counted in farebox_debits_lost_total; what fits still goes in', async (t) => {
+  // A port nothing listens on: every command fails at once, as while Redis is down.
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const port = (probe.address() as AddressInfo).port;
+  await new Promise((done) => probe.close(done));
+  const r = connectRedis({ url: `redis://127.0.0.1:${port}`, prefix: 'spool-full:', failFast: true });
+  r.on('error', () => {});
+  const metrics = createMetrics();
+  const errors: string[] = [];
+  const billing = new Billing(r, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 30_000, spool: { dir: join(dir, 'full'), maxEntries: 2 } }, metrics, {
+    error: (_o: object, msg: string) => errors.push(msg), warn() {},
+  });
+  t.teardown(async () => {
+    await billing.spool?.stop();
+    r.disconnect();
+  });
+  for (const n of [1, 2, 3]) {
+    const hold = { requestId: `req_full_${n}`, callId: `call_full_${n}`, account: '0xabc', keyId: 'k', chain: 'chain_a' as const, model: 'm', amount: 10n, owner: billing.instance };
+    t.equal(await billing.debit(hold, { usage: makeUsage({ output_tokens: 1 }), price: 5n }), null, `debit ${n} not answered by Redis`);
+  }
+  t.equal(billing.spool?.size, 2, 'two wait: the spool holds at most spool_max');
+  t.equal((await metrics.debitsLost.get()).values.reduce((s, v) => s + v.value, 0), 1, 'the third is counted lost');
+  t.equal((await metrics.debitsSpooled.get()).values.reduce((s, v) => s + v.value, 0), 2);
+  t.ok(errors.length >= 1, 'and logged');
+});
