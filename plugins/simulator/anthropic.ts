@@ -151,7 +151,7 @@ export function anthropicRoutes(app: FastifyInstance, ctx: RouteContext): void {
     reply.hijack();
     const headers = { 'request-id': newId('req_') };
     if (body.stream === true) return sendStream(reply.raw, headers, streamPlan(id, model, out, cache), d);
-    sendJson(reply.raw, 200, headers, messageJson(id, model, out, cache), d.hangupAfter !== undefined);
+    await sendJson(reply.raw, 200, headers, messageJson(id, model, out, cache), d.hangupAfter !== undefined, d.chunkDelayMs);
   });
 
   app.post('/v1/messages/count_tokens', POST_ROUTE, async (req, reply) => {
@@ -162,6 +162,6 @@ export function anthropicRoutes(app: FastifyInstance, ctx: RouteContext): void {
     const prompt = anthropicPrompt(body);
     await applyFaults(parseDirectives(lastUserText(body.messages)));
     reply.hijack();
-    sendJson(reply.raw, 200, { 'request-id': newId('req_') }, '{"input_tokens":' + prompt.total + '}');
+    await sendJson(reply.raw, 200, { 'request-id': newId('req_') }, '{"input_tokens":' + prompt.total + '}');
   });
 }

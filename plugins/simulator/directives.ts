@@ -16,7 +16,7 @@ export interface SimDirectives {
   hangupAfter?: number;
   /** `#sim:delay_ms=N`: wait before the first byte. */
   delayMs?: number;
-  /** `#sim:chunk_delay_ms=N`: wait between content chunks of a stream. */
+  /** `#sim:chunk_delay_ms=N`: wait between content chunks of a stream, or 16 KiB slices of a JSON answer. */
   chunkDelayMs?: number;
   /** `#sim:video=fail`: the video render fails. */
   videoFail?: boolean;

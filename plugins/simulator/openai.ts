@@ -163,6 +163,6 @@ export function openaiRoutes(app: FastifyInstance, ctx: RouteContext): void {
       const includeUsage = (body.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
       return sendStream(reply.raw, headers, streamPlan(id, created, model, out, includeUsage ? usage : null), d);
     }
-    sendJson(reply.raw, 200, headers, completionJson(id, created, model, out, usage), d.hangupAfter !== undefined);
+    await sendJson(reply.raw, 200, headers, completionJson(id, created, model, out, usage), d.hangupAfter !== undefined, d.chunkDelayMs);
   });
 }

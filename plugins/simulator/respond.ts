@@ -41,16 +41,32 @@ function drained(raw: ServerResponse): Promise<boolean> {
   });
 }
 
-/** Sends a whole JSON body in one write; `hangup` destroys the socket instead of sending it. */
-export function sendJson(raw: ServerResponse, status: number, headers: OutgoingHttpHeaders, body: string, hangup = false): void {
+/** Slices of a JSON body sent `#sim:chunk_delay_ms` apart (bytes). */
+const JSON_SLICE = 16 * 1024;
+
+/**
+ * Sends a whole JSON body in one write; `hangup` destroys the socket instead of sending it; `gapMs` (chunk_delay_ms)
+ * sends it in 16 KiB slices that far apart, as a body that trickles in.
+ */
+export async function sendJson(raw: ServerResponse, status: number, headers: OutgoingHttpHeaders, body: string, hangup = false, gapMs = 0): Promise<void> {
   if (hangup) {
     raw.destroy();
     return;
   }
   headers['content-type'] = 'application/json';
-  headers['content-length'] = Buffer.byteLength(body);
+  const bytes = Buffer.from(body);
+  headers['content-length'] = bytes.length;
   raw.writeHead(status, headers);
-  raw.end(body);
+  if (gapMs <= 0) {
+    raw.end(bytes);
+    return;
+  }
+  for (let at = 0; at < bytes.length; at += JSON_SLICE) {
+    if (at > 0) await sleep(gapMs);
+    if (raw.destroyed) return;
+    raw.write(bytes.subarray(at, at + JSON_SLICE));
+  }
+  raw.end();
 }
 
 /** Streams `plan` as SSE, honouring hangup_after and chunk_delay_ms. */

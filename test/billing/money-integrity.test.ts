@@ -130,6 +130,34 @@ t.test('a caller that stops reading is cut at max_duration_ms too, and billed fo
   t.equal(rec.released, null, 'its own hold, renewed while it stalled');
 });
 
+t.test('a caller that hangs up partway through a JSON answer is billed what was written to it, bytes / 4, not 0', async (t) => {
+  // 32,000 tokens of JSON (about 130 KB), arriving in 16 KiB slices 150 ms apart; the caller leaves after 40 KB.
+  const body = JSON.stringify({ model: 'gamma-k3', max_tokens: 32_000, messages: [{ role: 'user', content: '#sim:tokens=32000 #sim:chunk_delay_ms=150' }] });
+  const { id, received } = await new Promise<{ id: string; received: number }>((resolve, reject) => {
+    const req = request(`${h.url}/v1/chat/completions`, {
+      method: 'POST', headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+    }, (res) => {
+      let got = 0;
+      res.on('data', (d: Buffer) => {
+        got += d.length;
+        if (got >= 40_000) {
+          req.destroy();
+          resolve({ id: String(res.headers['x-request-id']), received: got });
+        }
+      });
+      res.on('error', () => {});
+    });
+    req.on('error', () => {});
+    req.on('close', () => reject(new Error('closed before 40 KB')));
+    req.end(body);
+  });
+  const rec = await finished(h, id);
+  const total = Number(rec.usage.output_tokens);
+  t.ok(total >= Math.floor(received / 4), `${total} output tokens billed for the ${received} bytes it read (at least bytes / 4)`);
+  t.ok(total < 20_000, 'not the whole answer: only what was written before it left');
+  t.ok(rec.priceAtomic > 0n && rec.priceAtomic < rec.held);
+});
+
 t.test('n on /v1/messages is not the endpoint\'s: every value holds the whole of max_tokens', async (t) => {
   const ask = (extra: object) => post('/messages', { model: 'alpha-haiku-4-5', max_tokens: 2_000, messages: [{ role: 'user', content: 'hi' }], ...extra }, { 'anthropic-version': '2023-06-01' });
   const plain = await ask({});
