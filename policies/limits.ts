@@ -1,6 +1,6 @@
 /**
  * Rate limits (pure part): the `limits` config section, the limits that apply to a call, and the response
- * headers of a decision. plugins/rate-limit.ts counts calls in Redis.
+ * headers of a decision. plugins/billing/rate-limit.ts counts calls in Redis.
  *
  * Four limits per call: requests and tokens per minute, per API key and per account, each configurable per
  * model family. A number is the limit, null is unlimited. In a family entry an absent number inherits

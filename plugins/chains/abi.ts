@@ -1,6 +1,6 @@
 /**
  * Typed ABIs of contracts/Escrow.sol and contracts/TestStablecoin.sol, written as human-readable
- * signatures so viem infers argument and event types. test/contracts-abi.test.ts checks them
+ * signatures so viem infers argument and event types. test/contracts/abi.test.ts checks them
  * item by item against the solc output, so they cannot drift from the source.
  */
 import { parseAbi } from 'viem';

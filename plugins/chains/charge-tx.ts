@@ -3,7 +3,7 @@
  * per full batch) is encoded, serialized and hashed once per batch, and on that size viem's ABI encoder, its RLP
  * serializer (hex to bytes and back, twice per signed transaction) and its JS keccak (noble, ~12 MB/s here) cost more
  * per settled call than the rest of the settler. The results are byte for byte what viem produces
- * (test/charge-tx.test.ts compares them).
+ * (test/chains/charge-tx.test.ts compares them).
  */
 import { createKeccak, type IHasher } from 'hash-wasm';
 import { toFunctionSelector, type Hex, type TransactionSerializableEIP1559 } from 'viem';

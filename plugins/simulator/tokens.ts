@@ -4,7 +4,7 @@
  * Invariant billing relies on: the input tokens counted for a request never exceed the UTF-8
  * byte length of its JSON body. Each count here is a quarter (rounded up) of the bytes of a
  * disjoint piece of that body, plus a per-message overhead smaller than the JSON that frames a
- * message, so the sum stays below the body length (checked in test/simulator-tokens.test.ts).
+ * message, so the sum stays below the body length (checked in test/simulator/tokens.test.ts).
  */
 import { createHash } from 'node:crypto';
 

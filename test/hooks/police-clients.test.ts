@@ -14,7 +14,7 @@ import { validator } from '../helpers/conformance.js';
 
 interface Sample {
   readonly client: string;
-  /** Where the headers were read (the same sources as test/clients.test.ts). */
+  /** Where the headers were read (the same sources as test/policies/clients.test.ts). */
   readonly source: string;
   readonly class: ClientClass;
   /** The signature name the gateway must recognise. */
@@ -36,7 +36,7 @@ const SAMPLES: readonly Sample[] = [
   { client: 'Node fetch', source: 'nodejs/undici lib/web/fetch/index.js', class: 'direct', name: 'undici', headers: {} },
   // --- the recommended coding agent ---
   {
-    client: 'Claude Code -p (sdk-cli)', source: 'measured: test/claude-code.test.ts', class: 'coding_agent', name: 'claude-code',
+    client: 'Claude Code -p (sdk-cli)', source: 'measured: test/routes/claude-code.test.ts', class: 'coding_agent', name: 'claude-code',
     headers: { 'user-agent': 'claude-cli/2.1.330 (external, sdk-cli)', 'x-app': 'cli', 'anthropic-version': '2023-06-01', 'anthropic-beta': `${CC_BETA},context-management-2025-06-27`, 'x-claude-code-session-id': '0197a1c2-7e4b-7d2a-9c1e-3f5b8a6d4e21', 'anthropic-dangerous-direct-browser-access': 'true', ...STAINLESS_JS },
   },
   {

@@ -1,5 +1,5 @@
 /**
- * GET /metrics (plugins/metrics.ts, plugins/metrics-route.ts): Prometheus text format, the farebox_ metrics with
+ * GET /metrics (plugins/metrics/metrics.ts, plugins/metrics/metrics-route.ts): Prometheus text format, the farebox_ metrics with
  * their documented labels, recorded by real calls; metrics on a port of their own by default, on the API port only
  * when configured and behind the bearer token.
  */
