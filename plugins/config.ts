@@ -342,10 +342,20 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   } catch (err) {
     throw new ConfigError(`invalid config: clients: ${(err as Error).message}`);
   }
-  return deepFreeze({
+  const config: FareboxConfig = deepFreeze({
     server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
     chains: data.chains, billing: data.billing, videos: data.videos, metrics: metricsOf(data), dashboard: data.dashboard, images: data.images, embedded,
   });
+  built.add(config);
+  return config;
+}
+
+/** Configs buildConfig made: passed again (the plugin's option), they are not validated twice. */
+const built = new WeakSet<object>();
+
+/** Whether `value` is a config buildConfig returned, not a raw one that merely looks like it. */
+export function isBuiltConfig(value: unknown): value is FareboxConfig {
+  return typeof value === 'object' && value !== null && built.has(value);
 }
 
 /** The metrics section with its port resolved: the port of its own unless served on the API port. */

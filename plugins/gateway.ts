@@ -22,7 +22,7 @@ import { Billing } from './billing/billing.js';
 import { RateLimiter } from './billing/rate-limit.js';
 import type { Call } from './call.js';
 import { CHAIN_NAMES } from './chains/config.js';
-import { buildConfig, ConfigError, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import { buildConfig, ConfigError, isBuiltConfig, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded } from './embedded.js';
 import { answerExpectation } from './hooks/client-errors.js';
 import { Finisher } from './hooks/finish.js';
@@ -129,8 +129,7 @@ function defaultSpoolDir(prefix: string): string {
 /** The config of a registration: the option, else FAREBOX_CONFIG, else the embedded default (started here). */
 async function configOf(app: FastifyInstance, opts: FareboxOptions, env: ConfigEnv): Promise<{ config: FareboxConfig; env: ConfigEnv }> {
   if (opts.config !== undefined) {
-    const given = opts.config as FareboxConfig;
-    const config = Object.isFrozen(given) && given.providers && given.prices ? given : buildConfig(opts.config, env);
+    const config = isBuiltConfig(opts.config) ? opts.config : buildConfig(opts.config, env);
     return { config, env };
   }
   if (env.FAREBOX_CONFIG) return { config: loadConfig(env), env };

@@ -119,6 +119,8 @@ t.test('bad options fail at registration, naming the option', async (t) => {
     [{ config: null }, /option config/],
     [{ config: 'farebox.json' }, /option config/],
     [{ config: { providers: {} } }, /invalid config: models/],
+    // Frozen, with providers and prices, yet never validated: validated all the same.
+    [{ config: Object.freeze({ providers: {}, prices: {} }) }, /invalid config: models/],
     [{ redis: {} }, /option redis/],
     [{ redis: 'redis://127.0.0.1:6379' }, /option redis/],
     [{ env: 'production' }, /option env/],

@@ -5,7 +5,7 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from '../chains/config.js';
-import { buildConfig, loadConfig, originSchema, type FareboxConfig } from '../config.js';
+import { buildConfig, isBuiltConfig, loadConfig, originSchema, type FareboxConfig } from '../config.js';
 import { DEFAULT_PRICE_TABLE, type PriceTable } from '../../pricing/index.js';
 import { keys } from '../store/keys.js';
 import type { RedisOptions } from '../store/redis.js';
@@ -79,8 +79,7 @@ function fail(option: string, reason: string): never {
 
 function configOf(opts: DashboardOptions, env: Record<string, string | undefined>): FareboxConfig | undefined {
   if (opts.config !== undefined) {
-    const c = opts.config as FareboxConfig;
-    if (c && typeof c === 'object' && c.providers && Object.isFrozen(c)) return c;
+    if (isBuiltConfig(opts.config)) return opts.config;
     try {
       return buildConfig(opts.config, env);
     } catch (err) {
