@@ -231,7 +231,7 @@ export class RateLimiter {
 
   /**
    * The keys and script arguments of adjust() (null: no token limit applies, or nothing changes), for adjust() or
-   * the settle script, which corrects the limits in the same step as the settlement, once.
+   * the debit script, which corrects the limits in the same step as the debit, once.
    */
   prepareAdjust(input: RateLimitInput, actualTokens: number): PreparedAdjust | null {
     const p = this.planOf(input.family);

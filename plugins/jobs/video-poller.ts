@@ -4,10 +4,10 @@
  * `poll_max_ms` (a provider's Retry-After when it asks for more). Callers' polls read Redis only, so how often they
  * poll costs the provider nothing.
  *
- * When the provider says a job ended, the job's status moves once (video-store.ts) and its hold is settled through
+ * When the provider says a job ended, the job's status moves once (video-store.ts) and its hold is closed through
  * Admission.finish from here: completed, debited at the clip's price for its duration; failed, released. A job not
  * seen completed by its deadline is failed and released: its last poll comes at the deadline, and its hold lasts a
- * margin longer. Settling is safe to repeat: the job stays open until its debit has reached Redis (or the spool),
+ * margin longer. Closing a hold is safe to repeat: the job stays open until its debit has reached Redis (or the spool),
  * and the debit script answers a second run as the first did; so two instances that race (a lease handed over
  * mid-poll) or an instance that stops between the two steps charge a clip exactly once.
  */
@@ -164,7 +164,7 @@ export class VideoPoller {
   async follow(id: string, now: number): Promise<void> {
     const job = await this.store.get(id);
     if (job === null) return this.store.forget(id);
-    if (job.status !== 'in_progress') return this.settle(job);
+    if (job.status !== 'in_progress') return this.closeHold(job);
     const provider = this.providers(job.provider);
     if (provider === undefined) {
       return this.end(job, { status: 'failed', code: 'provider_unavailable', message: 'The provider of this job is no longer configured.' }, now);
@@ -194,7 +194,7 @@ export class VideoPoller {
     return this.end(job, outcome, now);
   }
 
-  /** Move the job to its end (once, whichever instance gets there first), then settle its hold. */
+  /** Move the job to its end (once, whichever instance gets there first), then close its hold. */
   private async end(job: VideoJob, outcome: VideoOutcome, now: number): Promise<void> {
     const moved = await this.store.finish(job.id, outcome, now);
     const ended = moved ? { ...job, status: moved } : await this.store.get(job.id);
@@ -203,14 +203,14 @@ export class VideoPoller {
       this.metrics.videoJobs.inc({ model: job.model, status: moved });
       this.metrics.videoJobDuration.observe({ model: job.model, status: moved }, Math.max(0, now - job.createdAt) / 1000);
     }
-    return this.settle(ended);
+    return this.closeHold(ended);
   }
 
   /** Debit (completed) or release (failed) the job's hold, then close the job. Safe to repeat. */
-  private async settle(job: VideoJob): Promise<void> {
+  private async closeHold(job: VideoJob): Promise<void> {
     if (job.status === 'in_progress') return;
-    if (!job.settled) await this.admission.finish(admittedOf(job), billOf(job));
-    await this.store.settled(job.id);
+    if (!job.holdClosed) await this.admission.finish(admittedOf(job), billOf(job));
+    await this.store.holdClosed(job.id);
   }
 }
 

@@ -10,7 +10,7 @@
  * held: one whose hold was released (its submit failed after the record was written, its caller left, or the
  * sweeper found it past its deadline) fails instead, and no wallet is charged beyond what it holds.
  * Times are on Redis's clock: the deadline is the hold's placement plus `deadline_ms`, and the hold outlives it by
- * VIDEO_SETTLE_MARGIN_MS, the time the poller has to settle a job it saw end at its last poll. The job stays in
+ * VIDEO_HOLD_MARGIN_MS, the time the poller has to close the hold of a job it saw end at its last poll. The job stays in
  * `videos-open` until its hold is debited (completed) or released (failed): a poller that stops between the two
  * steps leaves it there, and the next pass debits it, which the debit script answers as the first run did if it had
  * run.
@@ -64,7 +64,7 @@ export interface VideoJob extends NewVideoJob {
   /** Upstream polls so far (the poller's backoff). */
   readonly polls: number;
   /** The hold was debited or released. */
-  readonly settled: boolean;
+  readonly holdClosed: boolean;
 }
 
 /** How a job ended. */
@@ -72,8 +72,8 @@ export type VideoOutcome =
   | { readonly status: 'completed'; readonly contentUrl: string; readonly expiresAt: number }
   | { readonly status: 'failed'; readonly code: string; readonly message: string };
 
-/** A job's hold outlives its deadline by this (ms): the poller settles a job it saw end before the sweeper may release it. */
-export const VIDEO_SETTLE_MARGIN_MS = 60_000;
+/** A job's hold outlives its deadline by this (ms): the poller closes the hold of a job it saw end before the sweeper may release it. */
+export const VIDEO_HOLD_MARGIN_MS = 60_000;
 
 /** A new job id: unguessable (128 random bits), in the shape of OpenAI's video ids. */
 export function newVideoId(): string {
@@ -81,7 +81,7 @@ export function newVideoId(): string {
 }
 
 // Record a submitted job. KEYS: the record, videos-open, the hold's call record. ARGV: record ttl past the deadline
-// ms, first poll delay ms, deadline ms, settle margin ms, job id, then the record's field/value pairs. The job is
+// ms, first poll delay ms, deadline ms, hold margin ms, job id, then the record's field/value pairs. The job is
 // created now (Redis TIME); its deadline is its hold's placement plus the deadline (the hold's expiry minus the
 // margin), or now plus the deadline when nothing is held. Returns {created_at, deadline}.
 const CREATE = new LuaScript(`
@@ -155,7 +155,7 @@ function toJob(h: Record<string, string>): VideoJob | null {
     contentUrl: h.content_url || null,
     expiresAt: num(h.expires_at),
     polls: Number(h.polls ?? '0'),
-    settled: h.settled === '1',
+    holdClosed: h.hold_closed === '1',
   };
 }
 
@@ -177,10 +177,10 @@ export class VideoStore {
     };
     const [createdAt, deadline] = await CREATE.run<[number, number]>(
       this.r, [keys.video(job.id), keys.videosOpen, keys.call(job.callId)],
-      [this.recordMs, firstPollMs, deadlineMs, VIDEO_SETTLE_MARGIN_MS, job.id, ...Object.entries(fields).flat()],
+      [this.recordMs, firstPollMs, deadlineMs, VIDEO_HOLD_MARGIN_MS, job.id, ...Object.entries(fields).flat()],
     );
     return {
-      ...job, createdAt, deadline, status: 'in_progress', progress: 0, completedAt: null, error: null, contentUrl: null, expiresAt: null, polls: 0, settled: false,
+      ...job, createdAt, deadline, status: 'in_progress', progress: 0, completedAt: null, error: null, contentUrl: null, expiresAt: null, polls: 0, holdClosed: false,
     };
   }
 
@@ -211,8 +211,8 @@ export class VideoStore {
   }
 
   /** The job's hold is debited or released: it leaves the open set. */
-  async settled(id: string): Promise<void> {
-    await this.r.multi().hset(keys.video(id), 'settled', '1').zrem(keys.videosOpen, id).exec().then(failed);
+  async holdClosed(id: string): Promise<void> {
+    await this.r.multi().hset(keys.video(id), 'hold_closed', '1').zrem(keys.videosOpen, id).exec().then(failed);
   }
 
   /** Poll `id` next at `at` (ms), if it is still open. */
@@ -230,7 +230,7 @@ export class VideoStore {
     return this.r.zrangebyscore(keys.videosOpen, '-inf', Math.floor(now), 'LIMIT', 0, limit);
   }
 
-  /** Jobs not yet finished and settled. */
+  /** Jobs not yet ended, or whose hold is not yet closed. */
   async openCount(): Promise<number> {
     return this.r.zcard(keys.videosOpen);
   }

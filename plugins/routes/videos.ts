@@ -2,7 +2,7 @@
  * POST /v1/videos: submit a video job (SPEC "Video submit request"). Police reads the body (JSON for text-to-video;
  * multipart/form-data when files come, its limits enforced while it is read), checks it against the model's family
  * and config (policies/videos.ts) and prepares the reference images, all before any hold. The quote is the clip's
- * price, held for the job (`job:<id>`) until VIDEO_SETTLE_MARGIN_MS past its deadline. Forward submits the render
+ * price, held for the job (`job:<id>`) until VIDEO_HOLD_MARGIN_MS past its deadline. Forward submits the render
  * through the provider's adapter, records the job and answers at once with it, in progress. The finished request
  * bills nothing: the job owns its hold, and the poller debits it when the clip completes, or releases it when it
  * fails. A submit the provider refused (400) or failed is free, its hold released at once; so is one whose caller
@@ -11,7 +11,7 @@
 import type { FastifyRequest } from 'fastify';
 import { FREE } from '../billing/billing.js';
 import type { Exchange } from '../call.js';
-import { newVideoId, VIDEO_SETTLE_MARGIN_MS } from '../jobs/video-store.js';
+import { newVideoId, VIDEO_HOLD_MARGIN_MS } from '../jobs/video-store.js';
 import {
   decodeImage, isMultipartRequest, prepareImage, readImageParts,
   type ImageFit, type ImagePartLimits, type PreparedImage, type UploadedImage,
@@ -48,7 +48,7 @@ export interface VideoPoliced extends Policed {
   readonly subjects?: readonly PreparedImage[];
   /** The job's id, known before its hold so that the hold can name it as its owner. */
   readonly jobId: string;
-  /** How long the hold lasts: the job's deadline, then the margin in which the poller settles it. */
+  /** How long the hold lasts: the job's deadline, then the margin in which the poller closes it. */
   readonly holdMs: number;
 }
 
@@ -101,7 +101,7 @@ export const videos: Endpoint<VideoPoliced> = {
     const lasts = uploads.filter((u) => u.field === 'last_reference');
     const plan = planVideo(route.model, fields, { inputs: inputs.length, lasts: lasts.length });
     const images = await prepareReferences(plan, inputs, lasts);
-    return { route, plan, ...images, jobId: newVideoId(), holdMs: ctx.videos.deadline_ms + VIDEO_SETTLE_MARGIN_MS };
+    return { route, plan, ...images, jobId: newVideoId(), holdMs: ctx.videos.deadline_ms + VIDEO_HOLD_MARGIN_MS };
   },
   quote(p, prices) {
     const amount = worstCaseVideo(prices, p.route.model.id, p.plan.seconds);

@@ -10,7 +10,7 @@ import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
 import { VideoJobs } from '../../plugins/jobs/video-jobs.js';
-import { VIDEO_SETTLE_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
+import { VIDEO_HOLD_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
@@ -121,7 +121,7 @@ t.test('the hold belongs to the job: no sweep releases it while the job lives; i
   const held = await getCallRecord(a.redis, requestId);
   t.equal(held?.owner, `job:${job.id}`);
   const { deadline } = (await new VideoStore(a.redis, 0).get(job.id))!;
-  t.equal(held!.expires! - Number(deadline), VIDEO_SETTLE_MARGIN_MS, 'the hold outlives the job\'s deadline by the settle margin');
+  t.equal(held!.expires! - Number(deadline), VIDEO_HOLD_MARGIN_MS, 'the hold outlives the job\'s deadline by the hold margin');
   t.ok(Math.abs(Number(deadline) - (job.created_at * 1000 + 60_000)) < 2_000, 'the deadline is deadline_ms past the submit');
   // The instance that took the hold dies: every other instance's sweep runs, long after its heartbeat stopped.
   await a.close();
@@ -194,11 +194,11 @@ t.test('a job whose debit cannot reach Redis stays open and is settled by a late
   const failing = new VideoJobs({ redis: h.redis, config, upstreams: new Upstreams(), admission: unreached, metrics: createMetrics({ defaults: false }), log: quiet, instance: 'failing' });
   await t.rejects(failing.poller.follow(job.id, await redisNow(h.redis)), DebitNotReached);
   t.equal((await one.store.get(job.id))?.status, 'completed', 'the job completed');
-  t.equal((await one.store.get(job.id))?.settled, false, 'but is not settled');
+  t.equal((await one.store.get(job.id))?.holdClosed, false, 'but its hold is not closed');
   t.ok(await h.redis.zscore('videos-open', job.id), 'and stays open');
   t.equal((await getCallRecord(h.redis, requestId))?.status, 'held', 'its hold untouched');
   await one.poller.follow(job.id, await redisNow(h.redis));
-  t.equal((await one.store.get(job.id))?.settled, true);
+  t.equal((await one.store.get(job.id))?.holdClosed, true);
   t.equal((await recordOf(h, requestId, 'settled')).priceAtomic, usd(DEFAULT_PRICES.video['vidA-v6']!['4']!));
 });
 
