@@ -56,9 +56,9 @@ export const imageBody = z.looseObject({
   stream: z.literal(false, { error: 'is not served on the image endpoints: leave it out' }).nullish(),
   // Gemini request fields that would have the provider charge for more than the one image priced (grounding
   // searches, cached content, several candidates of which one is delivered): refused rather than passed on.
-  tools: z.never({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
-  toolConfig: z.never({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
-  cachedContent: z.never({ error: 'is not served on the image endpoints: leave it out' }).optional(),
+  tools: z.null({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
+  toolConfig: z.null({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
+  cachedContent: z.null({ error: 'is not served on the image endpoints: leave it out' }).optional(),
   generationConfig: z.looseObject({
     candidateCount: z.literal(1, { error: 'must be 1: one image per call' }).nullish(),
   }, { error: 'must be an object' }).nullish(),
@@ -79,7 +79,12 @@ export interface ImageRequest {
 export function parseImageRequest(body: unknown): ImageRequest {
   const parsed = parseBody(imageBody, body);
   const extra: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(parsed)) if (!(OWN_FIELDS as readonly string[]).includes(k)) extra[k] = v;
+  for (const [k, v] of Object.entries(parsed)) {
+    if ((OWN_FIELDS as readonly string[]).includes(k)) continue;
+    // A field this schema reads, sent as null, is absent (not passed on as null).
+    if (v === null && k in imageBody.shape) continue;
+    extra[k] = v;
+  }
   return {
     model: parsed.model,
     prompt: parsed.prompt,

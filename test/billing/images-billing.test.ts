@@ -111,6 +111,38 @@ t.test('refusals and provider failures cost nothing', async (t) => {
   }
 });
 
+t.test('bad input, through the SDK, is refused before any hold: 400, no record, the wallet untouched', async (t) => {
+  const w0 = await readWallet(h.redis, h.account, 'chain_a');
+  const records0 = (await listCallRecords(h.redis, h.account, 1000)).length;
+  const generations: [Record<string, unknown>, string][] = [
+    [{ model: 'img-9', prompt: 'p' }, 'model'], [{ model: 'gamma-k3', prompt: 'p' }, 'model'], [{ model: 'img-pro', prompt: ' ' }, 'prompt'],
+    [{ model: 'img-pro', prompt: 'p', size: '8K' }, 'size'], [{ model: 'img-2', prompt: 'p', aspect_ratio: '2:1' }, 'aspect_ratio'],
+    [{ model: 'img-2', prompt: 'p', n: 2 }, 'n'], [{ model: 'img-pro', prompt: 'p', response_format: 'png' }, 'response_format'],
+    [{ model: 'img-pro', prompt: 'p', tools: [{ google_search: {} }] }, 'tools'],
+  ];
+  for (const [body, param] of generations) {
+    const e = await openai.images.generate(body as never).catch((x: unknown) => x);
+    t.ok(e instanceof OpenAI.BadRequestError && e.param === param, `generate ${JSON.stringify(body)}: 400 naming ${param}`);
+  }
+  const ref = await toFile(await referencePng(64, 48), 'ref.png', { type: 'image/png' });
+  const gif = await toFile(Buffer.from('GIF89a' + 'x'.repeat(64), 'latin1'), 'ref.png', { type: 'image/png' });
+  const cut = await toFile((await referencePng(64, 48)).subarray(0, 60), 'ref.png', { type: 'image/png' });
+  const fifteen = await Promise.all(Array.from({ length: 15 }, (_, i) => toFile(png, `r${i}.png`, { type: 'image/png' })));
+  const edits: [Record<string, unknown>, string][] = [
+    [{ model: 'img-pro', prompt: 'p', image: gif }, 'a GIF'], [{ model: 'img-pro', prompt: 'p', image: cut }, 'a truncated PNG'],
+    [{ model: 'img-2', prompt: 'p', image: fifteen }, '15 images'], [{ model: 'img-2', image: ref }, 'no prompt'],
+    [{ model: 'img-2', prompt: 'p', image: ref, size: '3K' }, 'a bad size'],
+  ];
+  for (const [body, what] of edits) {
+    const e = await openai.images.edit(body as never).catch((x: unknown) => x);
+    t.ok(e instanceof OpenAI.BadRequestError, `edit with ${what}: 400`);
+    t.ok((e as InstanceType<typeof OpenAI.APIError>).headers?.get('x-request-id'), 'with its request id');
+  }
+  const w1 = await readWallet(h.redis, h.account, 'chain_a');
+  t.same([w1.held, w1.pending, w1.available], [w0.held, w0.pending, w0.available], 'nothing held, nothing owed');
+  t.equal((await listCallRecords(h.redis, h.account, 1000)).length, records0, 'no call record made');
+});
+
 t.test('a provider that hangs up inside the image: the caller\'s answer is cut, and free', async (t) => {
   for (const model of ['img-pro', 'img-2']) {
     const before = await available();

@@ -21,6 +21,8 @@ t.test('defaults: 1K, 1:1, b64_json; every listed value accepted; unknown fields
   for (const ratio of ASPECT_RATIOS) t.equal(parseImageRequest({ model: 'm', prompt: 'p', aspect_ratio: ratio }).aspectRatio, ratio);
   t.equal(parseImageRequest({ model: 'm', prompt: 'p', response_format: 'url', n: 1 }).responseFormat, 'url');
   t.same(parseImageRequest({ model: 'm', prompt: 'p', size: null, n: null, response_format: null }).size, '1K', 'null is absent');
+  t.same(parseImageRequest({ model: 'm', prompt: 'p', tools: null, toolConfig: null, cachedContent: null, generationConfig: null, seed: null }).extra, { seed: null },
+    'null refused fields are absent, not passed on; an unknown field passes as sent');
 });
 
 t.test('anything else is a 400 whose param names the field', async (t) => {
