@@ -12,6 +12,7 @@ import { connectRedis } from '../plugins/store/redis.js';
 import { listUsage } from '../plugins/billing/call-records.js';
 import { readWallet } from '../plugins/billing/wallets.js';
 import { readAnomalies } from '../plugins/settlement/apply-events.js';
+import { endAllSessions } from '../plugins/dashboard/sessions.js';
 import { buildPriceTable, formatUsd, parseUsd, publishPrices } from '../pricing/index.js';
 
 /** A bad invocation: printed as one line, exit code 2. */
@@ -143,6 +144,7 @@ const HELP = `usage: farebox <command> [options]
   settle [--metrics-port N] [--json]      settle debits onchain and watch the chains, with no gateway in the process
   account create [--address 0x..] [--status active|pending|suspended] [--json]
   account status --account 0x.. --set active|pending|suspended
+  account sign-out --account 0x.. [--json]   end every dashboard session of the account, on every instance
   key create --account 0x.. [--name NAME] [--json]
   key revoke --id ID
   chains [--json]                         the chains: chain id, RPC URL, stablecoin, escrow, events not applied
@@ -244,6 +246,13 @@ export async function main(
         const account = str(flags, 'account', true);
         await setAccountStatus(db(), account, status);
         out(json ? JSON.stringify({ account: account.toLowerCase(), status }) : `account ${account.toLowerCase()} is ${status}`);
+        return 0;
+      }
+      case 'account sign-out': {
+        const account = str(flags, 'account', true);
+        if (!isAddress(account)) throw new UsageError('--account must be an address (0x and 40 hex digits)');
+        const ended = await endAllSessions(db(), account);
+        out(json ? JSON.stringify({ account: account.toLowerCase(), sessions_ended: ended }) : `account ${account.toLowerCase()}: ${ended} dashboard session(s) ended`);
         return 0;
       }
       case 'key create': {

@@ -2,6 +2,7 @@ import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { getAccount } from '../../plugins/accounts/accounts.js';
+import { createSession, readSession } from '../../plugins/dashboard/sessions.js';
 import { startHarness } from '../helpers/harness.js';
 import { runCli } from '../helpers/wait.js';
 
@@ -64,6 +65,17 @@ t.test('account status --set changes the access state', async (t) => {
   const bad = await farebox('account', 'status', '--account', account, '--set', 'frozen');
   t.equal(bad.code, 2);
   t.match(bad.stderr, /--set must be one of active, pending, suspended/);
+});
+
+t.test('account sign-out ends every dashboard session of the account, and only its', async (t) => {
+  const account = JSON.parse((await farebox('account', 'create', '--json')).stdout).account;
+  const other = JSON.parse((await farebox('account', 'create', '--json')).stdout).account;
+  const sessions = await Promise.all([account, account, other].map((a) => createSession(h.redis, a, 60_000)));
+  const r = await farebox('account', 'sign-out', '--account', account, '--json');
+  t.equal(r.code, 0, r.stderr);
+  t.same(JSON.parse(r.stdout), { account, sessions_ended: 2 });
+  t.same(await Promise.all(sessions.map((s) => readSession(h.redis, s.token))).then((x) => x.map((s) => s?.account ?? null)), [null, null, other]);
+  t.equal((await farebox('account', 'sign-out', '--account', 'nope')).code, 2);
 });
 
 t.test('bad input exits non-zero with a one-line error', async (t) => {
