@@ -39,6 +39,12 @@ const serverSchema = z
      * killed instance's calls go free.
      */
     shutdown_grace_ms: z.number().int().positive().default(20_000),
+    /**
+     * Behind a load balancer or reverse proxy, who may set X-Forwarded-For (Fastify's trustProxy): true (any hop),
+     * or the proxies' addresses and CIDRs (a list, or one comma-separated string). The client address it yields keys
+     * the dashboard's sign-in rate limit; left false behind a proxy, every caller shares the proxy's.
+     */
+    trust_proxy: z.union([z.boolean(), z.string().min(1), z.array(z.string().min(1)).min(1)]).default(false),
   })
   .refine((s) => s.headers_timeout_ms <= s.request_timeout_ms, {
     path: ['headers_timeout_ms'],

@@ -127,6 +127,7 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
       routerOptions: { ignoreTrailingSlash: true },
       // What the HTTP parser and the router refuse gets a request id and the caller's error shape too.
       ...fareboxServerOptions,
+      trustProxy: config.server.trust_proxy,
       ...timeouts,
       http: { ...fareboxServerOptions.http, ...timeouts.http },
     });
