@@ -43,6 +43,7 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   protected controller: Dispatcher.DispatchController | undefined;
   private readonly sent = process.hrtime.bigint();
   private deadline: NodeJS.Timeout | undefined;
+  private upstreamDone = false;
   /** Body of a non-2xx answer, kept up to ERROR_BODY_LIMIT for the error message. */
   private errorBody: Buffer[] | null = null;
   private errorSize = 0;
@@ -118,9 +119,13 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
     this.upstreams.track(this);
   }
 
-  /** The gateway is stopping and its grace is over: cut the call now, billed for what it delivered. */
+  /**
+   * The gateway is stopping and its grace is over: cut the call now, billed for what it delivered. One whose upstream
+   * answer has ended but whose caller is still reading it is cut at the caller's socket.
+   */
   shutdown(): void {
-    this.controller?.abort(SHUTDOWN);
+    if (this.upstreamDone) this.reply.raw.destroy(SHUTDOWN);
+    else this.controller?.abort(SHUTDOWN);
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
@@ -180,7 +185,11 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   private done(): void {
     this.exchange.abort = undefined;
     clearTimeout(this.deadline);
-    this.upstreams.untrack(this);
+    this.upstreamDone = true;
+    // Tracked for the shutdown cut until the caller has its answer: a slow reader's may still be on its way.
+    const res = this.reply.raw;
+    if (res.writableFinished || res.destroyed) this.upstreams.untrack(this);
+    else res.once('close', () => this.upstreams.untrack(this));
   }
 }
 
