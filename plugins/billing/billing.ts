@@ -156,7 +156,8 @@ export class Billing {
   /**
    * Turn `hold` into a debit of `bill.price` (0 releases it), correcting the call's token limits in the same step
    * (`limits`, RateLimiter.prepareAdjust). While Redis is away the debit waits in the spool; without a spool it is
-   * retried for about 6 s, then throws DebitNotReached (the hold expires and is released; a job retries it). A debit
+   * tried 6 times over about 6 s of backoff (each try given up after DEBIT_TIMEOUT_MS if unanswered), then throws
+   * DebitNotReached (the hold expires and is released; a job retries it). A debit
    * Redis refuses outright is logged and counted, and answers null.
    */
   async debit(hold: Hold, bill: Bill, limits?: PreparedAdjust | null): Promise<DebitResult | null> {

@@ -36,10 +36,6 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): onR
     reply.header('x-request-id', call.id);
     // The Anthropic SDK reads its own request-id header (error.requestID, message._request_id).
     if (call.protocol === 'anthropic') reply.header('request-id', call.id);
-    // RFC 9112 3.2: an HTTP/1.1 request without Host is refused (Node's own refusal is off: fareboxServerOptions).
-    if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
-      throw new GatewayError('malformed_request', { message: 'An HTTP/1.1 request needs a Host header.' });
-    }
     // One listener per call: metrics for every answer (refusals included), then the end of the call.
     reply.raw.once('close', () => {
       call.ended = true;
@@ -50,6 +46,10 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): onR
       metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
       onEnd(call);
     });
+    // RFC 9112 3.2: an HTTP/1.1 request without Host is refused (Node's own refusal is off: fareboxServerOptions).
+    if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
+      throw new GatewayError('malformed_request', { message: 'An HTTP/1.1 request needs a Host header.' });
+    }
   };
 }
 

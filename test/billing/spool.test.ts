@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { ReplyError } from 'ioredis';
-import { Billing } from '../../plugins/billing/billing.js';
+import { Billing, DebitNotReached } from '../../plugins/billing/billing.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { connectRedis, redisUnavailable } from '../../plugins/store/redis.js';
 import { makeUsage } from '../../pricing/index.js';
@@ -106,4 +106,21 @@ t.test('a full spool loses what does not fit, counted in farebox_debits_lost_tot
   t.equal((await metrics.debitsLost.get()).values.reduce((s, v) => s + v.value, 0), 1, 'the third is counted lost');
   t.equal((await metrics.debitsSpooled.get()).values.reduce((s, v) => s + v.value, 0), 2);
   t.ok(errors.length >= 1, 'and logged');
+});
+
+t.test('without a spool, a debit that cannot reach Redis throws DebitNotReached after its retries, never a silent null', async (t) => {
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const port = (probe.address() as AddressInfo).port;
+  await new Promise((done) => probe.close(done));
+  const r = connectRedis({ url: `redis://127.0.0.1:${port}`, prefix: 'spool-none:', failFast: true });
+  r.on('error', () => {});
+  t.teardown(() => r.disconnect());
+  const billing = new Billing(r, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 30_000 }, createMetrics(), quiet);
+  const hold = { requestId: 'req_nospool', callId: 'call_nospool', account: '0xabc', keyId: 'k', chain: 'chain_a' as const, model: 'm', amount: 10n, owner: billing.instance };
+  const started = Date.now();
+  const err = await billing.debit(hold, { usage: makeUsage({ output_tokens: 1 }), price: 5n }).catch((e: unknown) => e);
+  t.ok(err instanceof DebitNotReached, 'DebitNotReached');
+  t.equal((err as DebitNotReached).requestId, 'req_nospool');
+  t.ok(Date.now() - started >= 5_000, 'after its retries');
 });
