@@ -158,11 +158,14 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   };
   // From the start of close(): proxied answers ask keep-alive callers to close (RFC 9112 9.6), else an open
   // socket would hold the server's close for its keep-alive timeout.
+  // Calls still running when the shutdown grace is over are cut (their connections closed) and debited for what
+  // they delivered, as any caller who leaves is: a kill by the orchestrator would leave their holds to be released,
+  // free. Nothing is kept per call for it: a collection of live calls made every call's objects outlive a scavenge.
+  let cut: NodeJS.Timeout | undefined;
   app.addHook('preClose', async () => {
     upstreams.closing = true;
-    // Calls still running when the grace is over are cut and debited for what they delivered: a kill by the
-    // orchestrator would leave their holds to be released, free.
-    upstreams.cutAfter(config.server.shutdown_grace_ms);
+    cut = setTimeout(() => app.server.closeAllConnections(), config.server.shutdown_grace_ms);
+    cut.unref();
   });
   if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
 
@@ -194,6 +197,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   });
   // Debits still running at shutdown finish before Redis closes (else their holds would only expire).
   app.addHook('onClose', async () => {
+    clearTimeout(cut);
     admission.stop();
     await videos.stop();
     await finisher.drained();

@@ -16,7 +16,6 @@ import type { Upstreams } from './pools.js';
 const ERROR_BODY_LIMIT = 64 * 1024;
 const ABORTED = new Error('caller went away');
 const TOO_LONG = new Error('call ran past its maximum duration');
-const SHUTDOWN = new Error('the gateway is stopping (server.shutdown_grace_ms passed)');
 
 /** What any upstream request of a call carries. */
 export interface ExchangeRequest {
@@ -43,7 +42,6 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   protected controller: Dispatcher.DispatchController | undefined;
   private readonly sent = process.hrtime.bigint();
   private deadline: NodeJS.Timeout | undefined;
-  private upstreamDone = false;
   /** Body of a non-2xx answer, kept up to ERROR_BODY_LIMIT for the error message. */
   private errorBody: Buffer[] | null = null;
   private errorSize = 0;
@@ -116,16 +114,6 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
     // A hard bound on the whole call: the idle timeouts do not bound a slow stream or a caller that stops reading.
     this.deadline = setTimeout(() => controller.abort(TOO_LONG), this.req.maxDurationMs);
     this.deadline.unref();
-    this.upstreams.track(this);
-  }
-
-  /**
-   * The gateway is stopping and its grace is over: cut the call now, billed for what it delivered. One whose upstream
-   * answer has ended but whose caller is still reading it is cut at the caller's socket.
-   */
-  shutdown(): void {
-    if (this.upstreamDone) this.reply.raw.destroy(SHUTDOWN);
-    else this.controller?.abort(SHUTDOWN);
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
@@ -172,11 +160,6 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
     }
     const code = (err as { code?: string }).code;
     const timeout = err === TOO_LONG || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
-    if (err === SHUTDOWN) {
-      this.exchange.status ??= 503;
-      sendUpstreamError(reply, new GatewayError('service_unavailable', { cause: err }));
-      return;
-    }
     this.exchange.status ??= timeout ? 504 : 502;
     if (!this.errorBody) this.metrics?.upstreamErrors.inc({ provider: this.req.provider, status: '0' });
     sendUpstreamError(reply, timeout ? new GatewayError('upstream_timeout', { cause: err }) : new GatewayError('upstream_error', { cause: err }));
@@ -185,11 +168,6 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   private done(): void {
     this.exchange.abort = undefined;
     clearTimeout(this.deadline);
-    this.upstreamDone = true;
-    // Tracked for the shutdown cut until the caller has its answer: a slow reader's may still be on its way.
-    const res = this.reply.raw;
-    if (res.writableFinished || res.destroyed) this.upstreams.untrack(this);
-    else res.once('close', () => this.upstreams.untrack(this));
   }
 }
 

@@ -7,10 +7,6 @@ export class Upstreams {
   private readonly targets = new Map<string, { pool: Pool; path: string }>();
   /** The server is closing: answers carry `connection: close`. */
   closing = false;
-  /** Exchanges in flight, cut at the end of the shutdown grace. */
-  private readonly live = new Set<{ shutdown(): void }>();
-  private cutting = false;
-  private cutTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: Pool.Options = { connections: 256, pipelining: 1, keepAliveTimeout: 30_000 }) {}
 
@@ -31,28 +27,7 @@ export class Upstreams {
     return t;
   }
 
-  /** An exchange in flight until `untrack`; one that starts once the grace is over is cut at once. */
-  track(exchange: { shutdown(): void }): void {
-    if (this.cutting) exchange.shutdown();
-    else this.live.add(exchange);
-  }
-
-  untrack(exchange: { shutdown(): void }): void {
-    this.live.delete(exchange);
-  }
-
-  /** From now, exchanges still running `ms` later are cut (the server is stopping: SIGTERM). */
-  cutAfter(ms: number): void {
-    clearTimeout(this.cutTimer);
-    this.cutTimer = setTimeout(() => {
-      this.cutting = true;
-      for (const x of [...this.live]) x.shutdown();
-    }, ms);
-    this.cutTimer.unref();
-  }
-
   async close(): Promise<void> {
-    clearTimeout(this.cutTimer);
     await Promise.allSettled([...this.pools.values()].map((p) => p.close()));
     this.pools.clear();
     this.targets.clear();
