@@ -16,6 +16,17 @@ const dir = mkdtempSync(join(tmpdir(), 'farebox-spool-unit-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 const quiet = { error() {}, warn() {} };
 
+/** A client of a port nothing listens on: every command fails at once, as while Redis is down. */
+async function redisDown(prefix: string) {
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const port = (probe.address() as AddressInfo).port;
+  await new Promise((done) => probe.close(done));
+  const r = connectRedis({ url: `redis://127.0.0.1:${port}`, prefix, failFast: true });
+  r.on('error', () => {});
+  return r;
+}
+
 const debit = (n: number): SpooledDebit => ({
   requestId: `req_${n}`, callId: `call_${n}`, account: '0xabc', chain: 'chain_a', owner: 'i', price: BigInt(n),
   usageJson: '{}', retentionMs: 1_000, model: 'm',
@@ -82,13 +93,7 @@ t.test('a debit sent to a Redis that never answers is spooled after 5 s, not hel
 });
 
 t.test('a full spool loses what does not fit, counted in farebox_debits_lost_total; what fits still goes in', async (t) => {
-  // A port nothing listens on: every command fails at once, as while Redis is down.
-  const probe = createServer();
-  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
-  const port = (probe.address() as AddressInfo).port;
-  await new Promise((done) => probe.close(done));
-  const r = connectRedis({ url: `redis://127.0.0.1:${port}`, prefix: 'spool-full:', failFast: true });
-  r.on('error', () => {});
+  const r = await redisDown('spool-full:');
   const metrics = createMetrics();
   const errors: string[] = [];
   const billing = new Billing(r, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 30_000, spool: { dir: join(dir, 'full'), maxEntries: 2 } }, metrics, {
@@ -109,12 +114,7 @@ t.test('a full spool loses what does not fit, counted in farebox_debits_lost_tot
 });
 
 t.test('without a spool, a debit that cannot reach Redis throws DebitNotReached after its retries, never a silent null', async (t) => {
-  const probe = createServer();
-  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
-  const port = (probe.address() as AddressInfo).port;
-  await new Promise((done) => probe.close(done));
-  const r = connectRedis({ url: `redis://127.0.0.1:${port}`, prefix: 'spool-none:', failFast: true });
-  r.on('error', () => {});
+  const r = await redisDown('spool-none:');
   t.teardown(() => r.disconnect());
   const billing = new Billing(r, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 30_000 }, createMetrics(), quiet);
   const hold = { requestId: 'req_nospool', callId: 'call_nospool', account: '0xabc', keyId: 'k', chain: 'chain_a' as const, model: 'm', amount: 10n, owner: billing.instance };
