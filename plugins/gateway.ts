@@ -164,7 +164,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   let cut: NodeJS.Timeout | undefined;
   app.addHook('preClose', async () => {
     upstreams.closing = true;
-    cut = setTimeout(() => app.server.closeAllConnections(), config.server.shutdown_grace_ms);
+    // An HTTP/2 server (a host app's) has no closeAllConnections: its sessions close as the host app closes them.
+    cut = setTimeout(() => (app.server as { closeAllConnections?: () => void }).closeAllConnections?.(), config.server.shutdown_grace_ms);
     cut.unref();
   });
   if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
