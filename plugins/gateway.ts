@@ -156,15 +156,15 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     store: new ImageStore(redis, { ttlMs: config.images.url_ttl_ms, maxBytes: config.images.store_max_bytes }),
     publicUrl: config.images.public_url,
   };
-  // From the start of close(): proxied answers ask keep-alive callers to close (RFC 9112 9.6), else an open
-  // socket would hold the server's close for its keep-alive timeout.
-  // Calls still running when the shutdown grace is over are cut (their connections closed) and debited for what
-  // they delivered, as any caller who leaves is: a kill by the orchestrator would leave their holds to be released,
-  // free. Nothing is kept per call for it: a collection of live calls made every call's objects outlive a scavenge.
   let cut: NodeJS.Timeout | undefined;
   app.addHook('preClose', async () => {
+    // From the start of close(): proxied answers ask keep-alive callers to close (RFC 9112 9.6), else an open
+    // socket would hold the server's close for its keep-alive timeout.
     upstreams.closing = true;
-    // An HTTP/2 server (a host app's) has no closeAllConnections: its sessions close as the host app closes them.
+    // Calls still running when the shutdown grace is over are cut (their connections closed) and debited for what
+    // they delivered, as any caller who leaves is: a kill by the orchestrator would leave their holds to be released,
+    // free. Nothing is kept per call for it: a collection of live calls made every call's objects outlive a
+    // scavenge. An HTTP/2 server (a host app's) has no closeAllConnections: its sessions close as the host app's do.
     cut = setTimeout(() => (app.server as { closeAllConnections?: () => void }).closeAllConnections?.(), config.server.shutdown_grace_ms);
     cut.unref();
   });
