@@ -21,7 +21,11 @@ process.on('exit', () => {
   for (const c of children) c.kill('SIGKILL');
 });
 t.teardown(async () => {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  // Each server gone before its keys are dropped: one still stopping could write after the drop.
+  await Promise.all(children.filter((c) => c.exitCode === null && c.signalCode === null).map((c) => new Promise((exited) => {
+    c.once('exit', exited);
+    c.kill('SIGKILL');
+  })));
   await dropPrefix(redis, prefix);
   await redis.quit();
 });
