@@ -149,19 +149,24 @@ t.test('a job still rendering at its deadline is failed and free', async (t) => 
   t.equal(record.priceAtomic, 0n);
 });
 
-t.test('a clip seen completed after its hold was released fails, free: no wallet pays beyond its hold', async (t) => {
-  const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
-  t.teardown(() => h.close());
-  await h.fund('chain_a', 5_000_000n);
-  const before = await readWallet(h.redis, h.account, 'chain_a');
-  const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'late', seconds: '4' }).withResponse();
-  const requestId = response.headers.get('x-request-id')!;
-  const one = instanceOf(h, 'one');
+/** Submit a 4 s vidA clip through the SDK and wait until the provider has rendered it (nothing polls it meanwhile). */
+async function submitRendered(h: Harness, one: ReturnType<typeof instanceOf>, prompt: string) {
+  const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt, seconds: '4' }).withResponse();
   const upstreamId = (await one.store.get(job.id))!.upstreamId;
   await until('rendered', async () => {
     const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
     return v.status === 'completed';
   }, 30_000);
+  return { job, requestId: response.headers.get('x-request-id')! };
+}
+
+t.test('a clip seen completed after its hold was released fails, free: no wallet pays beyond its hold', async (t) => {
+  const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
+  t.teardown(() => h.close());
+  await h.fund('chain_a', 5_000_000n);
+  const before = await readWallet(h.redis, h.account, 'chain_a');
+  const one = instanceOf(h, 'one');
+  const { job, requestId } = await submitRendered(h, one, 'late');
   // The sweeper released the hold (say a stalled poller let it expire) just before the poll that sees the clip.
   const held = await getCallRecord(h.redis, requestId);
   const sweeper = new Billing(h.redis, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, createMetrics({ defaults: false }), quiet);
@@ -176,18 +181,12 @@ t.test('a clip seen completed after its hold was released fails, free: no wallet
   t.same([after.synced, after.pending, after.held], [before.synced, 0n, 0n], 'nothing charged');
 });
 
-t.test('a job whose debit cannot reach Redis stays open and is settled by a later pass, once', async (t) => {
+t.test('a job whose debit cannot reach Redis stays open and its hold is closed by a later pass, once', async (t) => {
   const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
   t.teardown(() => h.close());
   await h.fund('chain_a', 5_000_000n);
-  const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'unreached', seconds: '4' }).withResponse();
-  const requestId = response.headers.get('x-request-id')!;
   const one = instanceOf(h, 'one');
-  const upstreamId = (await one.store.get(job.id))!.upstreamId;
-  await until('rendered', async () => {
-    const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
-    return v.status === 'completed';
-  }, 30_000);
+  const { job, requestId } = await submitRendered(h, one, 'unreached');
   // An admission whose debit gives up (Redis away through its retries, no spool).
   const unreached = { finish: async () => { throw new DebitNotReached(requestId, new Error('Connection is closed.')); } } as unknown as Admission;
   const config = { ...h.config, videos: { ...h.config.videos, poller: true } };
