@@ -22,6 +22,9 @@ export interface LoadResult {
   ttfb: Percentiles | null;
 }
 
+/** BENCH_RATE: requests per second across all connections (0: as fast as answers come), for an A/B at equal load. */
+const RATE = Number(process.env.BENCH_RATE ?? 0);
+
 function sinceMs(start: [number, number]): number {
   const d = process.hrtime(start);
   return d[0] * 1e3 + d[1] / 1e6;
@@ -64,6 +67,7 @@ export function runLoad(spec: RequestSpec, connections: number, seconds: number,
         connections,
         pipelining: 1,
         timeout: 10,
+        ...(RATE > 0 ? { overallRate: RATE } : {}),
         ...(amount ? { amount } : { duration: seconds }),
         setupClient,
       },

@@ -26,7 +26,7 @@ import { buildConfig, ConfigError, isBuiltConfig, loadConfig, type ConfigEnv, ty
 import { startEmbedded } from './embedded.js';
 import { answerExpectation } from './hooks/client-errors.js';
 import { Finisher } from './hooks/finish.js';
-import { forwardCall } from './hooks/forward.js';
+import { forwardCall, runPhases } from './hooks/forward.js';
 import { gateCall } from './hooks/gate.js';
 import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
 import { parseJsonBody, policeCall } from './hooks/police.js';
@@ -232,14 +232,16 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       const police = policeCall({ catalog, clients: config.clients, videos: config.videos });
       const gate = gateCall(admission, config.prices, finisher.finish);
       const forward = forwardCall({ upstreams, metrics, images, videos });
+      // The phases of a call, in order: identify (the v1 onRequest hook above, then the key), then police, gate
+      // and forward in the route's handler (runPhases), each a function of plugins/hooks/.
+      const handler = runPhases(police, gate, forward);
       const route = (context: FastifyInstance, endpoint: Endpoint) => context.route({
         method: endpoint.method,
         url: endpoint.path,
         bodyLimit: config.server.body_limit,
         config: { endpoint },
         onRequest: identify,
-        preHandler: [police, gate],
-        handler: forward,
+        handler,
       });
       const multipart = (e: Endpoint) => e.body === 'multipart' || e.body === 'json-or-multipart';
       for (const endpoint of ENDPOINTS) if (!multipart(endpoint)) route(v1, endpoint);

@@ -57,8 +57,11 @@ export class KeyResolver {
     }
   }
 
-  /** The identity behind `key`: throws missing/invalid key errors (401). */
-  async resolve(key: string | undefined): Promise<KeyIdentity> {
+  /**
+   * The identity behind `key`, at once when it is cached (no promise on the call path), else once Redis answered.
+   * Missing and malformed keys throw; a key Redis does not know rejects (401 invalid_api_key).
+   */
+  resolve(key: string | undefined): KeyIdentity | Promise<KeyIdentity> {
     if (!key) throw new GatewayError('missing_api_key');
     if (!key.startsWith('sk_') || key.length > 200) throw new GatewayError('invalid_api_key');
     const hash = hashKey(key);
@@ -71,6 +74,10 @@ export class KeyResolver {
       }
       return hit.identity;
     }
+    return this.lookup(key, hash, now);
+  }
+
+  private async lookup(key: string, hash: string, now: number): Promise<KeyIdentity> {
     const identity = await lookupKey(this.redis, key);
     if (!identity) {
       this.cache.delete(hash);

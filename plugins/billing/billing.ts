@@ -208,13 +208,19 @@ export class Billing {
    * given up may still land once Redis is back; the one that follows answers as it did.
    */
   private debitOnce(input: SpooledDebit): Promise<DebitResult | null> {
-    const run = debitHold(this.r, input);
-    run.catch(() => {});
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
+      debitHold(this.r, input).then(
+        (done) => {
+          clearTimeout(timer);
+          resolve(done);
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      );
     });
-    return Promise.race([run, late]).finally(() => clearTimeout(timer));
   }
 
   /** A debit Redis refused (a bug, never an outage): logged, counted and kept in the spool's `.refused` file, not retried. */

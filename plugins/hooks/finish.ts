@@ -32,9 +32,14 @@ export class Finisher {
       bill = FREE;
     }
     if (bill === null) return;
-    const done = this.admission.finish(call.admitted, bill).catch((err) => this.log.error({ err, requestId: call.id }, 'finishing the call failed'));
+    const done: Promise<void> = this.admission.finish(call.admitted, bill).then(
+      () => void this.running.delete(done),
+      (err) => {
+        this.running.delete(done);
+        this.log.error({ err, requestId: call.id }, 'finishing the call failed');
+      },
+    );
     this.running.add(done);
-    void done.finally(() => this.running.delete(done));
   };
 
   /** Wait for the debits in flight. */

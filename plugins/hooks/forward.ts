@@ -1,15 +1,46 @@
 /**
- * Forward, the fourth phase (the route's handler): the endpoint calls its upstream and answers the caller, metering
+ * Forward, the fourth phase (the end of the route's handler): the endpoint calls its upstream and answers the caller, metering
  * what reaches them as it streams.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ForwardContext } from '../routes/endpoint.js';
 
-/** The handler of every endpoint route. */
+/** Forward a gated call; what it returns is the route handler's answer (the reply, answered by the exchange later). */
 export function forwardCall(ctx: ForwardContext) {
   return function forward(request: FastifyRequest, reply: FastifyReply) {
     const call = request.farebox;
     ctx.metrics.overhead.observe({ route: call.endpoint!.name }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
     return call.endpoint!.forward(call, call.policed!, reply, ctx);
+  };
+}
+
+type Phase<T> = (request: FastifyRequest, reply: FastifyReply) => T;
+
+/**
+ * The route handler of every endpoint: police, then gate, then forward. It returns nothing and Fastify waits on no
+ * promise of it: the call is answered by its upstream exchange (or by its endpoint), a refusal or failure by the
+ * route's error handler. As preHandler hooks and an async handler, police and gate would cost every call several
+ * promises, a pass of Fastify's hook runner and the stream listeners Fastify puts on a reply it awaits.
+ */
+export function runPhases(police: Phase<void | Promise<void>>, gate: Phase<Promise<boolean>>, forward: Phase<unknown>): Phase<void> {
+  const fail = (reply: FastifyReply, err: unknown) => {
+    if (!reply.sent) reply.send(err instanceof Error ? err : new Error(String(err)));
+  };
+  const gateThenForward = (request: FastifyRequest, reply: FastifyReply) => {
+    gate(request, reply).then((admitted) => {
+      if (!admitted) return;
+      try {
+        const out = forward(request, reply);
+        if (out instanceof Promise) out.catch((err: unknown) => fail(reply, err));
+      } catch (err) {
+        fail(reply, err);
+      }
+    }, (err: unknown) => fail(reply, err));
+  };
+  return function phases(request: FastifyRequest, reply: FastifyReply): void {
+    // A throw of the synchronous police reaches Fastify, which answers it as any handler's error.
+    const policing = police(request, reply);
+    if (policing === undefined) gateThenForward(request, reply);
+    else policing.then(() => gateThenForward(request, reply), (err: unknown) => fail(reply, err));
   };
 }

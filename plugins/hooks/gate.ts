@@ -2,15 +2,18 @@
  * Gate, the third phase: the endpoint quotes the call's worst case, then admission decides its rate limits and
  * places its hold in one Redis script (plugins/billing/admission.ts): 429 or 402 refuse it, holding nothing.
  */
-import type { FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Admission } from '../billing/admission.js';
 import type { Call } from '../call.js';
 import { rateLimitHeaders } from '../../policies/limits.js';
 import type { PriceTable } from '../../pricing/index.js';
 
-/** Admit a policed call; a call whose caller left while it was admitted is finished at once, unforwarded. */
-export function gateCall(admission: Admission, prices: PriceTable, finish: (call: Call) => void): preHandlerAsyncHookHandler {
-  return async function gate(request: FastifyRequest, reply: FastifyReply) {
+/**
+ * Admit a policed call: true when it goes on to forward. A call whose caller left while it was admitted is finished
+ * at once, unforwarded (false).
+ */
+export function gateCall(admission: Admission, prices: PriceTable, finish: (call: Call) => void) {
+  return async function gate(request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
     const call = request.farebox;
     const policed = call.policed!;
     const { quote, tokens, owner, ttlMs } = call.endpoint!.quote(policed, prices);
@@ -30,7 +33,9 @@ export function gateCall(admission: Admission, prices: PriceTable, finish: (call
     if (admitted.decision.which !== null) reply.headers(rateLimitHeaders(admitted.decision, call.protocol));
     if (call.ended) {
       finish(call);
-      return reply.send();
+      reply.send();
+      return false;
     }
+    return true;
   };
 }

@@ -3,9 +3,10 @@
  * (x-api-key or Authorization: Bearer) resolved to its account: 401 when missing or invalid, 403 when the account is
  * not active (SPEC Authentication).
  */
-import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import type { KeyResolver } from '../accounts/key-resolver.js';
 import { presentedKey } from '../accounts/key-resolver.js';
+import type { KeyIdentity } from '../accounts/accounts.js';
 import { newRequestId, type Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { GatewayError, type Protocol } from '../../policies/errors.js';
@@ -15,12 +16,15 @@ export function protocolOf(url: string): Protocol {
   return url.includes('/v1/messages') ? 'anthropic' : 'openai';
 }
 
+/** An onRequest hook in Fastify's callback style: nothing in it waits, so it costs the call no promise. */
+export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => void;
+
 /**
  * The call of every request under /v1: its id (x-request-id), and, once the response closes, its metrics and then
  * `onEnd` (the finish phase).
  */
-export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): onRequestAsyncHookHandler {
-  return async function identify(request: FastifyRequest, reply: FastifyReply) {
+export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnRequestHook {
+  return function identify(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
     const endpoint = request.routeOptions.config.endpoint;
     const call: Call = {
       id: newRequestId(),
@@ -48,17 +52,28 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): onR
     });
     // RFC 9112 3.2: an HTTP/1.1 request without Host is refused (Node's own refusal is off: fareboxServerOptions).
     if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
-      throw new GatewayError('malformed_request', { message: 'An HTTP/1.1 request needs a Host header.' });
+      done(new GatewayError('malformed_request', { message: 'An HTTP/1.1 request needs a Host header.' }));
+      return;
     }
+    done();
   };
 }
 
-/** The key of a request resolved to its account (SPEC Authentication 3 and 4). */
-export function authenticate(keys: KeyResolver): onRequestAsyncHookHandler {
-  return async function authenticateKey(request: FastifyRequest) {
-    const identity = await keys.resolve(presentedKey(request.headers));
-    request.farebox.identity = identity;
-    // A revoked key stays 401 (resolve); an account that is not active is 403.
-    if (identity.status !== 'active') throw new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` });
+/**
+ * The key of a request resolved to its account (SPEC Authentication 3 and 4). A key in the resolver's cache answers
+ * at once; only a lookup in Redis waits.
+ */
+export function authenticate(keys: KeyResolver): OnRequestHook {
+  return function authenticateKey(request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
+    const identity = keys.resolve(presentedKey(request.headers));
+    if (identity instanceof Promise) identity.then((id) => admitIdentity(request, id, done), done);
+    else admitIdentity(request, identity, done);
   };
+}
+
+function admitIdentity(request: FastifyRequest, identity: KeyIdentity, done: HookHandlerDoneFunction): void {
+  request.farebox.identity = identity;
+  // A revoked key stays 401 (resolve); an account that is not active is 403.
+  if (identity.status !== 'active') done(new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` }));
+  else done();
 }

@@ -3,12 +3,12 @@
  * request for its upstream (400s); then the client and model-family rules (SPEC "Client and model-family rules",
  * 403 unsupported_client), before any money is held.
  */
-import type { FastifyReply, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ContentTypeParserDoneFunction } from 'fastify/types/content-type-parser.js';
 import { checkClientRule } from '../../policies/client-rules.js';
 import { classifyClient, type ClientSignature } from '../../policies/clients.js';
 import { GatewayError } from '../../policies/errors.js';
-import type { PoliceContext } from '../routes/endpoint.js';
+import type { PoliceContext, Policed } from '../routes/endpoint.js';
 
 /**
  * Read a JSON body whole and parse it once (small bodies: the rewrite needs them parsed anyway; DESIGN "Hot path").
@@ -51,17 +51,25 @@ export function nestsTooDeep(b: Buffer): boolean {
   return false;
 }
 
-/** Police a call with its endpoint and the client rules. */
-export function policeCall(ctx: PoliceContext & { readonly clients: readonly ClientSignature[] }): preHandlerAsyncHookHandler {
-  return async function police(request: FastifyRequest, reply: FastifyReply) {
-    const call = request.farebox;
-    const endpoint = call.endpoint!;
-    const policed = await endpoint.police(request, ctx);
-    call.policed = policed;
-    const client = classifyClient(request.headers, ctx.clients);
-    call.client = client.name;
-    const refusal = checkClientRule(endpoint.clientRule, policed.route.model.family, client.class);
-    if (refusal) throw new GatewayError('unsupported_client', { message: refusal.message });
-    if (policed.headers) reply.headers(policed.headers);
+/**
+ * Police a call with its endpoint and the client rules. Synchronous for a JSON body (parsed already); a promise only
+ * where the endpoint reads its body itself (multipart).
+ */
+export function policeCall(ctx: PoliceContext & { readonly clients: readonly ClientSignature[] }) {
+  return function police(request: FastifyRequest, reply: FastifyReply): void | Promise<void> {
+    const policed = request.farebox.endpoint!.police(request, ctx);
+    if (policed instanceof Promise) return policed.then((p) => policeClient(request, reply, p, ctx.clients));
+    policeClient(request, reply, policed, ctx.clients);
   };
+}
+
+/** The client and model-family rules of a policed call (403 unsupported_client). */
+function policeClient(request: FastifyRequest, reply: FastifyReply, policed: Policed, clients: readonly ClientSignature[]): void {
+  const call = request.farebox;
+  call.policed = policed;
+  const client = classifyClient(request.headers, clients);
+  call.client = client.name;
+  const refusal = checkClientRule(call.endpoint!.clientRule, policed.route.model.family, client.class);
+  if (refusal) throw new GatewayError('unsupported_client', { message: refusal.message });
+  if (policed.headers) reply.headers(policed.headers);
 }

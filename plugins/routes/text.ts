@@ -62,6 +62,8 @@ export function textUpstreamHeaders(provider: ProviderConfig, incoming: Incoming
 }
 
 
+const NO_BETAS: ReturnType<typeof splitBetas> = { forwarded: [], dropped: [] };
+
 /** The policed form of a rewritten text request. */
 export function textPoliced(
   route: ModelRoute<TextModel>, rewrite: RewriteResult, incoming: IncomingHttpHeaders, bodyBytes: number, n = 1, mustFit = true,
@@ -73,10 +75,10 @@ export function textPoliced(
     body: rewrite.body, serialized: upstreamBody, protocol, family: route.model.family,
     contextWindow: route.model.context_window, maxImageTokens: route.model.max_image_tokens, mustFit,
   });
-  const betas = protocol === 'anthropic' ? splitBetas(incoming['anthropic-beta']) : { forwarded: [], dropped: [] };
-  const headers: Record<string, string> = {};
-  if (rewrite.clampedTo !== undefined) headers['x-gw-clamped-max-tokens'] = String(rewrite.clampedTo);
-  if (betas.dropped.length > 0) headers['x-gw-dropped-beta'] = betas.dropped.join(',');
+  const betas = protocol === 'anthropic' ? splitBetas(incoming['anthropic-beta']) : NO_BETAS;
+  let headers: Record<string, string> | undefined;
+  if (rewrite.clampedTo !== undefined) headers = { 'x-gw-clamped-max-tokens': String(rewrite.clampedTo) };
+  if (betas.dropped.length > 0) (headers ??= {})['x-gw-dropped-beta'] = betas.dropped.join(',');
   return {
     route,
     rewrite,
@@ -86,7 +88,7 @@ export function textPoliced(
     cacheWrite,
     n,
     bodyBytes,
-    headers: rewrite.clampedTo === undefined && betas.dropped.length === 0 ? undefined : headers,
+    headers,
   };
 }
 

@@ -6,9 +6,10 @@
  * they like, and polls count against no rate limit. A download goes to the provider (pass-through, Range and all),
  * so it counts as a request against the key's and account's limits of the model's family.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Admission } from '../billing/admission.js';
 import type { VideoJobs } from '../jobs/video-jobs.js';
+import type { OnRequestHook } from '../hooks/identify.js';
 import type { VideoJob } from '../jobs/video-store.js';
 import { sendVideoContent } from '../upstream/video-content.js';
 import type { Upstreams } from '../upstream/pools.js';
@@ -19,7 +20,7 @@ import { videoObject } from './video-object.js';
 /** What the routes use. */
 export interface VideoJobRoutesContext {
   /** Identify's key check (hooks/identify.ts authenticate). */
-  readonly authenticate: onRequestAsyncHookHandler;
+  readonly authenticate: OnRequestHook;
   readonly videos: VideoJobs;
   readonly admission: Admission;
   readonly upstreams: Upstreams;
