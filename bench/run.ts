@@ -15,6 +15,8 @@
  * concurrency, printing req/s and CPU per call, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL calls
  * direct and through farebox (BENCH_SEQUENTIAL=0: none), printing the added p50 and p99 (an A/B of a change in a
  * few minutes; writes nothing).
+ * BENCH_RATE: requests per second across a cell's connections (bench/load.ts; default: as fast as answers come), to
+ * compare two versions at equal load.
  * BENCH_FAREBOX_NODE_ARGS: extra node flags for farebox's gateway process (space-separated), to try V8 settings.
  * Images (bench/images.ts): after the text cells, each image scenario on direct, farebox and the peer, at
  * BENCH_IMAGE_CONCURRENCY (20) for BENCH_IMAGE_DURATION s (10) each, then BENCH_IMAGE_SEQUENTIAL (30) calls one at a

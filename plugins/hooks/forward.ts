@@ -1,11 +1,14 @@
 /**
- * Forward, the fourth phase (the end of the route's handler): the endpoint calls its upstream and answers the caller, metering
- * what reaches them as it streams.
+ * Forward, the fourth phase: the endpoint calls its upstream and answers the caller, metering what reaches them as it
+ * streams. runPhases, the route handler of every endpoint, runs police, gate and forward in order.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ForwardContext } from '../routes/endpoint.js';
 
-/** Forward a gated call; what it returns is the route handler's answer (the reply, answered by the exchange later). */
+/**
+ * Forward a gated call: the endpoint answers the caller, later (the reply, answered by its upstream exchange), or
+ * through a promise where it waits on more than one exchange (a video submit records its job).
+ */
 export function forwardCall(ctx: ForwardContext) {
   return function forward(request: FastifyRequest, reply: FastifyReply) {
     const call = request.farebox;
