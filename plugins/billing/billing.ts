@@ -134,8 +134,17 @@ export class Billing {
       amount: req.quote.amount,
       owner: req.owner ?? this.instance,
     };
+    // Written out, not `{ ...hold, ttlMs, retentionMs }`: a spread followed by new keys takes V8's slow path (README
+    // "Latest run").
     const result = await placeHold(this.r, {
-      ...hold,
+      requestId: hold.requestId,
+      callId: hold.callId,
+      account: hold.account,
+      keyId: hold.keyId,
+      chain: hold.chain,
+      model: hold.model,
+      amount: hold.amount,
+      owner: hold.owner,
       ttlMs: req.ttlMs ?? this.settings.holdTtlMs,
       retentionMs: this.settings.retentionMs,
     }, limits);
