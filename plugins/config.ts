@@ -35,8 +35,8 @@ const serverSchema = z
     max_connections: z.number().int().min(0).default(0),
     /**
      * Calls still running this long after the gateway starts to stop (SIGTERM, or app.close() in a host app) are cut
-     * (their connections closed) and debited for what they delivered. Keep it a few seconds under the orchestrator's grace before its kill: a
-     * killed instance's calls go free.
+     * (their connections closed) and debited for what they delivered. Keep it a few seconds under the orchestrator's
+     * grace before its kill: a killed instance's calls go free.
      */
     shutdown_grace_ms: z.number().int().positive().default(20_000),
     /**

@@ -62,7 +62,11 @@ export function textUpstreamHeaders(provider: ProviderConfig, incoming: Incoming
 }
 
 
-const NO_BETAS: ReturnType<typeof splitBetas> = { forwarded: [], dropped: [] };
+/** The betas of a call that has none (OpenAI's protocol): one shared value, never written to. */
+const NO_BETAS: { readonly forwarded: readonly string[]; readonly dropped: readonly string[] } = Object.freeze({
+  forwarded: Object.freeze([]),
+  dropped: Object.freeze([]),
+});
 
 /** The policed form of a rewritten text request. */
 export function textPoliced(
