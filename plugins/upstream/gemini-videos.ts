@@ -6,13 +6,16 @@
  * GET {base}/{name} answers it with `done` and, once done, `response.generateVideoResponse.generatedSamples[].video.uri`
  * (a Files API download that takes the key and follows a redirect) or `error` (google.rpc.Status). A done operation
  * without samples had them filtered (`raiMediaFilteredReasons`). Generated videos stay on the server two days.
+ * A job cannot be stopped: the API's discovery document gives `models.operations` get and list only (no
+ * `{name}:cancel`, google.longrunning's CancelOperation, and no delete), so cancel sends nothing and answers
+ * `unsupported`; the render runs on and is counted as such (farebox_video_cancels_total).
  */
 import type { ProviderConfig } from '../../policies/catalog.js';
 import type { Upstreams } from './pools.js';
 import type { PreparedImage } from './reference-images.js';
 import {
   POLL_TIMEOUT_MS, answerJson, exchange, pollFailure, sameOrigin, submitError,
-  type UpstreamJobState, type VideoJobProvider, type VideoSubmit,
+  type UpstreamCancel, type UpstreamJobState, type VideoJobProvider, type VideoSubmit,
 } from './video-provider.js';
 
 /** Generated videos are kept on the server for 2 days (Gemini API video guide). */
@@ -76,6 +79,10 @@ export function geminiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
         return { status: 'failed', code: 'content_filtered', message: reasons ? reasons.slice(0, 1000) : 'The provider returned no video.' };
       }
       return { status: 'completed', content: { url: uri, expiresAt: Date.now() + RETENTION_MS } };
+    },
+
+    async cancel(): Promise<UpstreamCancel> {
+      return 'unsupported';
     },
 
     contentHeaders(url: string) {

@@ -1,8 +1,11 @@
 /**
  * The OpenAI Videos API behind the job port, as OpenAI's API reference documents it ("Videos": create, retrieve,
- * download content; "The video object"): POST {base}/videos as JSON, or as multipart/form-data when reference
+ * download content, delete; "The video object"): POST {base}/videos as JSON, or as multipart/form-data when reference
  * files go with it; GET {base}/videos/{id} for the job (status queued, in_progress, completed or failed; progress;
- * expires_at for the downloadable assets; error {code, message}); GET {base}/videos/{id}/content for the MP4.
+ * expires_at for the downloadable assets; error {code, message}); GET {base}/videos/{id}/content for the MP4;
+ * DELETE {base}/videos/{id} to stop a job (answered `{id, object: "video.deleted", deleted}`). The API has no cancel
+ * of its own: the reference describes delete for "a completed or failed video and its stored assets" and says
+ * nothing of a job in progress, so a delete the provider refuses is taken as its final answer (refused).
  * `seconds` is sent as the string the reference lists. OpenAI documents one `input_reference`; a provider of the
  * protocol whose models take more (subject references, a last frame) gets them as repeated `input_reference` parts
  * and a `last_reference` part, and only for models whose config says they take them.
@@ -11,8 +14,8 @@ import type { ProviderConfig } from '../../policies/catalog.js';
 import type { Upstreams } from './pools.js';
 import type { PreparedImage } from './reference-images.js';
 import {
-  POLL_TIMEOUT_MS, answerJson, exchange, formData, pollFailure, sameOrigin, submitError,
-  type UpstreamJobState, type VideoJobProvider, type VideoSubmit,
+  POLL_TIMEOUT_MS, answerJson, cancelFailure, exchange, formData, pollFailure, sameOrigin, submitError,
+  type UpstreamCancel, type UpstreamJobState, type VideoJobProvider, type VideoSubmit,
 } from './video-provider.js';
 
 /** When the video object names no expiry: OpenAI keeps downloads about an hour after completion (its video guide). */
@@ -75,6 +78,13 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
         default:
           return pollFailure(provider, { ...a, status: 502 });
       }
+    },
+
+    async cancel(upstreamId: string): Promise<UpstreamCancel> {
+      const a = await exchange(upstreams, provider, { url: jobUrl(upstreamId), method: 'DELETE', headers: { ...auth, accept: 'application/json' }, timeoutMs: pollTimeout });
+      if (a.status < 200 || a.status >= 300) return cancelFailure(provider, a);
+      // `deleted: false` is the provider keeping the job.
+      return answerJson(provider, a).deleted === false ? 'refused' : 'cancelled';
     },
 
     contentHeaders(url: string) {

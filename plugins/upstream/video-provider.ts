@@ -1,7 +1,7 @@
 /**
  * The job port: what the gateway needs of a provider's asynchronous video API, whatever its protocol. Submit a
- * render and get the provider's job id; ask how a job stands; know where its MP4 is and what authenticates the
- * download. Each protocol is one module (openai-videos.ts, gemini-videos.ts); another provider's long-running API
+ * render and get the provider's job id; ask how a job stands; stop a job no one will pay for; know where its MP4 is
+ * and what authenticates the download. Each protocol is one module (openai-videos.ts, gemini-videos.ts); another provider's long-running API
  * slots in as a third, the job store and the poller stay as they are.
  */
 import { randomBytes } from 'node:crypto';
@@ -41,12 +41,20 @@ export type UpstreamJobState =
   | { readonly status: 'completed'; readonly content: VideoContent }
   | { readonly status: 'failed'; readonly code: string; readonly message: string };
 
+/**
+ * What became of a cancel: the provider stopped the job (`cancelled`), no longer knows it (`gone`), refused to stop
+ * it (`refused`, final), or its protocol has no way to stop a job (`unsupported`: no request was sent).
+ */
+export type UpstreamCancel = 'cancelled' | 'gone' | 'refused' | 'unsupported';
+
 /** One provider protocol of asynchronous video generation. */
 export interface VideoJobProvider {
   /** Start a render; a refusal is a GatewayError (400 upstream_invalid_request for the provider's 4xx). */
   submit(req: VideoSubmit): Promise<{ readonly upstreamId: string }>;
   /** How the job stands now; transport and 5xx failures throw (the poller retries), a job the provider lost is failed. */
   poll(upstreamId: string): Promise<UpstreamJobState>;
+  /** Stop a job no one will pay for; transport failures, 429 and 5xx throw (worth another try), the rest is an answer. */
+  cancel(upstreamId: string): Promise<UpstreamCancel>;
   /** Request headers that authenticate a download of `url` (none for a URL off the provider's own origin). */
   contentHeaders(url: string): Record<string, string>;
 }
@@ -78,7 +86,7 @@ export const POLL_TIMEOUT_MS = 30_000;
 /** One request to a provider on its keep-alive pool, its answer read whole. */
 export async function exchange(upstreams: Upstreams, provider: ProviderConfig, req: {
   url: string;
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'DELETE';
   headers: Record<string, string>;
   body?: string | Buffer;
   /** Default: the provider's timeout_ms. */
@@ -133,6 +141,17 @@ export function pollFailure(provider: ProviderConfig, a: UpstreamAnswer): Upstre
   const ra = a.headers['retry-after'];
   const seconds = typeof ra === 'string' ? Number(ra) : NaN;
   throw new UpstreamRetry(a.status, Number.isFinite(seconds) ? seconds * 1000 : undefined, `${provider.name}: poll answered ${a.status}: ${a.text.slice(0, 200)}`);
+}
+
+/** A cancel's non-2xx answer: a job the provider does not know is gone, 429 and 5xx are worth another try, else refused. */
+export function cancelFailure(provider: ProviderConfig, a: UpstreamAnswer): UpstreamCancel {
+  if (a.status === 404 || a.status === 410) return 'gone';
+  if (a.status === 408 || a.status === 429 || a.status >= 500) {
+    const ra = a.headers['retry-after'];
+    const seconds = typeof ra === 'string' ? Number(ra) : NaN;
+    throw new UpstreamRetry(a.status, Number.isFinite(seconds) ? seconds * 1000 : undefined, `${provider.name}: cancel answered ${a.status}: ${a.text.slice(0, 200)}`);
+  }
+  return 'refused';
 }
 
 /** A multipart/form-data body (RFC 7578) of text fields and files, built in one buffer. */

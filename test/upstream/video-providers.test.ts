@@ -1,6 +1,7 @@
 // The job port's adapters against a stand-in provider that answers as the providers' API references show (not the
 // simulator): what each sends (paths, auth, JSON or multipart, the fields and their types), how each reads a job's
-// states, failures and refusals, and the MP4 pass-through (ranges, a redirect whose target never gets the key).
+// states, failures and refusals, how each stops a job, and the MP4 pass-through (ranges, a redirect whose target
+// never gets the key).
 import t from 'tap';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { ProviderConfig } from '../../policies/catalog.js';
@@ -47,6 +48,7 @@ const provider = await server(async (app) => {
   };
   app.post('/v1/videos', answer('openai.create'));
   app.get('/v1/videos/:id', answer('openai.get'));
+  app.delete('/v1/videos/:id', answer('openai.delete'));
   app.post('/v1beta/models/:call', answer('gemini.create'));
   app.get('/v1beta/models/:model/operations/:op', answer('gemini.get'));
   app.get('/v1beta/files/:file', async (req, reply) => {
@@ -170,6 +172,29 @@ t.test('Gemini: the operation polled under the API base; done with a sample, an 
   t.same(await gemini.poll(name), { status: 'failed', code: 'video_generation_failed', message: 'Internal error.' });
   answers.set('gemini.get', { status: 200, body: { name, done: true, response: { generateVideoResponse: { raiMediaFilteredCount: 1, raiMediaFilteredReasons: ['The prompt was blocked.'] } } } });
   t.same(await gemini.poll(name), { status: 'failed', code: 'content_filtered', message: 'The prompt was blocked.' });
+});
+
+t.test('OpenAI: cancel is DELETE /videos/{id} with the key; deleted, gone, refused, or worth another try', async (t) => {
+  answers.set('openai.delete', { status: 200, body: { id: 'video_abc', object: 'video.deleted', deleted: true } });
+  t.equal(await openai.cancel('video_abc'), 'cancelled');
+  t.same([last().method, last().url, last().headers.authorization], ['DELETE', '/v1/videos/video_abc', 'Bearer openai-key']);
+  answers.set('openai.delete', { status: 200, body: { id: 'video_abc', object: 'video.deleted', deleted: false } });
+  t.equal(await openai.cancel('video_abc'), 'refused', 'deleted: false keeps the job');
+  answers.set('openai.delete', { status: 404, body: { error: { message: 'not found' } } });
+  t.equal(await openai.cancel('video_abc'), 'gone');
+  answers.set('openai.delete', { status: 400, body: { error: { message: 'Video is not finished.', type: 'invalid_request_error' } } });
+  t.equal(await openai.cancel('video_abc'), 'refused', 'a 4xx is the provider\'s final answer');
+  answers.set('openai.delete', { status: 503, body: { error: { message: 'busy' } }, headers: { 'retry-after': '2' } });
+  const e = await openai.cancel('video_abc').catch((err: unknown) => err);
+  t.ok(e instanceof UpstreamRetry && e.status === 503 && e.retryAfterMs === 2000, 'a 5xx is worth another try, Retry-After kept');
+  answers.set('openai.delete', { status: 429, body: { error: { message: 'slow down' } } });
+  t.ok((await openai.cancel('video_abc').catch((err: unknown) => err)) instanceof UpstreamRetry, 'so is a 429');
+});
+
+t.test('Gemini: no cancel for video operations (models.operations has get and list only): nothing is sent', async (t) => {
+  const before = seen.length;
+  t.equal(await gemini.cancel('models/veo/operations/op123'), 'unsupported');
+  t.equal(seen.length, before, 'no request');
 });
 
 t.test('content: ranges passed through; a redirect is followed and its target never gets the key', async (t) => {
