@@ -5,7 +5,8 @@
  * `{name, done:true, error:{code, message}}` (google.rpc.Status); the uri is a Files API download that
  * takes the API key and byte ranges. Follows the Gemini API Veo guide (ai.google.dev/gemini-api/docs/video:
  * instances[].prompt, image, lastFrame, referenceImages; parameters aspectRatio, resolution,
- * durationSeconds) and the Operation resource of the API reference.
+ * durationSeconds) and the Operation resource of the API reference. Like the API (its discovery document
+ * gives `models.operations` get and list only), it has no cancel: a POST to `{name}:cancel` is a 404.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { parseDirectives } from './directives.js';

@@ -2,7 +2,9 @@
  * Simulated OpenAI Videos API: POST /v1/videos (JSON, or multipart/form-data with `input_reference`
  * files), GET /v1/videos/{id}, GET /v1/videos/{id}/content (the MP4, byte ranges) and
  * DELETE /v1/videos/{id}, following OpenAI's API reference ("Videos": create, retrieve, download
- * content, delete; "The video object") and its video generation guide. The simulated provider also
+ * content, delete; "The video object") and its video generation guide. A delete takes a job in any state
+ * (the reference names completed and failed ones and says nothing of others): a render in progress stops,
+ * and the job is gone (404) from then on. The simulated provider also
  * stands in for the spec's other video families, so it renders any even size from 320 to 1920 a side
  * and any whole duration from 1 to 30 s; it takes up to 30 `input_reference` parts (subject and style
  * references) and one `last_reference` (a last frame, beside exactly one input_reference).

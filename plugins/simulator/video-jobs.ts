@@ -100,6 +100,8 @@ export class VideoJobs {
         .render(spec.width, spec.height, spec.seconds)
         .then(
           (clip) => {
+            // A deleted job's render is dropped: its clip is never attached (renders of one size are shared).
+            if (this.jobs.get(id) !== job) return;
             job.clip = clip;
             job.renderedAt = Date.now();
           },
@@ -118,6 +120,7 @@ export class VideoJobs {
     return this.jobs.get(id);
   }
 
+  /** Forgets a job, whatever its state: a render in progress stops (its clip is never attached), polls find nothing. */
   delete(id: string): boolean {
     return this.jobs.delete(id);
   }

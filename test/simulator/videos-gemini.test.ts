@@ -139,6 +139,14 @@ t.test('bad parameters, instances and images -> 400 INVALID_ARGUMENT; unknown op
   t.equal((await fetch(`${sim.url}/v1beta/${other}`, { headers: KEY })).status, 404, 'an operation is found under its own model only');
 });
 
+t.test('no cancel, as the Gemini API has none for model operations (get and list only): {name}:cancel is a 404 and the render goes on', async (t) => {
+  const { name } = (await (await submit({ instances: [{ prompt: 'uncancellable' }] })).json()) as Operation;
+  const cancel = await fetch(`${sim.url}/v1beta/${name}:cancel`, { method: 'POST', headers: { ...KEY, 'content-type': 'application/json' }, body: '{}' });
+  t.equal(cancel.status, 404);
+  t.match(await cancel.json(), { error: { code: 404, status: 'NOT_FOUND' } });
+  t.match((await untilDone(name)).at(-1), { name, done: true, response: Object }, 'the operation completes');
+});
+
 t.test('#sim:status and #sim:delay_ms on submit; #sim:hangup_after cuts the download', async (t) => {
   const res = await submit({ instances: [{ prompt: 'x #sim:status=429' }] });
   t.equal(res.status, 429);

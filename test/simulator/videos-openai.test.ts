@@ -233,6 +233,19 @@ t.test('DELETE -> video.deleted; the job is gone', async (t) => {
   t.equal((await fetch(`${sim.url}/v1/videos/${v.id}`, { headers: AUTH })).status, 404);
 });
 
+t.test('videos.delete of a job still rendering stops it: deleted, in the request log, never completed, no content', async (t) => {
+  const params = { model: 'sora-2', prompt: 'stopped midway #sim:render_ms=300', size: '720x1280', seconds: '4' } as const;
+  const v = await openai.videos.create(params);
+  const twin = await openai.videos.create(params);
+  t.not((await openai.videos.retrieve(v.id)).status, 'completed', 'still rendering');
+  t.same(await openai.videos.delete(v.id), { id: v.id, object: 'video.deleted', deleted: true });
+  t.ok(sim.received.some((r) => r.method === 'DELETE' && r.url === `/v1/videos/${v.id}` && r.headers.authorization === 'Bearer x'), 'the log has the delete');
+  t.equal((await untilDone(twin.id)).at(-1)!.status, 'completed', 'its twin, submitted with it, completes');
+  t.equal((await fetch(`${sim.url}/v1/videos/${v.id}`, { headers: AUTH })).status, 404, 'the deleted one is still gone, never completed');
+  t.equal((await content(v.id)).status, 404, 'no content');
+  t.equal((await fetch(`${sim.url}/v1/videos/${v.id}`, { method: 'DELETE', headers: AUTH })).status, 404, 'a second delete: not found');
+});
+
 t.test('openai SDK: videos.create (with a file), retrieve, downloadContent', async (t) => {
   const created = await openai.videos.create({ model: 'sora-2', prompt: 'a kite', size: '720x1280', seconds: '4', input_reference: await toFile(await referencePng(72, 128), 'kite.png', { type: 'image/png' }) });
   t.equal(created.status, 'queued');
