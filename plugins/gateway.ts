@@ -183,7 +183,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     }, metrics, log)
     : undefined;
   const admission = new Admission(new RateLimiter(redis, config.limits), billing, log, redis);
-  const finisher = new Finisher(admission, config.prices, log);
+  const finisher = new Finisher(admission, config.prices, log, metrics);
   const videos = new VideoJobs({ redis, config, upstreams, admission, metrics, log, instance: billing?.instance });
   // The settler and the chain watcher beside the call path, unless this instance leaves them to others
   // (`farebox settle`, plugins/settlement/settlement.ts).

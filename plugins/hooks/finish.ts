@@ -1,10 +1,13 @@
 /**
  * Finish, the last phase, once the response has closed (or the caller left during the gate): the endpoint bills what
  * the call delivered and admission debits its hold at that price (0 for a failed call), or a job keeps the hold.
+ * A billed call whose caller left before anything billable reached it costs nothing, whatever the upstream did; it
+ * is counted per account (farebox_abandoned_calls_total), so an operator sees who makes providers work for free.
  */
 import type { Admission } from '../billing/admission.js';
 import { FREE, type Bill } from '../billing/billing.js';
 import type { Call } from '../call.js';
+import type { Metrics } from '../metrics/metrics.js';
 import type { PriceTable } from '../../pricing/index.js';
 
 type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
@@ -17,6 +20,7 @@ export class Finisher {
     private readonly admission: Admission,
     private readonly prices: PriceTable,
     private readonly log: Log,
+    private readonly metrics: Pick<Metrics, 'abandonedCalls'>,
   ) {}
 
   /** Finish `call` once, if it was admitted. */
@@ -32,6 +36,9 @@ export class Finisher {
       bill = FREE;
     }
     if (bill === null) return;
+    if (call.clientAborted && bill.price === 0n && call.admitted.hold) {
+      this.metrics.abandonedCalls.inc({ account: call.admitted.hold.account, endpoint: call.endpoint!.name });
+    }
     const done: Promise<void> = this.admission.finish(call.admitted, bill).then(
       () => void this.running.delete(done),
       (err) => {

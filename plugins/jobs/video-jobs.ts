@@ -12,10 +12,14 @@ import { geminiVideos } from '../upstream/gemini-videos.js';
 import { openaiVideos } from '../upstream/openai-videos.js';
 import type { Upstreams } from '../upstream/pools.js';
 import type { VideoJobProvider } from '../upstream/video-provider.js';
+import { cancelWithRetries } from './video-cancel.js';
 import { VideoPoller } from './video-poller.js';
 import { VideoStore } from './video-store.js';
 
 type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
+
+/** How long stop() waits for cancels in flight, ms. */
+const CANCEL_DRAIN_MS = 2_000;
 
 /** What VideoJobs is built from. */
 export interface VideoJobsOptions {
@@ -36,6 +40,8 @@ export class VideoJobs {
   /** Runs on this instance only when config `videos.poller` says so (start). */
   readonly poller: VideoPoller;
   private readonly adapters = new Map<string, VideoJobProvider>();
+  private readonly cancels = new Set<Promise<void>>();
+  private readonly stopping = new AbortController();
 
   constructor(private readonly opts: VideoJobsOptions) {
     this.settings = opts.config.videos;
@@ -62,13 +68,37 @@ export class VideoJobs {
     return this.opts.config.providers[name]?.timeout_ms ?? 600_000;
   }
 
+  /**
+   * Ask the provider to stop an upstream job nobody will pay for (video-cancel.ts): at once, without waiting for it,
+   * and counted by what the provider did (farebox_video_cancels_total). Charges no one.
+   */
+  cancelAbandoned(providerName: string, upstreamId: string, context: { readonly requestId: string; readonly account: string }): void {
+    const provider = this.provider(providerName);
+    const log = { ...context, provider: providerName, upstreamId };
+    const run = cancelWithRetries(() => (provider ? provider.cancel(upstreamId) : Promise.resolve('unsupported' as const)), {
+      stop: this.stopping.signal,
+      onError: (err, attempt) => this.opts.log.warn({ ...log, err, attempt }, 'cancelling an abandoned video job failed'),
+    }).then((outcome) => {
+      this.opts.metrics.videoCancels.inc({ provider: providerName, outcome });
+      if (outcome !== 'cancelled' && outcome !== 'gone') {
+        this.opts.log.warn({ ...log, outcome }, 'an abandoned video job was not stopped: the provider renders it at the operator\'s cost');
+      }
+    }).catch((err: unknown) => this.opts.log.error({ ...log, err }, 'cancelling an abandoned video job failed'));
+    const tracked: Promise<void> = run.finally(() => this.cancels.delete(tracked));
+    this.cancels.add(tracked);
+  }
+
   /** Start the poller, if this instance may hold its lease. */
   start(): void {
     if (this.settings.poller) this.poller.start();
   }
 
-  /** Stop the poller and hand its lease over. */
+  /** Stop the poller and hand its lease over; cancels in flight get CANCEL_DRAIN_MS to end, and try no more. */
   async stop(): Promise<void> {
-    await this.poller.stop();
+    this.stopping.abort();
+    await Promise.all([
+      this.poller.stop(),
+      Promise.race([Promise.allSettled([...this.cancels]), new Promise((r) => setTimeout(r, CANCEL_DRAIN_MS).unref())]),
+    ]);
   }
 }

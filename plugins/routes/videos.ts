@@ -6,7 +6,8 @@
  * through the provider's adapter, records the job and answers at once with it, in progress. The finished request
  * bills nothing: the job owns its hold, and the poller debits it when the clip completes, or releases it when it
  * fails. A submit the provider refused (400) or failed is free, its hold released at once; so is one whose caller
- * left before the job's id reached it (the job, if recorded, is failed: no one could ever fetch its clip).
+ * left before the job's id reached it (the job, if recorded, is failed: no one could ever fetch its clip). The
+ * provider is then asked to stop that job, as it is when the job could not be recorded (VideoJobs.cancelAbandoned).
  */
 import type { FastifyRequest } from 'fastify';
 import { FREE } from '../billing/billing.js';
@@ -128,9 +129,12 @@ export const videos: Endpoint<VideoPoliced> = {
     } finally {
       ctx.metrics.upstreamDuration.observe({ provider: providerName }, Number(process.hrtime.bigint() - sent) / 1e9);
     }
-    // The caller left before its job's id could reach it: no job is recorded, and the hold is released.
+    // The caller left before its job's id could reach it: no job is recorded, the hold is released, and the
+    // provider is asked to stop a render nobody will pay for.
+    const abandon = () => ctx.videos.cancelAbandoned(providerName, upstreamId, { requestId: call.id, account: call.identity!.account });
     if (call.ended) {
       exchange.status = 499;
+      abandon();
       return reply.send();
     }
     const hold = call.admitted?.hold;
@@ -144,13 +148,15 @@ export const videos: Endpoint<VideoPoliced> = {
       }, ctx.videos.settings.deadline_ms, ctx.videos.settings.poll_initial_ms);
     } catch (err) {
       // Whether or not the record was written, the hold is released now: a job the poller may still find can then
-      // only fail (the store completes a job only while its hold is held).
+      // only fail (the store completes a job only while its hold is held), and its render is stopped.
       exchange.status = 503;
+      abandon();
       throw err;
     }
     if (call.ended) {
       // The caller left while the job was being recorded: it never learned the id. The job fails, free.
       exchange.status = 499;
+      abandon();
       await ctx.videos.store.finish(job.id, { status: 'failed', code: 'client_disconnected', message: 'The caller left before the job was accepted.' }, job.createdAt)
         .catch((err: unknown) => reply.log.warn({ err, job: job.id }, 'a job whose caller left could not be failed; its released hold fails it'));
       return reply.send();
