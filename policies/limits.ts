@@ -15,6 +15,10 @@
  * - on a refusal: `retry-after` in whole seconds, rounded up, at least 1 (RFC 9110), and `retry-after-ms`,
  *   which both official SDKs read first, so their automatic retry lands when the call can pass.
  * When key and account limits both apply, each header family reports the tighter of the two.
+ *
+ * Video polls and downloads (GET /v1/videos/{id}[/content], unknown ids included) count against a bucket of their
+ * own per key, `video_polls.key.rpm`, answered with the same 429 and headers; a download also counts as a request
+ * of its model's family.
  */
 import { z } from 'zod';
 import { FAMILIES } from './families.js';
@@ -33,6 +37,10 @@ const limit = z.number().int().positive().max(1e12).nullable();
 // Built-in defaults: generous requests, unlimited tokens (the wallet already bounds spending).
 const DEFAULT_KEY_RPM = 3_000;
 const DEFAULT_ACCOUNT_RPM = 6_000;
+// Polls need no funds, so only this bounds them. 6,000 a minute follows 100 jobs at once at the 1 s interval of the
+// Python SDK's create_and_poll (500 at 5 s), bursts included; a poll costs the gateway one Redis round trip (~0.07 ms
+// of CPU, README "Videos"), so a key at its limit costs about 1% of a core, where unlimited polls reached 2,340/s.
+const DEFAULT_KEY_POLL_RPM = 6_000;
 
 const defaultPair = (rpm: number | null) =>
   z.strictObject({ rpm: limit.default(rpm), tpm: limit.default(null) });
@@ -48,6 +56,7 @@ export const limitsConfigSchema = z.strictObject({
     })
     .prefault({}),
   families: z.partialRecord(z.enum(FAMILIES), familyScope).prefault({}),
+  video_polls: z.strictObject({ key: z.strictObject({ rpm: limit.default(DEFAULT_KEY_POLL_RPM) }).prefault({}) }).prefault({}),
 });
 
 /** The `limits` section as written. */
@@ -203,8 +212,11 @@ const WHAT: Record<LimitId, string> = {
   account_tokens: 'tokens per minute for this account',
 };
 
-/** The caller-facing message of a refusal (safe to show: it names only the caller's own limit). */
-export function refusalMessage(decision: Decision): string {
+/**
+ * The caller-facing message of a refusal (safe to show: it names only the caller's own limit); `what` names a limit
+ * other than the four (video polls).
+ */
+export function refusalMessage(decision: Decision, what?: string): string {
   if (!decision.which) return 'Rate limit reached.';
-  return `Rate limit reached: ${WHAT[decision.which]} (limit ${decision.limit}); retry after ${retryAfterSeconds(decision.retryAfterMs)} s.`;
+  return `Rate limit reached: ${what ?? WHAT[decision.which]} (limit ${decision.limit}); retry after ${retryAfterSeconds(decision.retryAfterMs)} s.`;
 }

@@ -130,6 +130,13 @@ export class Admission {
     return { decision, hold, limits };
   }
 
+  /** Count a video poll or download against its key's poll limit, or throw its 429; nothing is held. */
+  async admitPoll(identity: KeyIdentity, protocol: Protocol): Promise<Decision> {
+    const decision = await this.limiter.checkPoll(identity.account, identity.keyId);
+    if (!decision.allowed) throw rateLimitedError(decision, protocol, undefined, 'video polls per minute for this API key');
+    return decision;
+  }
+
   /**
    * The call is over: debit its hold at `bill` (FREE releases it) and correct its token limits to the tokens billed.
    * Callable from outside a request (a job's completion). Throws only DebitNotReached (Billing.debit).

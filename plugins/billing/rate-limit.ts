@@ -14,6 +14,7 @@
  * (tests). Keys expire when their bucket is full again, so idle keys and accounts leave nothing behind:
  *   rl:{<account>}:<family>:k:<keyId>:r|t   per key, requests|tokens
  *   rl:{<account>}:<family>:a:r|t           per account
+ *   rl:{<account>}:video-polls:k:<keyId>    per key, video polls and downloads (checkPoll)
  * The {account} hash tag puts one call's keys in one Redis Cluster slot, as a multi-key script needs there
  * (a key belongs to one account). The keyPrefix must then contain no braces.
  */
@@ -174,10 +175,14 @@ export interface PreparedAdjust {
 const checkScript = new LuaScript(CHECK_LUA);
 const adjustScript = new LuaScript(ADJUST_LUA);
 
+/** The one limit of a video poll: requests of the key. */
+const POLL_IDS: readonly LimitId[] = ['key_requests'];
+
 /** Checks and charges the rate limits of calls, shared through Redis. */
 export class RateLimiter {
   private readonly plans = new Map<string, Plan | null>();
   private readonly fallback: Plan | null;
+  private readonly pollRpm: number | null;
 
   constructor(
     private readonly redis: Redis,
@@ -186,6 +191,17 @@ export class RateLimiter {
     // Plans are built once: the per-call path only looks one up and fills in the ids.
     for (const family of FAMILIES) this.plans.set(family, plan(config, family));
     this.fallback = plan(config, '');
+    this.pollRpm = config.video_polls.key.rpm;
+  }
+
+  /**
+   * Count one video poll or download against its key's poll limit (`limits.video_polls`), by the same script as a
+   * call's limits: one EVALSHA, which a route sends in the same turn as its job read, so both share a round trip.
+   */
+  async checkPoll(account: string, keyId: string, now?: number): Promise<Decision> {
+    if (this.pollRpm === null) return UNLIMITED;
+    const reply = await checkScript.run<number[]>(this.redis, [keys.videoPollLimit(account, keyId)], [now ?? '', WINDOW_MS, this.pollRpm, 1]);
+    return buildDecision(POLL_IDS, [this.pollRpm], reply);
   }
 
   /** Decide on a call and, if every limit passes, charge it to all of them; a refusal charges nothing. */
@@ -279,10 +295,13 @@ function plan(config: LimitsConfig, family: string): Plan | null {
   };
 }
 
-/** The 429 of a refused decision, in the caller's protocol: message naming the limit, and its headers. */
-export function rateLimitedError(decision: Decision, protocol: Protocol, nowMs?: number): GatewayError {
+/**
+ * The 429 of a refused decision, in the caller's protocol: message naming the limit (`what`, for a limit other than
+ * the four), and its headers.
+ */
+export function rateLimitedError(decision: Decision, protocol: Protocol, nowMs?: number, what?: string): GatewayError {
   return new GatewayError('rate_limited', {
-    message: refusalMessage(decision),
+    message: refusalMessage(decision, what),
     headers: rateLimitHeaders(decision, protocol, nowMs),
   });
 }

@@ -26,6 +26,7 @@
  *   usage-idx:<addr>         zset    request id by call time
  * Rate limits (plugins/billing/rate-limit.ts)
  *   rl:{<addr>}:<family>:k:<keyId>:r|t, rl:{<addr>}:<family>:a:r|t   one bucket per limit
+ *   rl:{<addr>}:video-polls:k:<keyId>      one key's bucket of video polls and downloads
  * Video jobs (plugins/jobs/)
  *   video:<id>               hash    one job (video-store.ts): account, key_id, model, family, seconds, size, prompt,
  *                                    chain, request_id and call_id of its hold, held, price, provider, upstream_model,
@@ -80,6 +81,8 @@ export const keys = {
 
   /** Prefix of one account's rate-limit buckets of one family; the {account} hash tag keeps them in one slot. */
   rateLimits: (account: string, family: string) => `rl:{${account}}:${family}:`,
+  /** One key's bucket of video polls and downloads (no family: a poll of an unknown id counts too). */
+  videoPollLimit: (account: string, keyId: string) => `rl:{${account}}:video-polls:k:${keyId}`,
 
   video: (id: string) => `video:${id}`,
   videosOpen: 'videos-open',

@@ -1,7 +1,7 @@
 // Video jobs outlive requests and instances: a restart while a job runs (it completes and is charged once), two
 // instances that see the end of one job at once (charged once), a hold that belongs to the job (the sweeper leaves
-// it until the job's deadline, then releases it), the deadline itself, and polls that cost one Redis read and no
-// upstream call.
+// it until the job's deadline, then releases it), the deadline itself, and polls that cost one Redis round trip
+// (the job's read beside the key's poll limit) and no upstream call.
 import t from 'tap';
 import type { Redis } from 'ioredis';
 import { Admission } from '../../plugins/billing/admission.js';
@@ -201,24 +201,31 @@ t.test('a job whose debit cannot reach Redis stays open and its hold is closed b
   t.equal((await recordOf(h, requestId, 'settled')).priceAtomic, usd(DEFAULT_PRICES.video['vidA-v6']!['4']!));
 });
 
-t.test('a poll is one Redis read and no upstream call', async (t) => {
+t.test('a poll is one Redis round trip (its poll limit and the job\'s read sent together) and no upstream call', async (t) => {
   // No chains (no heartbeats) and no poller on this instance: every command on its connection is a poll's.
   const h = await videoHarness({ videos: { poller: false } });
   t.teardown(() => h.close());
   const openai = sdk(h);
   const job = await openai.videos.create({ model: 'vidA-v6', prompt: 'polled', seconds: '4' });
   await openai.videos.retrieve(job.id); // the key is resolved and cached by now
-  const sent: string[] = [];
+  // Each command as sent, with the commands still unanswered at that moment.
+  const sent: { name: string; inFlight: string[] }[] = [];
+  const pending = new Set<string>();
   const redis = h.redis as Redis & { sendCommand: Redis['sendCommand'] };
   const original = redis.sendCommand.bind(redis);
-  redis.sendCommand = ((cmd: { name: string }, ...rest: unknown[]) => {
-    sent.push(cmd.name);
-    return (original as (...a: unknown[]) => unknown)(cmd, ...rest);
+  redis.sendCommand = ((cmd: { name: string; promise: Promise<unknown> }, ...rest: unknown[]) => {
+    const tag = `${cmd.name}#${sent.length}`;
+    sent.push({ name: cmd.name, inFlight: [...pending].map((p) => p.split('#')[0]!) });
+    pending.add(tag);
+    const out = (original as (...a: unknown[]) => unknown)(cmd, ...rest);
+    cmd.promise.finally(() => pending.delete(tag)).catch(() => {});
+    return out;
   }) as Redis['sendCommand'];
   const gets = h.sim.received.filter((r) => r.method === 'GET').length;
   for (let i = 0; i < 50; i++) t.equal((await openai.videos.retrieve(job.id)).id, job.id);
   redis.sendCommand = original;
-  t.same(sent, Array(50).fill('hgetall'), '50 polls, 50 HGETALLs, nothing else');
+  t.same(sent.map((c) => c.name), Array(50).fill(['evalsha', 'hgetall']).flat(), '50 polls: the poll limit\'s script and the job\'s HGETALL each, nothing else');
+  t.ok(sent.filter((c) => c.name === 'hgetall').every((c) => c.inFlight.includes('evalsha')), 'each HGETALL sent before the script\'s answer: one round trip');
   t.equal(h.sim.received.filter((r) => r.method === 'GET').length, gets, 'the provider was not asked');
 });
 
