@@ -7,6 +7,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { lastUserText, parseDirectives } from './directives.js';
 import { SimError } from './errors.js';
 import { newId } from './ids.js';
+import { refuseOverAnthropicLimits } from './models.js';
 import { planText, planTool, type TextPlan, type ToolPlan } from './output.js';
 import type { AnthropicCacheUsage } from './prompt-cache.js';
 import { anthropicPrompt } from './prompt.js';
@@ -135,6 +136,7 @@ export function anthropicRoutes(app: FastifyInstance, ctx: RouteContext): void {
       throw new SimError(400, 'max_tokens: Field required (an integer >= 1)');
     }
     const prompt = anthropicPrompt(body);
+    refuseOverAnthropicLimits(body.model, prompt.total, maxTokens);
     const stops = stopSequences(body.stop_sequences);
     const tool = forcedTool(body);
     const userText = lastUserText(body.messages);

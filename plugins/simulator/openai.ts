@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { lastUserText, parseDirectives } from './directives.js';
 import { SimError, defaultMessage } from './errors.js';
 import { newId } from './ids.js';
+import { refuseOverChatLimits } from './models.js';
 import { planText, planTool, type TextPlan, type ToolPlan } from './output.js';
 import { openaiPrompt } from './prompt.js';
 import { sendJson, sendStream, type StreamPlan } from './respond.js';
@@ -140,6 +141,7 @@ export function openaiRoutes(app: FastifyInstance, ctx: RouteContext): void {
       throw new SimError(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
     }
     const limit = outputLimit(body);
+    refuseOverChatLimits(body.model, prompt.total, limit);
     const stopList = stops(body.stop);
     const tool = forcedTool(body);
     const userText = lastUserText(body.messages);
