@@ -402,13 +402,15 @@ const BETA_LEVELS: ReasoningLevel[] = ['low', 'medium', 'high', 'xhigh', 'max'];
 
 /** The embedded default: every model id of the spec, routed to the simulator at `simulatorUrl`. */
 export function embeddedDefault(simulatorUrl: string): ConfigInput {
-  const alpha = (id: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[]) => ({
+  // Each context window is that of the provider model the id stands for, which the simulator enforces
+  // (simulator/models.ts): a window here below the provider's would let a call bill more input than its hold covers.
+  const alpha = (id: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[], context_window: number) => ({
     id, family: 'alpha' as const, provider: 'sim-anthropic', chat_provider: 'sim-anthropic-openai', max_tokens, temperature, reasoning_levels,
-    context_window: 200_000,
+    context_window,
   });
-  const openai = (id: string, family: 'beta' | 'gamma', provider: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[]) => ({
-    id, family, provider, max_tokens, temperature, reasoning_levels, context_window: family === 'beta' ? 400_000 : 128_000,
-  });
+  const openai = (
+    id: string, family: 'beta' | 'gamma', provider: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[], context_window: number,
+  ) => ({ id, family, provider, max_tokens, temperature, reasoning_levels, context_window });
   return {
     providers: {
       'sim-anthropic': { protocol: 'anthropic', base_url: simulatorUrl, key_env: 'FAREBOX_SIM_KEY' },
@@ -419,19 +421,19 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       'sim-gemini': { protocol: 'gemini', base_url: `${simulatorUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' },
     },
     models: [
-      alpha('alpha-fable-5', 32_000, false, ALPHA_TOP_LEVELS),
-      alpha('alpha-haiku-4-5', 64_000, true, ALPHA_LEVELS),
-      alpha('alpha-opus-4-6', 32_000, true, ALPHA_LEVELS),
-      alpha('alpha-opus-4-7', 32_000, false, ALPHA_TOP_LEVELS),
-      alpha('alpha-opus-4-8', 32_000, false, ALPHA_TOP_LEVELS),
-      alpha('alpha-opus-5', 64_000, false, ALPHA_TOP_LEVELS),
-      alpha('alpha-sonnet-4-6', 64_000, true, ALPHA_LEVELS),
-      alpha('alpha-sonnet-5', 64_000, false, ALPHA_TOP_LEVELS),
-      openai('beta-5.6-sol', 'beta', 'sim-openai', 128_000, false, BETA_LEVELS),
-      openai('beta-5.6-mini', 'beta', 'sim-openai', 128_000, false, BETA_LEVELS),
-      openai('beta-5.5', 'beta', 'sim-openai', 128_000, true, ['low', 'medium', 'high']),
-      openai('gamma-k3', 'gamma', 'sim-open-weights', 32_768, true, []),
-      openai('gamma-q3', 'gamma', 'sim-open-weights', 32_768, true, []),
+      alpha('alpha-fable-5', 32_000, false, ALPHA_TOP_LEVELS, 1_000_000),
+      alpha('alpha-haiku-4-5', 64_000, true, ALPHA_LEVELS, 200_000),
+      alpha('alpha-opus-4-6', 32_000, true, ALPHA_LEVELS, 1_000_000),
+      alpha('alpha-opus-4-7', 32_000, false, ALPHA_TOP_LEVELS, 1_000_000),
+      alpha('alpha-opus-4-8', 32_000, false, ALPHA_TOP_LEVELS, 1_000_000),
+      alpha('alpha-opus-5', 64_000, false, ALPHA_TOP_LEVELS, 1_000_000),
+      alpha('alpha-sonnet-4-6', 64_000, true, ALPHA_LEVELS, 1_000_000),
+      alpha('alpha-sonnet-5', 64_000, false, ALPHA_TOP_LEVELS, 1_000_000),
+      openai('beta-5.6-sol', 'beta', 'sim-openai', 128_000, false, BETA_LEVELS, 1_050_000),
+      openai('beta-5.6-mini', 'beta', 'sim-openai', 128_000, false, BETA_LEVELS, 1_050_000),
+      openai('beta-5.5', 'beta', 'sim-openai', 128_000, true, ['low', 'medium', 'high'], 1_050_000),
+      openai('gamma-k3', 'gamma', 'sim-open-weights', 32_768, true, [], 1_048_576),
+      openai('gamma-q3', 'gamma', 'sim-open-weights', 32_768, true, [], 262_144),
       // Both image protocols run on the default: img-pro on Gemini generateContent, img-2 on the OpenAI Images API
       // (gpt-image-1: its three sizes are those of OpenAI's published ImagesResponse schema).
       { id: 'img-pro', family: 'img', provider: 'sim-gemini', upstream_model: 'gemini-3-pro-image-preview' },

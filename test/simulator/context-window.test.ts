@@ -4,7 +4,9 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import t, { type Test } from 'tap';
+import { embeddedDefault } from '../../plugins/config.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
+import { modelLimits } from '../../plugins/simulator/models.js';
 
 const sim = await startSimulator();
 t.teardown(() => sim.close());
@@ -105,3 +107,14 @@ t.test('a model the simulator does not know has no limits', async (t) => {
   t.equal(m.type, 'message');
 });
 
+t.test('the embedded default gives each text model the window of the provider model it stands for', async (t) => {
+  // The hold bounds input by the configured window: a provider serving a larger one could bill above the hold.
+  type TextModel = { id: string; family: string; context_window: number; max_tokens: number };
+  const models = (embeddedDefault(sim.url).models as TextModel[]).filter((m) => ['alpha', 'beta', 'gamma'].includes(m.family));
+  t.equal(models.length, 13, 'every text model of the spec');
+  for (const m of models) {
+    const limits = modelLimits(m.id);
+    t.equal(m.context_window, limits?.contextWindow, `${m.id}: context_window`);
+    t.ok(m.max_tokens <= (limits?.maxOutput ?? 0), `${m.id}: its max_tokens ceiling is within the model's most output`);
+  }
+});
