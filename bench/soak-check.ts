@@ -27,7 +27,8 @@ export function spooledDebits(dirs: readonly string[]): number {
     for (const name of names) {
       if (!name.includes('.jsonl')) continue;
       try {
-        n += readFileSync(join(dir, name), 'utf8').split('\n').filter((l) => l.trim()).length;
+        // Every line but the file's header (the Redis it belongs to, plugins/billing/spool.ts) is a debit.
+        n += readFileSync(join(dir, name), 'utf8').split('\n').filter((l) => l.trim() && !l.startsWith('{"farebox_spool"')).length;
       } catch {
         // renamed away while read (adopted)
       }

@@ -73,7 +73,8 @@ const billingSchema = z.strictObject({
   instance_timeout_ms: z.number().int().min(1_000).default(30_000),
   /**
    * Where debits wait while Redis is away (plugins/billing/spool.ts): a folder that outlives the process (a persistent
-   * volume in production). Default: farebox-spool/<redis prefix> under the system's temporary folder.
+   * volume in production), of this user and 0700 (another owner, or group or others with write rights, is refused at
+   * start). Default: farebox-spool/<redis server>-<prefix>-<hash> under the system's temporary folder.
    */
   spool_dir: z.string().min(1).optional(),
   /** Most debits one instance keeps waiting; past it a delivered call is not charged (farebox_debits_lost_total). */

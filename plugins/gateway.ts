@@ -11,8 +11,6 @@
  *   response closes).
  * The endpoints are modules (plugins/routes/) that declare what differs: schema, rewrite, quote, forward, bill.
  */
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
 import type { Redis } from 'ioredis';
@@ -121,11 +119,6 @@ function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): 
   reply.send(renderError(ge, call?.protocol ?? protocolOf(request.url)));
 }
 
-/** The spool folder when the config names none: per Redis prefix, so deployments on one host keep apart. */
-function defaultSpoolDir(prefix: string): string {
-  return join(tmpdir(), 'farebox-spool', prefix.replace(/[^A-Za-z0-9_.-]/g, '_') || 'default');
-}
-
 /** The config of a registration: the option, else FAREBOX_CONFIG, else the embedded default (started here). */
 async function configOf(app: FastifyInstance, opts: FareboxOptions, env: ConfigEnv): Promise<{ config: FareboxConfig; env: ConfigEnv }> {
   if (opts.config !== undefined) {
@@ -147,8 +140,6 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   // answers it itself).
   if (app.server.listenerCount('checkExpectation') === 0) app.server.on('checkExpectation', answerExpectation);
   const log = app.log;
-  const keys = new KeyResolver(redis);
-  keys.listen((err) => log.warn({ err }, 'key invalidation channel'));
   const catalog = new ModelCatalog(config);
   const metrics = opts.metrics ?? createMetrics();
   const upstreams = new Upstreams();
@@ -174,14 +165,24 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   // at least three heartbeats past its last renewal, so one missed beat never lets it expire.
   const heartbeatMs = Math.min(5_000, Math.max(250, Math.floor(config.billing.instance_timeout_ms / 3)));
   // Billing on the configured chains; none configured (only a test of the proxy alone runs so): calls are not billed.
-  const billing = config.chains
-    ? new Billing(redis, {
-      retentionMs: config.billing.retention_days * 86_400_000,
-      holdTtlMs: Math.max(config.billing.hold_grace_ms, 3 * heartbeatMs),
-      instanceTimeoutMs: config.billing.instance_timeout_ms,
-      spool: { dir: config.billing.spool_dir ?? defaultSpoolDir(config.redis.prefix), maxEntries: config.billing.spool_max },
-    }, metrics, log)
-    : undefined;
+  let billing: Billing | undefined;
+  try {
+    billing = config.chains
+      ? new Billing(redis, {
+        retentionMs: config.billing.retention_days * 86_400_000,
+        holdTtlMs: Math.max(config.billing.hold_grace_ms, 3 * heartbeatMs),
+        instanceTimeoutMs: config.billing.instance_timeout_ms,
+        // No spool_dir: a folder named by the connection's Redis and prefix (billing/spool.ts).
+        spool: { dir: config.billing.spool_dir, maxEntries: config.billing.spool_max },
+      }, metrics, log)
+      : undefined;
+  } catch (err) {
+    // A spool folder refused (SpoolFolderRefused, naming it): the registration fails, leaving no connection of ours open.
+    if (!opts.redis) redis.disconnect();
+    throw err;
+  }
+  const keys = new KeyResolver(redis);
+  keys.listen((err) => log.warn({ err }, 'key invalidation channel'));
   const admission = new Admission(new RateLimiter(redis, config.limits), billing, log, redis);
   const finisher = new Finisher(admission, config.prices, log, metrics);
   const videos = new VideoJobs({ redis, config, upstreams, admission, metrics, log, instance: billing?.instance });

@@ -17,7 +17,7 @@ import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { DebitSpool, type SpooledDebit } from './spool.js';
 import { debitHold, MAX_AMOUNT, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
-import { redisUnavailable } from '../store/redis.js';
+import { redisIdentity, redisUnavailable } from '../store/redis.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
 
@@ -29,8 +29,11 @@ export interface BillingSettings {
   holdTtlMs: number;
   /** An instance whose heartbeat is older than this is dead: its holds are released. */
   instanceTimeoutMs: number;
-  /** Where debits wait while Redis is away (spool.ts); none: they are retried for a few seconds, then lost. */
-  spool?: { dir: string; maxEntries: number };
+  /**
+   * Where debits wait while Redis is away (spool.ts); none: they are retried for a few seconds, then lost. `dir`
+   * undefined: the default folder, named by the connection's Redis and prefix.
+   */
+  spool?: { dir: string | undefined; maxEntries: number };
 }
 
 /** What a call may cost at worst: the amount its hold takes. */
@@ -112,12 +115,15 @@ export class Billing {
     private readonly log: Log,
   ) {
     if (settings.spool) {
-      this.spool = new DebitSpool(settings.spool.dir, this.instance, settings.spool.maxEntries, (d) => this.debitOnce(d), redisUnavailable, {
+      // The spool belongs to the Redis this connection writes to, as its options name it (reachable or not).
+      const owner = { redis: redisIdentity(r), prefix: (r.options.keyPrefix as string | undefined) ?? '' };
+      this.spool = new DebitSpool(settings.spool.dir, owner, this.instance, settings.spool.maxEntries, (d) => this.debitOnce(d), redisUnavailable, {
         spooled: () => metrics.debitsSpooled.inc(),
         drained: (done, d) => this.counted(d.chain, d.model, JSON.parse(d.usageJson) as Usage, d.requestId, done),
         lost: () => metrics.debitsLost.inc(),
         refused: (d, err) => this.refused(d, err, false),
         resized: (size) => metrics.debitSpoolSize.set(size),
+        notAdopted: (files) => metrics.debitSpoolFilesNotAdopted.set(files),
       }, log);
     }
   }

@@ -8,10 +8,24 @@
  * acknowledged; rewritten (and flushed) without the debits Redis took. A crash between a debit and the rewrite replays
  * that debit, which changes nothing the second time. A debit Redis refuses outright (an error reply, never an outage)
  * would be refused again: it moves to `<dir>/<instance>.refused` for an operator and stops holding up the rest.
+ *
+ * A spool belongs to one Redis and key prefix (SpoolOwner), and never mixes with another's: a debit drained into
+ * another Redis finds no hold there and is dropped for good (its call ends free in its own Redis). So:
+ * - the default folder is named by both (`farebox-spool/<server>-<prefix>-<hash>` under the temporary folder);
+ * - every file starts with a header line naming them, and a dead process's file is adopted only if its header names
+ *   this spool's; one naming another, or none (written before files had a header, when folders were named by the
+ *   prefix alone, so it may be any Redis's), is left in place, logged and counted, for an operator to place;
+ * - debits are call data: folders are 0700 and files 0600; a folder another user owns, or that group or others may
+ *   change, is refused at start (files could be planted or taken); one others could only read (as earlier versions
+ *   made them) is narrowed to 0700 with its files, since only this user could have written into it.
  */
-import { appendFileSync, closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { hostname } from 'node:os';
-import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import {
+  appendFileSync, chmodSync, closeSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync,
+  renameSync, rmSync, statSync, writeFileSync,
+} from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import type { DebitInput, DebitResult } from './wallets.js';
 
 /** A debit to keep: the debit script's input and the model it is for (metrics). */
@@ -34,6 +48,32 @@ export interface SpoolEvents {
   resized(size: number): void;
   /** Redis refused a spooled debit itself (not for being away): it is set aside, not retried. */
   refused(input: SpooledDebit, err: unknown): void;
+  /** Files of gone processes left in the folder at start: another Redis's, an earlier version's, or unreadable. */
+  notAdopted(files: number): void;
+}
+
+/** The Redis a spool's debits belong to: the server (redisIdentity, plugins/store/redis.ts) and the key prefix. */
+export interface SpoolOwner {
+  redis: string;
+  prefix: string;
+}
+
+/** A spool folder this process must not use: named in the message, with why and what to do. */
+export class SpoolFolderRefused extends Error {
+  constructor(readonly folder: string, why: string) {
+    super(`debit spool folder ${folder}: ${why}`);
+    this.name = 'SpoolFolderRefused';
+  }
+}
+
+/**
+ * The spool folder when the config names none: under the system's temporary folder, named by the Redis server and
+ * the prefix (readable, then a hash of both in full), so deployments on one host keep apart whatever they share.
+ */
+export function defaultSpoolDir(owner: SpoolOwner, base = tmpdir()): string {
+  const readable = (s: string, max: number) => s.replace(/^redis:\/\//, '').replace(/[^A-Za-z0-9.]+/g, '_').replace(/^_+|_+$/g, '').slice(0, max);
+  const hash = createHash('sha256').update(JSON.stringify([owner.redis, owner.prefix])).digest('hex').slice(0, 12);
+  return join(base, 'farebox-spool', [readable(owner.redis, 48), readable(owner.prefix, 32), hash].filter(Boolean).join('-'));
 }
 
 const SPOOL_FILE = /^((.+)-(\d+)-[0-9a-f]{6})\.jsonl$/;
@@ -42,14 +82,22 @@ const openHere = new Set<string>();
 
 /** The file spool of one gateway instance. */
 export class DebitSpool {
+  private readonly dir: string;
   private readonly file: string;
+  /** The first line of every file of this spool. */
+  private readonly header: string;
   private readonly queue: Line[] = [];
   private draining: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
+  /**
+   * `dir` undefined: the default folder (defaultSpoolDir). Throws SpoolFolderRefused when the folder (or the default's
+   * farebox-spool folder) belongs to another user or group or others may change it.
+   */
   constructor(
-    private readonly dir: string,
+    dir: string | undefined,
+    private readonly owner: SpoolOwner,
     private readonly instance: string,
     private readonly maxEntries: number,
     private readonly debit: (input: SpooledDebit) => Promise<DebitResult | null>,
@@ -58,8 +106,18 @@ export class DebitSpool {
     private readonly events: SpoolEvents,
     private readonly log: Log,
   ) {
-    mkdirSync(dir, { recursive: true });
-    this.file = join(dir, `${instance}.jsonl`);
+    if (dir === undefined) {
+      this.dir = defaultSpoolDir(owner);
+      // In a folder every user may write to: links are not followed, so no one can point the spool elsewhere.
+      ownFolder(dirname(this.dir), false, log);
+      ownFolder(this.dir, false, log);
+    } else {
+      // The operator's folder: a link there is the operator's choice.
+      this.dir = dir;
+      ownFolder(dir, true, log);
+    }
+    this.header = JSON.stringify({ farebox_spool: 1, redis: owner.redis, prefix: owner.prefix });
+    this.file = join(this.dir, `${instance}.jsonl`);
     openHere.add(instance);
   }
 
@@ -147,14 +205,14 @@ export class DebitSpool {
 
   /** Keep a debit at the end of the queue, on disk before in memory. */
   private append(line: Line): void {
-    appendSynced(this.file, line);
+    appendSynced(this.file, this.header, line);
     this.queue.push(line);
   }
 
   /** Keep a debit Redis refused in this instance's `.refused` file, out of the queue's way. */
   setAside(input: SpooledDebit): void {
     try {
-      appendSynced(`${this.file.slice(0, -'.jsonl'.length)}.refused`, { ...input, price: input.price.toString() });
+      appendSynced(`${this.file.slice(0, -'.jsonl'.length)}.refused`, this.header, { ...input, price: input.price.toString() });
     } catch (err) {
       this.log.error({ err, requestId: input.requestId }, 'a refused debit could not be set aside');
     }
@@ -169,9 +227,9 @@ export class DebitSpool {
       return;
     }
     const tmp = `${this.file}.tmp`;
-    const fd = openSync(tmp, 'w');
+    const fd = openSync(tmp, 'w', 0o600);
     try {
-      writeFileSync(fd, this.queue.map((l) => `${JSON.stringify(l)}\n`).join(''));
+      writeFileSync(fd, `${this.header}\n${this.queue.map((l) => `${JSON.stringify(l)}\n`).join('')}`);
       fsyncSync(fd);
     } finally {
       closeSync(fd);
@@ -180,22 +238,35 @@ export class DebitSpool {
     syncDir(this.dir);
   }
 
-  /** Take over the spool files of processes of this host that are gone: their debits wait in this one's queue. */
+  /**
+   * Take over the spool files of processes of this host that are gone: their debits wait in this one's queue. A file
+   * whose header names another Redis or prefix, or none, stays where it is: logged, and counted in `notAdopted`.
+   */
   private adopt(): void {
     const host = hostname();
+    let left = 0;
     for (const name of readdirSync(this.dir)) {
       if (!name.endsWith('.jsonl') || join(this.dir, name) === this.file) continue;
       const m = SPOOL_FILE.exec(name);
       if (!m || m[2] !== host) continue;
       const pid = Number(m[3]);
       if (pid === process.pid ? openHere.has(m[1]!) : processAlive(pid)) continue;
+      const path = join(this.dir, name);
+      const why = this.notOurs(path);
+      if (why) {
+        left++;
+        this.log.error({ file: path, redis: this.owner.redis, prefix: this.owner.prefix, header: this.header },
+          `spooled debits not adopted: ${why}; left in place for a gateway of their Redis (or, once you know it is this one's, give the file the header line logged here)`);
+        continue;
+      }
       const claimed = join(this.dir, `${name}.${this.instance}`);
       try {
-        renameSync(join(this.dir, name), claimed); // one adopter wins the rename
+        renameSync(path, claimed); // one adopter wins the rename
       } catch {
         continue;
       }
       const lines = readFileSync(claimed, 'utf8').split('\n').filter((l) => l.trim() !== '');
+      if (lines.length > 0 && headerOf(lines[0]!)) lines.shift();
       for (const l of lines) {
         try {
           this.append(JSON.parse(l) as Line);
@@ -206,18 +277,92 @@ export class DebitSpool {
       rmSync(claimed, { force: true });
       if (lines.length > 0) this.log.warn({ file: name, debits: lines.length }, 'adopted the debits of a process that is gone');
     }
+    this.events.notAdopted(left);
+  }
+
+  /** Why the spool file at `path` is not this spool's to drain; undefined when it is (or is empty). */
+  private notOurs(path: string): string | undefined {
+    let first: string;
+    try {
+      first = firstLine(path);
+    } catch (err) {
+      return `the file cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
+    }
+    if (first === '') return undefined;
+    const h = headerOf(first);
+    if (!h) return 'the file names no Redis (written before spool files had a header line, it may be any Redis\'s with this prefix)';
+    if (h.redis !== this.owner.redis || h.prefix !== this.owner.prefix) return `the file belongs to ${h.redis} with prefix "${h.prefix}"`;
+    return undefined;
   }
 }
 
-/** Append one JSON line to `file` and flush it to disk. */
-function appendSynced(file: string, line: object): void {
-  const fd = openSync(file, 'a');
+/** A spool file's header line as an object, or undefined when `line` is not one (a debit of an earlier version). */
+function headerOf(line: string): SpoolOwner | undefined {
   try {
-    appendFileSync(fd, `${JSON.stringify(line)}\n`);
+    const h = JSON.parse(line) as { farebox_spool?: unknown; redis?: unknown; prefix?: unknown } | null;
+    if (h && h.farebox_spool === 1 && typeof h.redis === 'string' && typeof h.prefix === 'string') return { redis: h.redis, prefix: h.prefix };
+  } catch {
+    // not JSON: no header
+  }
+  return undefined;
+}
+
+/** The first line of a file, read from its first 64 KiB (a header is far shorter; a longer line is no header). */
+function firstLine(path: string): string {
+  const fd = openSync(path, 'r');
+  try {
+    const buf = Buffer.alloc(64 * 1024);
+    const text = buf.toString('utf8', 0, readSync(fd, buf, 0, buf.length, 0));
+    const end = text.indexOf('\n');
+    return end === -1 ? text : text.slice(0, end);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Make `dir` 0700 if it is missing, and make sure only this user can read or change it: another owner, or group or
+ * others allowed to write, is refused (SpoolFolderRefused); read or search rights of group or others are taken away,
+ * and so are those of the files in it. `follow`: whether `dir` may be a symbolic link to a folder.
+ */
+function ownFolder(dir: string, follow: boolean, log: Log): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const st = follow ? statSync(dir) : lstatSync(dir);
+  if (!st.isDirectory()) {
+    throw new SpoolFolderRefused(dir, `${st.isSymbolicLink() ? 'a symbolic link' : 'not a folder'}: refused; remove it, or set billing.spool_dir to a folder of this user`);
+  }
+  const uid = process.getuid?.();
+  if (uid === undefined) return; // Windows: no POSIX owner or mode, and the temporary folder is the user's own.
+  const mode = `0${(st.mode & 0o777).toString(8)}`;
+  if (st.uid !== uid) {
+    throw new SpoolFolderRefused(dir, `owned by uid ${st.uid}, not by this process's uid ${uid}: refused, its debits are not ours to drain nor its folder ours to trust; set billing.spool_dir to a folder of this user`);
+  }
+  if (st.mode & 0o022) {
+    throw new SpoolFolderRefused(dir, `group or others may write to it (mode ${mode}): refused, files could have been planted or taken; check its files, then chmod 700 it, or set billing.spool_dir to a folder of this user`);
+  }
+  if (st.mode & 0o077) {
+    chmodSync(dir, 0o700);
+    log.warn({ folder: dir, mode }, 'debit spool folder narrowed to 0700: others could read its call data');
+  }
+  for (const name of readdirSync(dir)) {
+    const f = lstatSync(join(dir, name));
+    if (f.isFile() && f.uid === uid && f.mode & 0o077) chmodSync(join(dir, name), 0o600);
+  }
+}
+
+/** Append one JSON line to `file` (0600; a new file starts with `header`) and flush it to disk. */
+function appendSynced(file: string, header: string, line: object): void {
+  const fd = openSync(file, 'a', 0o600);
+  let created = false;
+  try {
+    created = fstatSync(fd).size === 0;
+    appendFileSync(fd, `${created ? `${header}\n` : ''}${JSON.stringify(line)}\n`);
     fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
+  // The new file's entry in its folder, flushed too: else a crash could lose the file with its fsynced content.
+  if (created) syncDir(dirname(file));
 }
 
 /** Flush a directory's entries (a rename) to disk; a no-op where directories cannot be opened for it. */

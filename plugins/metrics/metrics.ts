@@ -30,6 +30,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     debitSpoolSize: new Gauge({ name: 'farebox_debit_spool_size', help: 'Debits waiting in this instance\'s spool for Redis.', registers: r }),
     debitsRefused: new Counter({ name: 'farebox_debits_refused_total', help: 'Debits Redis refused (a price or usage the scripts cannot take): calls not charged. Any is a bug.', registers: r }),
     debitsLost: new Counter({ name: 'farebox_debits_lost_total', help: 'Debits dropped because the spool was full: delivered calls not charged.', registers: r }),
+    debitSpoolFilesNotAdopted: new Gauge({ name: 'farebox_debit_spool_files_not_adopted', help: 'Spool files of gone processes this instance found in its folder at start and left there: their header names another Redis or prefix, or none (an earlier version\'s), or they could not be read. Their debits are not charged until a gateway of their Redis adopts them.', registers: r }),
     lateDebits: new Counter({ name: 'farebox_debits_after_release_total', help: 'Calls debited after their hold was released (expired or its instance taken for dead while the call still delivered), by chain.', labelNames: ['chain'] as const, registers: r }),
     priceAboveHold: new Counter({ name: 'farebox_price_above_hold_total', help: 'Calls whose actual price exceeded the hold (capped; a worst-case bug).', labelNames: ['model'] as const, registers: r }),
     holdsOpen: new Gauge({ name: 'farebox_holds_open', help: 'Holds open in Redis (all instances).', registers: r }),

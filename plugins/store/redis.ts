@@ -2,7 +2,7 @@
  * The one Redis connection a gateway instance uses: the commands of one event-loop turn leave in one socket write
  * (without that Redis spent 3x the CPU per call), every key under the deployment's prefix.
  */
-import { Redis } from 'ioredis';
+import { Redis, type Cluster } from 'ioredis';
 
 /** Options of a Redis connection. */
 export interface RedisOptions {
@@ -22,6 +22,52 @@ export function connectRedis(opts: RedisOptions): Redis {
   });
   coalesceWrites(redis);
   return redis;
+}
+
+/** A cluster or sentinel seed as ioredis takes it: `{ host, port }`, a URL, `"host:port"` or a port. */
+type Seed = { host?: string; port?: number | string } | string | number;
+
+/** `host:port` of a seed, with ioredis's defaults; a URL's credentials are left out. */
+function seedAddress(seed: Seed, defaultPort: number): string {
+  let host: string | undefined;
+  let port: number | string | undefined;
+  if (typeof seed === 'number' || (typeof seed === 'string' && /^\d+$/.test(seed))) {
+    port = seed;
+  } else if (typeof seed === 'string') {
+    const url = new URL(seed.includes('://') ? seed : `redis://${seed}`);
+    host = url.hostname;
+    port = url.port;
+  } else {
+    host = seed.host;
+    port = seed.port;
+  }
+  return hostPort(host || '127.0.0.1', Number(port || defaultPort));
+}
+
+function hostPort(host: string, port: number): string {
+  const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1');
+  return `${h.includes(':') ? `[${h}]` : h}:${port}`;
+}
+
+/**
+ * Which Redis a connection writes to, as its options name it (never its credentials): `redis://host:port/db`,
+ * `unix:<path>?db=N`, `sentinel://<master>@<sentinels, sorted>/db` or `cluster://<seed nodes, sorted>`. It is known
+ * without reaching Redis, and stays the same across Redis restarts (a run_id would not), so debits spooled while
+ * Redis is away can name it. Two spellings of one server (localhost, 127.0.0.1) are two identities.
+ */
+export function redisIdentity(redis: Redis | Cluster): string {
+  if ((redis as Cluster).isCluster) {
+    const seeds = ((redis as unknown as { startupNodes?: Seed[] }).startupNodes ?? []).map((s) => seedAddress(s, 6379));
+    return `cluster://${[...new Set(seeds)].sort().join(',')}`;
+  }
+  const o = (redis as Redis).options;
+  const db = o.db ?? 0;
+  if (o.sentinels?.length) {
+    const seeds = o.sentinels.map((s) => seedAddress(s as Seed, 26379));
+    return `sentinel://${o.name ?? ''}@${[...new Set(seeds)].sort().join(',')}/${db}`;
+  }
+  if (o.path) return `unix:${o.path}?db=${db}`;
+  return `redis://${hostPort(o.host ?? '127.0.0.1', o.port ?? 6379)}/${db}`;
 }
 
 /** Sockets whose writes coalesceWrites already wraps. */

@@ -1,20 +1,22 @@
 // The debit spool: what waits reaches Redis in order; a debit Redis refuses outright is set aside, not retried,
-// and the debits behind it still go through.
+// and the debits behind it still go through. A spool belongs to one Redis and prefix: its folder and files say
+// which, only this user may read or change them, and a gone process's file of another Redis is never adopted.
 import t from 'tap';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
-import { ReplyError } from 'ioredis';
+import { Cluster, Redis, ReplyError } from 'ioredis';
 import { Billing, DebitNotReached } from '../../plugins/billing/billing.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
-import { connectRedis, redisUnavailable } from '../../plugins/store/redis.js';
+import { connectRedis, redisIdentity, redisUnavailable } from '../../plugins/store/redis.js';
 import { makeUsage } from '../../pricing/index.js';
-import { DebitSpool, type SpooledDebit } from '../../plugins/billing/spool.js';
+import { DebitSpool, defaultSpoolDir, SpoolFolderRefused, type SpoolEvents, type SpooledDebit } from '../../plugins/billing/spool.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'farebox-spool-unit-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 const quiet = { error() {}, warn() {} };
+const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'spool-test:' };
 
 /** A client of a port nothing listens on: every command fails at once, as while Redis is down. */
 async function redisDown(prefix: string) {
@@ -46,13 +48,13 @@ t.test('a refused debit is set aside in the .refused file and the ones behind it
   let away = true;
   const taken: string[] = [];
   const refused: string[] = [];
-  const spool = new DebitSpool(dir, `host-1-abcdef`, 100, async (d) => {
+  const spool = new DebitSpool(dir, owner, `host-1-abcdef`, 100, async (d) => {
     if (away) throw new Error('Connection is closed.');
     if (d.requestId === 'req_2') throw new ReplyError('ERR Error running script: bad number');
     taken.push(d.requestId);
     return { debited: d.price, capped: false, late: false };
   }, redisUnavailable, {
-    spooled() {}, drained() {}, lost() {}, resized() {},
+    spooled() {}, drained() {}, lost() {}, resized() {}, notAdopted() {},
     refused: (d) => refused.push(d.requestId),
   }, quiet);
   for (const n of [1, 2, 3]) spool.add(debit(n));
@@ -63,8 +65,9 @@ t.test('a refused debit is set aside in the .refused file and the ones behind it
   t.same(taken, ['req_1', 'req_3'], 'in order, past the refused one');
   t.same(refused, ['req_2']);
   t.same(readdirSync(dir), ['host-1-abcdef.refused'], 'the queue file is gone; the refused debit is kept');
-  const kept = JSON.parse(readFileSync(join(dir, 'host-1-abcdef.refused'), 'utf8').trim()) as { requestId: string; price: string };
-  t.match(kept, { requestId: 'req_2', price: '2' });
+  const [header, line] = readFileSync(join(dir, 'host-1-abcdef.refused'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as object);
+  t.same(header, { farebox_spool: 1, ...owner }, 'the file names the Redis it belongs to');
+  t.match(line, { requestId: 'req_2', price: '2' });
   await spool.stop();
 });
 
@@ -123,4 +126,109 @@ t.test('without a spool, a debit that cannot reach Redis throws DebitNotReached 
   t.ok(err instanceof DebitNotReached, 'DebitNotReached');
   t.equal((err as DebitNotReached).requestId, 'req_nospool');
   t.ok(Date.now() - started >= 5_000, 'after its retries');
+});
+
+/** A connection's options only: it never connects. */
+const lazy = (url: string, opts: object = {}) => new Redis(url, { lazyConnect: true, ...opts });
+const none: SpoolEvents = { spooled() {}, drained() {}, lost() {}, resized() {}, refused() {}, notAdopted() {} };
+const taken = async (d: SpooledDebit) => ({ debited: d.price, capped: false, late: false });
+
+t.test('a spool is named by the Redis its connection writes to: server and DB, or the seeds in any order, never a password', async (t) => {
+  const db0 = redisIdentity(lazy('redis://:hunter2@127.0.0.1:6379/0'));
+  t.equal(db0, 'redis://127.0.0.1:6379/0', 'host, port and DB; no password');
+  t.equal(redisIdentity(lazy('redis://127.0.0.1:6379')), db0, 'DB 0 when unnamed');
+  t.equal(redisIdentity(lazy('rediss://user:pw@CACHE.example:6380/2')), 'redis://cache.example:6380/2');
+  t.equal(redisIdentity(lazy('', { path: '/run/redis.sock', db: 3 })), 'unix:/run/redis.sock?db=3');
+  const sentinel = (sentinels: object[]) => redisIdentity(new Redis({ sentinels, name: 'main', db: 1, sentinelPassword: 'pw', password: 'pw', lazyConnect: true }));
+  t.equal(sentinel([{ host: 'b', port: 26380 }, { host: 'a' }]), 'sentinel://main@a:26379,b:26380/1');
+  t.equal(sentinel([{ host: 'a', port: 26379 }, { host: 'b', port: 26380 }]), 'sentinel://main@a:26379,b:26380/1', 'the same seeds in another order');
+  const cluster = new Cluster(['redis://:pw@y:7002', { host: 'x', port: 7000 }, 7001], { lazyConnect: true });
+  t.equal(redisIdentity(cluster), 'cluster://127.0.0.1:7001,x:7000,y:7002');
+
+  const db1 = redisIdentity(lazy('redis://127.0.0.1:6379/1'));
+  const a = defaultSpoolDir({ redis: db0, prefix: 'farebox:' }, '/base');
+  const b = defaultSpoolDir({ redis: db1, prefix: 'farebox:' }, '/base');
+  t.not(a, b, 'one prefix on two DBs: two folders');
+  t.match(basename(a), /^127\.0\.0\.1_6379_0-farebox-[0-9a-f]{12}$/, `readable, then a hash: ${basename(a)}`);
+  t.equal(join(a, '..'), '/base/farebox-spool');
+  t.not(defaultSpoolDir({ redis: db0, prefix: 'other:' }, '/base'), a, 'another prefix: another folder');
+});
+
+t.test('a gone process\'s spool file is adopted only if its header names this Redis and prefix; another\'s, or none, stays, logged and counted', async (t) => {
+  const folder = join(dir, 'adopt');
+  mkdirSync(folder, { mode: 0o700 });
+  const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'p:' };
+  const dead = `${hostname()}-99999999`; // above any pid_max: a process that is gone
+  const line = (n: number) => JSON.stringify({ ...debit(n), price: String(n) });
+  const files = {
+    other: [JSON.stringify({ farebox_spool: 1, redis: 'redis://127.0.0.1:6379/1', prefix: 'p:' }), line(1)],
+    otherPrefix: [JSON.stringify({ farebox_spool: 1, redis: owner.redis, prefix: 'q:' }), line(2)],
+    old: [line(3)],
+    ours: [JSON.stringify({ farebox_spool: 1, ...owner }), line(4), line(5)],
+  };
+  const names = { other: `${dead}-aaaaaa.jsonl`, otherPrefix: `${dead}-bbbbbb.jsonl`, old: `${dead}-cccccc.jsonl`, ours: `${dead}-dddddd.jsonl` };
+  for (const k of Object.keys(files) as (keyof typeof files)[]) writeFileSync(join(folder, names[k]), `${files[k].join('\n')}\n`, { mode: 0o600 });
+  const drained: string[] = [];
+  const errors: string[] = [];
+  let notAdopted = -1;
+  const spool = new DebitSpool(folder, owner, `${hostname()}-${process.pid}-eeeeee`, 100, async (d) => {
+    drained.push(d.requestId);
+    return taken(d);
+  }, redisUnavailable, { ...none, notAdopted: (n) => (notAdopted = n) }, { error: (_o, msg) => errors.push(msg), warn() {} });
+  spool.start();
+  t.ok(await spool.flush(5_000));
+  await spool.stop();
+  t.same(drained, ['req_4', 'req_5'], 'only the file of this Redis and prefix is drained, in order');
+  t.equal(notAdopted, 3, 'the others are counted');
+  t.equal(errors.length, 3, 'and logged at error');
+  t.match(errors.join('\n'), /belongs to redis:\/\/127\.0\.0\.1:6379\/1 with prefix "p:"/);
+  t.match(errors.join('\n'), /belongs to redis:\/\/127\.0\.0\.1:6379\/0 with prefix "q:"/);
+  t.match(errors.join('\n'), /names no Redis/);
+  for (const k of ['other', 'otherPrefix', 'old'] as const) {
+    t.equal(readFileSync(join(folder, names[k]), 'utf8'), `${files[k].join('\n')}\n`, `${k}: left in place, unchanged`);
+  }
+  t.notOk(existsSync(join(folder, names.ours)), 'the adopted file is gone');
+});
+
+t.test('spool folders are 0700 and files 0600; a folder others may only read is narrowed, one they may change or of another user refused', async (t) => {
+  const mode = (p: string) => (statSync(p).mode & 0o777).toString(8);
+  const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'p:' };
+  const open = (folder: string, log: { error(o: object, msg: string): void; warn(o: object, msg: string): void } = quiet) => new DebitSpool(folder, owner, 'h-1-abcdef', 10, async () => {
+    throw new Error('Connection is closed.');
+  }, redisUnavailable, none, log);
+
+  const fresh = join(dir, 'modes', 'deeper');
+  const spool = open(fresh);
+  spool.add(debit(1));
+  await spool.stop();
+  t.equal(mode(join(dir, 'modes')), '700', 'folders it makes are 0700');
+  t.equal(mode(fresh), '700');
+  t.equal(mode(join(fresh, 'h-1-abcdef.jsonl')), '600', 'files 0600');
+  t.same(JSON.parse(readFileSync(join(fresh, 'h-1-abcdef.jsonl'), 'utf8').split('\n')[0]!), { farebox_spool: 1, ...owner }, 'headed by its Redis');
+
+  // As earlier versions made them: 0755 and 0644. Only this user could write there, so its files are its own.
+  const earlier = join(dir, 'earlier');
+  mkdirSync(earlier);
+  chmodSync(earlier, 0o755);
+  writeFileSync(join(earlier, 'h-2-abcdef.refused'), '{}\n');
+  chmodSync(join(earlier, 'h-2-abcdef.refused'), 0o644);
+  const warned: string[] = [];
+  await open(earlier, { error() {}, warn: (_o, msg) => void warned.push(msg) }).stop();
+  t.equal(mode(earlier), '700', 'narrowed to 0700');
+  t.equal(mode(join(earlier, 'h-2-abcdef.refused')), '600', 'its files to 0600');
+  t.match(warned, [/narrowed to 0700/]);
+
+  for (const m of [0o777, 0o770, 0o702]) {
+    const writable = mkdtempSync(join(dir, 'writable-'));
+    chmodSync(writable, m);
+    t.throws(() => open(writable), new SpoolFolderRefused(writable, `group or others may write to it (mode 0${m.toString(8)})`), `mode 0${m.toString(8)} refused`);
+    t.throws(() => open(writable), { message: new RegExp(`^debit spool folder ${writable}: group or others may write to it`) });
+  }
+
+  // Root gives a folder away; anyone else finds one of root's.
+  const asRoot = process.getuid?.() === 0;
+  const foreign = asRoot ? mkdtempSync(join(dir, 'nobody-')) : '/';
+  if (asRoot) chownSync(foreign, 65534, 65534);
+  t.throws(() => open(foreign), { name: 'SpoolFolderRefused', message: new RegExp(`^debit spool folder ${foreign}: owned by uid ${statSync(foreign).uid}, not by this process's`) });
+  t.same(readdirSync(foreign).filter((f) => f.endsWith('.jsonl')), [], 'nothing written there');
 });
