@@ -96,6 +96,12 @@ export interface DevChainsOptions {
   maxCharge?: bigint;
   /** Web origins the JSON-RPC answers, with CORS (the local dashboard's); others are refused. Default none. */
   origins?: readonly string[];
+  /**
+   * Serve the test methods over JSON-RPC (`hardhat_*`, `evm_*`: set code, balances, time, mine, snapshot), not only
+   * wallets' methods. Set by the project's tests alone: `farebox serve` and the plugin never do, whatever their
+   * environment or config, because any client the JSON-RPC answers could then rewrite the chain.
+   */
+  testMethods?: boolean;
 }
 
 /** The dev escrows' per-charge cap: 1,000 USD. */
@@ -243,7 +249,7 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
     CHAIN_NAMES.map(async (name, i): Promise<DevChain> => {
       const chainId = DEV_CHAIN_IDS[name];
       const provider = await createDevProvider(chainId);
-      const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i, origins);
+      const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i, origins, { testMethods: opts.testMethods });
       servers.push(server);
       const d = await deployDev(name, url, delays);
       return {

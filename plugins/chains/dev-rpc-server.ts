@@ -7,6 +7,9 @@
  * that origin, or for a browser extension (a wallet, which needs no CORS); any other is refused, preflight or not, so
  * even a request that needs no preflight (text/plain) never reaches the chain. Clients outside a browser send no
  * Origin and are answered.
+ *
+ * Whoever is answered gets a wallet's methods alone (WALLET_METHODS); the test methods that rewrite the chain are
+ * served only when the project's own tests ask for them (`testMethods`).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -28,6 +31,40 @@ interface RpcError {
 const MAX_BODY = 16 * 1024 * 1024;
 
 /**
+ * The methods served to wallets (an EIP-1193 wallet on a custom RPC), viem and the CLI: the Ethereum execution API's
+ * `eth_*` methods (ethereum/execution-apis, src/eth) but those that sign on the node, with `net_*` and `web3_*`.
+ * Refused, with -32601: EDR's `hardhat_*` and `evm_*`, which rewrite the chain without a signature (an account's code,
+ * balance or nonce, time, history: code set on an account makes it an ERC-1271 wallet that accepts any signature), and
+ * `eth_sendTransaction`, `eth_sign`, `eth_signTransaction`, `personal_*`, which sign with the node's keys: the dev
+ * chains hold none, so they could only sign as an account a test method impersonated. A wallet signs itself and sends
+ * `eth_sendRawTransaction`. `debug_*` traces are refused too: no wallet needs them, and they cost the gateway's CPU.
+ */
+export const WALLET_METHODS: ReadonlySet<string> = new Set([
+  'web3_clientVersion', 'web3_sha3', 'net_version', 'net_listening', 'net_peerCount',
+  'eth_chainId', 'eth_syncing', 'eth_coinbase', 'eth_accounts', 'eth_blockNumber',
+  'eth_gasPrice', 'eth_maxPriorityFeePerGas', 'eth_feeHistory', 'eth_blobBaseFee',
+  'eth_getBalance', 'eth_getTransactionCount', 'eth_getCode', 'eth_getStorageAt', 'eth_getProof',
+  'eth_call', 'eth_estimateGas', 'eth_createAccessList', 'eth_simulateV1',
+  'eth_getBlockByNumber', 'eth_getBlockByHash', 'eth_getBlockReceipts',
+  'eth_getBlockTransactionCountByNumber', 'eth_getBlockTransactionCountByHash',
+  'eth_getUncleCountByBlockNumber', 'eth_getUncleCountByBlockHash',
+  'eth_getTransactionByHash', 'eth_getTransactionByBlockNumberAndIndex', 'eth_getTransactionByBlockHashAndIndex',
+  'eth_getTransactionReceipt', 'eth_getLogs',
+  'eth_newFilter', 'eth_newBlockFilter', 'eth_newPendingTransactionFilter',
+  'eth_getFilterChanges', 'eth_getFilterLogs', 'eth_uninstallFilter',
+  'eth_sendRawTransaction',
+]);
+
+/** Options of serveProvider. */
+export interface ServeOptions {
+  /**
+   * Serve every method the provider knows, the test methods (`hardhat_*`, `evm_*`) included, not only
+   * WALLET_METHODS. For the project's own tests: nothing in the environment or a config turns it on.
+   */
+  testMethods?: boolean;
+}
+
+/**
  * EDR reports reverts as `{code: -32000|-32603, message: 'VM Exception ... reverted with ...',
  * data: {message, data: '0x<revert data>'}}`. Clients (viem included) decode custom errors
  * from the geth shape: `{code: 3, message: 'execution reverted', data: '0x<revert data>'}`.
@@ -39,10 +76,15 @@ export function rewriteRevertError(error: RpcError): RpcError {
   return { code: 3, message: 'execution reverted', data: revert };
 }
 
-async function handleOne(provider: Provider, req: RpcRequest): Promise<Record<string, unknown>> {
+async function handleOne(provider: Provider, testMethods: boolean, req: RpcRequest): Promise<Record<string, unknown>> {
   const id = req.id ?? null;
   if (typeof req.method !== 'string') {
     return { jsonrpc: '2.0', id, error: { code: -32600, message: 'invalid request' } };
+  }
+  if (!testMethods && !WALLET_METHODS.has(req.method)) {
+    // -32601 "method not found" (JSON-RPC 2.0, section 5.1): viem and wallets take it for a method the node lacks.
+    const message = `method not allowed: ${req.method.slice(0, 64)} (the dev chains serve wallet methods only)`;
+    return { jsonrpc: '2.0', id, error: { code: -32601, message } };
   }
   try {
     const res = await provider.handleRequest(
@@ -78,7 +120,13 @@ function send(res: ServerResponse, status: number, body: unknown): void {
 /** Origins of browser extensions: wallets call the chain from there, and no web page can take such an origin. */
 const EXTENSION_ORIGIN = /^(chrome-extension|moz-extension|safari-web-extension):\/\/[^/]+$/;
 
-async function handleHttp(provider: Provider, origins: ReadonlySet<string>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function handleHttp(
+  provider: Provider,
+  origins: ReadonlySet<string>,
+  testMethods: boolean,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   const origin = req.headers.origin;
   if (origin !== undefined) {
     res.setHeader('vary', 'origin');
@@ -108,9 +156,9 @@ async function handleHttp(provider: Provider, origins: ReadonlySet<string>, req:
     return;
   }
   if (Array.isArray(parsed)) {
-    send(res, 200, await Promise.all(parsed.map((r) => handleOne(provider, r as RpcRequest))));
+    send(res, 200, await Promise.all(parsed.map((r) => handleOne(provider, testMethods, r as RpcRequest))));
   } else {
-    send(res, 200, await handleOne(provider, (parsed ?? {}) as RpcRequest));
+    send(res, 200, await handleOne(provider, testMethods, (parsed ?? {}) as RpcRequest));
   }
 }
 
@@ -123,9 +171,11 @@ export async function serveProvider(
   host: string,
   port: number,
   origins: ReadonlySet<string> = new Set(),
+  opts: ServeOptions = {},
 ): Promise<{ url: string; server: Server }> {
+  const testMethods = opts.testMethods === true;
   const server = createServer((req, res) => {
-    handleHttp(provider, origins, req, res).catch((err: Error) => {
+    handleHttp(provider, origins, testMethods, req, res).catch((err: Error) => {
       if (!res.headersSent) send(res, 500, { jsonrpc: '2.0', id: null, error: { code: -32603, message: err.message } });
       else res.destroy();
     });

@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import { createServer } from 'node:net';
 import { promisify } from 'node:util';
 import { createPublicClient, encodeFunctionData, http } from 'viem';
-import { mnemonicToAccount } from 'viem/accounts';
+import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts';
 import { deployEscrow } from '../../deploy/deploy-escrow.js';
 import { escrowAbi } from '../../plugins/chains/abi.js';
 import { CHAIN_NAMES, type Address } from '../../plugins/chains/config.js';
@@ -124,15 +124,28 @@ t.test('CORS only for the allowed origins (the local dashboard); any other web p
   t.same(cors(refusedPreflight), [], 'without CORS headers');
   await refusedPreflight.arrayBuffer();
   // A simple request (text/plain, no preflight) from a page: refused before it reaches the chain.
-  const head = async () => ((await (await post({}, { jsonrpc: '2.0', id: 3, method: 'eth_blockNumber' })).json()) as { result: string }).result;
+  const result = async (method: string, params: unknown[] = []) =>
+    ((await (await post({}, { jsonrpc: '2.0', id: 3, method, params })).json()) as { result: string }).result;
+  const head = () => result('eth_blockNumber');
   const before = await head();
-  const mine = { jsonrpc: '2.0', id: 2, method: 'evm_mine', params: [] };
-  const simple = await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain', origin: page }, body: JSON.stringify(mine) });
+  // A transaction signed with a public dev key, as any page could sign one.
+  const signer = privateKeyToAccount(DEV_KEYS.callers[0].privateKey);
+  const raw = await signer.signTransaction({
+    chainId: dc.chains.chain_b.chain_id,
+    nonce: Number(await result('eth_getTransactionCount', [signer.address, 'latest'])),
+    to: DEV_KEYS.callers[1].address,
+    value: 1n,
+    gas: 21_000n,
+    maxFeePerGas: 10_000_000_000n,
+    maxPriorityFeePerGas: 1_000_000_000n,
+  });
+  const tx = { jsonrpc: '2.0', id: 2, method: 'eth_sendRawTransaction', params: [raw] };
+  const simple = await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain', origin: page }, body: JSON.stringify(tx) });
   t.equal(simple.status, 403, 'a request from another origin is refused');
   t.same(cors(simple), [], 'without CORS headers');
   await simple.arrayBuffer();
   t.equal(await head(), before, 'the chain did not move');
-  const mined = await post({}, mine);
+  const mined = await post({}, tx);
   await mined.arrayBuffer();
   t.not(await head(), before, 'as it does for a request with no Origin');
   for (const origin of ['null', 'http://127.0.0.1:1', 'http://localhost:8545']) {

@@ -18,7 +18,7 @@ import { decodeEscrowLog, isMoneyEvent, type RpcLog } from '../../plugins/chains
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { callIdOf, type EscrowAdminEvent, type EscrowEvent } from '../../plugins/chains/port.js';
 
-const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 60n });
+const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 60n, testMethods: true });
 t.teardown(() => dc.close());
 
 const c = dc.chains.chain_b;

@@ -10,7 +10,7 @@ import { createEvmChain, MAX_CHARGES_PER_BATCH, type EvmChainOptions } from '../
 import { callIdOf, SettlementError, type Charge, type ScanResult } from '../../plugins/chains/port.js';
 import { startRpcProxy } from './rpc-proxy.js';
 
-const dc = await startDevChains({ basePort: 0, withdrawalDelay: 60n });
+const dc = await startDevChains({ basePort: 0, withdrawalDelay: 60n, testMethods: true });
 t.teardown(() => dc.close());
 
 const c = dc.chains.chain_c;

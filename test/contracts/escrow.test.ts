@@ -20,7 +20,7 @@ import { loadArtifacts } from '../../contracts/compile.js';
 
 const DELAY = 3600n;
 const ROLE_DELAY = 2n * DELAY;
-const dc = await startDevChains({ basePort: 0, withdrawalDelay: DELAY });
+const dc = await startDevChains({ basePort: 0, withdrawalDelay: DELAY, testMethods: true });
 t.teardown(() => dc.close());
 
 const c = dc.chains.chain_a;

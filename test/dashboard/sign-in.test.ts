@@ -20,7 +20,7 @@ import { closeDevChains, devChains, testRedis } from '../helpers/harness.js';
 import { browser, csrfOf, nonce, send, signIn, type TestBrowser } from './browser-session.js';
 
 const { redis, prefix } = await testRedis(t);
-const dev = await devChains();
+const dev = await devChains({ testMethods: true }); // an ERC-1271 wallet's code is set over JSON-RPC
 t.teardown(closeDevChains);
 const input = embeddedDefault('http://127.0.0.1:9');
 input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };

@@ -37,19 +37,25 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-let shared: Promise<DevChains> | undefined;
+let shared: { chains: Promise<DevChains>; testMethods: boolean } | undefined;
 
-/** Dev chains for this test file (one set per process; close them with closeDevChains). */
-export function devChains(): Promise<DevChains> {
-  shared ??= startDevChains({ host: '127.0.0.1', basePort: 0 });
-  return shared;
+/**
+ * Dev chains for this test file (one set per process; close them with closeDevChains). They serve wallets' methods, as
+ * under `farebox serve`; `testMethods` adds hardhat_* and evm_* for a file that drives the chain (the first call
+ * decides for the file).
+ */
+export function devChains(opts: { testMethods?: boolean } = {}): Promise<DevChains> {
+  const testMethods = opts.testMethods === true;
+  shared ??= { chains: startDevChains({ host: '127.0.0.1', basePort: 0, testMethods }), testMethods };
+  if (testMethods && !shared.testMethods) throw new Error('devChains: this file started its dev chains without testMethods');
+  return shared.chains;
 }
 
 /** Close the test file's dev chains. */
 export async function closeDevChains(): Promise<void> {
   const d = shared;
   shared = undefined;
-  if (d) await (await d).close();
+  if (d) await (await d.chains).close();
 }
 
 /** A fresh Redis key prefix for one test file. */

@@ -21,7 +21,7 @@ import { dropPrefix, testPrefix } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
 // Dev chains of our own: a 2 s withdrawal timelock instead of an hour (time is still advanced through the RPC).
-const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 2n });
+const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 2n, testMethods: true });
 t.teardown(() => dc.close());
 
 const c = dc.chains.chain_a;
