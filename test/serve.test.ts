@@ -2,6 +2,7 @@ import t from 'tap';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { Agent, request } from 'undici';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { Address, ChainsConfig } from '../plugins/chains/config.js';
 import { createEvmChain } from '../plugins/chains/evm.js';
 import { connectRedis } from '../plugins/store/redis.js';
@@ -181,6 +182,38 @@ t.test("the dev chains answer web pages of the dashboard's origins alone", async
   t.equal(page.status, 403, 'another page: refused');
   t.equal(page.headers.get('access-control-allow-origin'), null);
   await page.arrayBuffer();
+});
+
+t.test("serve's dev chains refuse hardhat_setCode, from the dashboard's origin too: nobody signs in as the demo account", async (t) => {
+  const chainA = (await published()).chain_a;
+  const rpc = (method: string, params: unknown[]) => fetch(chainA.rpc_url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', origin: url },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  }).then((r) => r.json() as Promise<{ result?: unknown; error?: { code: number } }>);
+  // Code answering every ERC-1271 isValidSignature with the magic value: the demo account would accept any signature.
+  const setCode = await rpc('hardhat_setCode', [demo, '0x631626ba7e60e01b60005260206000f3']);
+  t.equal(setCode.error?.code, -32601, 'refused: method not found');
+  t.equal((await rpc('eth_getCode', [demo, 'latest'])).result, '0x', 'the demo account has no code');
+  // The dashboard's sign-in, as a stranger's browser would try it for the demo account.
+  const board = `${url}/dashboard`;
+  const nonce = await fetch(`${board}/auth/nonce`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json', origin: url },
+    body: JSON.stringify({ address: demo, chainId: chainA.chain_id }),
+  });
+  t.equal(nonce.status, 200);
+  const { message } = (await nonce.json()) as { message: string };
+  const cookie = nonce.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+  const stranger = privateKeyToAccount(generatePrivateKey());
+  const verify = await fetch(`${board}/auth/verify`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json', origin: url, cookie },
+    body: JSON.stringify({ message, signature: await stranger.signMessage({ message }) }),
+  });
+  t.equal(verify.status, 401, 'a signature not of the demo key signs nobody in');
+  t.equal(verify.headers.getSetCookie().filter((c) => c.startsWith('farebox_session=')).length, 0, 'no session');
+  await verify.arrayBuffer();
 });
 
 t.test('restart on the same Redis: account and key survive, funds re-deposited on the new chains, nothing stale', async (t) => {
