@@ -24,9 +24,10 @@ export interface SimDirectives {
   renderMs?: number;
   /**
    * `#sim:image=refuse`: the provider's safety system blocks the prompt; `#sim:image=refuse_output`: it
-   * blocks the generated image (a distinct answer on Gemini, the same error on OpenAI).
+   * blocks the generated image (a distinct answer on Gemini, the same error on OpenAI); `#sim:image=detailed`: the
+   * image carries grain and compresses as a photograph does (a 4K PNG of tens of MB, as real ones are).
    */
-  image?: 'refuse' | 'refuse_output';
+  image?: 'refuse' | 'refuse_output' | 'detailed';
 }
 
 const DIRECTIVE = /#sim:([a-z_]+)=(\S+)/g;
@@ -65,7 +66,7 @@ export function parseDirectives(text: string): SimDirectives {
         if (n !== undefined) out.renderMs = n;
         break;
       case 'image':
-        if (value === 'refuse' || value === 'refuse_output') out.image = value;
+        if (value === 'refuse' || value === 'refuse_output' || value === 'detailed') out.image = value;
         break;
     }
   }

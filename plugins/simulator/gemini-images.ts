@@ -98,6 +98,8 @@ interface Config {
   image: boolean;
   ratio: AspectRatio;
   size: ImageSize;
+  /** generationConfig.maxOutputTokens, if set: an answer that would need more stops at MAX_TOKENS. */
+  maxOutputTokens?: number;
 }
 
 function readConfig(body: Record<string, unknown>, refs: ReceivedImage[]): Config {
@@ -116,8 +118,13 @@ function readConfig(body: Record<string, unknown>, refs: ReceivedImage[]): Confi
     throw new SimError(400, `Unsupported aspect ratio: ${JSON.stringify(ratio)}. Supported: ${Object.keys(SIZES).join(', ')}.`);
   }
   if (size !== '1K' && size !== '2K' && size !== '4K') throw new SimError(400, `Unsupported image size: ${JSON.stringify(size)}. Supported: 1K, 2K, 4K.`);
+  const max = pick(gen, 'maxOutputTokens', 'max_output_tokens');
+  if (max !== undefined && !(Number.isInteger(max) && (max as number) > 0)) {
+    throw new SimError(400, `Invalid value at 'generation_config.max_output_tokens' (TYPE_INT32), ${JSON.stringify(max)}`);
+  }
   const first = refs[0];
   return {
+    maxOutputTokens: max as number | undefined,
     text: upper.length === 0 || upper.includes('TEXT'),
     image: upper.length === 0 || upper.includes('IMAGE'),
     ratio: (ratio as AspectRatio | undefined) ?? (first === undefined ? '1:1' : nearestRatio(first.width, first.height)),
@@ -157,6 +164,13 @@ export async function generateContent(req: FastifyRequest, reply: FastifyReply, 
       usageMetadata: { promptTokenCount: promptText + promptImages, totalTokenCount: promptText + promptImages, promptTokensDetails },
       ...envelope,
     };
+  } else if (config.maxOutputTokens !== undefined && config.image && config.maxOutputTokens < IMAGE_OUTPUT_TOKENS[config.size]) {
+    // The image does not fit the output budget: the candidate stops at MAX_TOKENS without one (Candidate.FinishReason).
+    answer = {
+      candidates: [{ finishReason: 'MAX_TOKENS', index: 0 }],
+      usageMetadata: { promptTokenCount: promptText + promptImages, totalTokenCount: promptText + promptImages, promptTokensDetails },
+      ...envelope,
+    };
   } else {
     const parts: Record<string, unknown>[] = [];
     const candidatesTokensDetails: { modality: string; tokenCount: number }[] = [];
@@ -168,7 +182,7 @@ export async function generateContent(req: FastifyRequest, reply: FastifyReply, 
     }
     if (config.image) {
       const [width, height] = SIZES[config.ratio][config.size];
-      const png = await renderImage({ width, height, seed: imageSeed(text), format: 'png', alpha: false });
+      const png = await renderImage({ width, height, seed: imageSeed(text), format: 'png', alpha: false, detailed: d.image === 'detailed' });
       parts.push({ inlineData: { mimeType: 'image/png', data: png.toString('base64') } });
       candidatesTokensDetails.push({ modality: 'IMAGE', tokenCount: IMAGE_OUTPUT_TOKENS[config.size] });
     }

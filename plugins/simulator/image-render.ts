@@ -27,6 +27,8 @@ export interface ImageSpec {
   alpha: boolean;
   /** JPEG and WebP quality, 1-100 (default 80). */
   quality?: number;
+  /** Grain over the scene, so the image compresses as a photograph does rather than as a flat drawing. */
+  detailed?: boolean;
 }
 
 /** The seed of the `index`-th image of a prompt. */
@@ -78,11 +80,26 @@ export function sceneSvg(width: number, height: number, seed: number, alpha: boo
   return s + '</svg>';
 }
 
+/** The scene's pixels with the low five bits of every channel drawn from the seed: about as much entropy as a photo's. */
+async function grainy(spec: ImageSpec): Promise<{ data: Buffer; channels: 3 | 4 }> {
+  const sharp = await loadSharp();
+  const scene = sharp(Buffer.from(sceneSvg(spec.width, spec.height, spec.seed, spec.alpha)));
+  const { data, info } = await (spec.alpha ? scene : scene.removeAlpha()).raw().toBuffer({ resolveWithObject: true });
+  const r = random(spec.seed ^ 0x5bd1e995);
+  const words = new Uint32Array(data.buffer, data.byteOffset, Math.floor(data.length / 4));
+  for (let i = 0; i < words.length; i++) words[i] = (words[i]! & 0xe0e0e0e0) | ((r() * 4294967296) & 0x1f1f1f1f);
+  return { data, channels: info.channels as 3 | 4 };
+}
+
 async function encode(spec: ImageSpec): Promise<Buffer> {
   const sharp = await loadSharp();
   const quality = spec.quality ?? 80;
   // librsvg always renders RGBA; an opaque image drops the channel so it decodes as RGB, as providers send it.
-  const img = sharp(Buffer.from(sceneSvg(spec.width, spec.height, spec.seed, spec.alpha)));
+  let img = sharp(Buffer.from(sceneSvg(spec.width, spec.height, spec.seed, spec.alpha)));
+  if (spec.detailed) {
+    const { data, channels } = await grainy(spec);
+    img = sharp(data, { raw: { width: spec.width, height: spec.height, channels } });
+  }
   switch (spec.format) {
     case 'png':
       return (spec.alpha ? img : img.removeAlpha()).png({ compressionLevel: 1, adaptiveFiltering: false }).toBuffer();
@@ -113,7 +130,7 @@ function keep(key: string, bytes: Buffer): void {
 
 /** The encoded image of `spec`, from the cache when it was rendered recently. */
 export function renderImage(spec: ImageSpec): Promise<Buffer> {
-  const key = `${spec.width}x${spec.height}/${spec.seed}/${spec.format}/${spec.alpha ? 'a' : 'o'}/${spec.quality ?? ''}`;
+  const key = `${spec.width}x${spec.height}/${spec.seed}/${spec.format}/${spec.alpha ? 'a' : 'o'}/${spec.quality ?? ''}/${spec.detailed ? 'd' : ''}`;
   const hit = done.get(key);
   if (hit !== undefined) {
     done.delete(key);

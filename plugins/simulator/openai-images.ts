@@ -17,11 +17,29 @@ import { sendBody } from './respond.js';
 import { type RouteContext, POST_ROUTE, applyFaults, bodyObject, selfOrigin } from './route-context.js';
 import { textTokens } from './tokens.js';
 
-/** Largest side the simulator renders, and the smallest. */
-const MAX_SIDE = 8192;
-const MIN_SIDE = 16;
 /** GPT image models take up to 16 images per edit (API reference, "Create image edit"). */
 const MAX_EDIT_IMAGES = 16;
+
+/**
+ * What each model takes (API reference, "Create image": size, quality, prompt, background): fixed sizes, or for
+ * gpt-image-2 any WIDTHxHEIGHT with sides divisible by 16, a ratio between 1:3 and 3:1, a long edge of at most 3,840
+ * and at most 3840x2160 pixels (and no transparent background).
+ */
+interface ModelRules {
+  sizes: readonly string[] | 'free';
+  qualities: readonly string[];
+  maxPrompt: number;
+  transparent: boolean;
+}
+
+const GPT_QUALITIES = ['auto', 'low', 'medium', 'high'] as const;
+
+function rules(model: string): ModelRules {
+  if (model.startsWith('dall-e-2')) return { sizes: ['256x256', '512x512', '1024x1024'], qualities: ['standard'], maxPrompt: 1000, transparent: false };
+  if (model.startsWith('dall-e-3')) return { sizes: ['1024x1024', '1792x1024', '1024x1792'], qualities: ['standard', 'hd'], maxPrompt: 4000, transparent: false };
+  if (model.startsWith('gpt-image-2')) return { sizes: 'free', qualities: GPT_QUALITIES, maxPrompt: 32_000, transparent: false };
+  return { sizes: ['1024x1024', '1536x1024', '1024x1536'], qualities: GPT_QUALITIES, maxPrompt: 32_000, transparent: true };
+}
 
 /** A request's image parameters, validated. */
 interface ImageParams {
@@ -73,14 +91,24 @@ function integer(v: unknown, param: string, min: number, max: number): number | 
   return n;
 }
 
-/** `WxH` within the simulator's bounds, or `auto` (1024x1024). */
-function size(v: unknown): [number, number] {
-  if (v === undefined || v === null || v === 'auto') return [1024, 1024];
+/** The model's `size`, or `auto` (1024x1024) on the GPT image models. */
+function size(v: unknown, model: string, r: ModelRules): [number, number] {
+  const gpt = !model.startsWith('dall-e');
+  if (v === undefined || v === null || (v === 'auto' && gpt)) return [1024, 1024];
+  if (r.sizes !== 'free') {
+    if (typeof v !== 'string' || !r.sizes.includes(v)) {
+      const listed = [...r.sizes, ...(gpt ? ['auto'] : [])].map((x) => `'${x}'`);
+      throw invalid('size', `Invalid value: '${String(v)}'. Supported values are: ${listed.slice(0, -1).join(', ')}, and ${listed.at(-1)}.`);
+    }
+    const [w, h] = v.split('x').map(Number) as [number, number];
+    return [w, h];
+  }
   const m = typeof v === 'string' ? /^(\d{1,5})x(\d{1,5})$/.exec(v) : null;
   const w = Number(m?.[1]);
   const h = Number(m?.[2]);
-  if (m === null || w < MIN_SIDE || h < MIN_SIDE || w > MAX_SIDE || h > MAX_SIDE) {
-    throw invalid('size', `Invalid value: '${String(v)}'. Supported values are 'auto' and WIDTHxHEIGHT with sides from ${MIN_SIDE} to ${MAX_SIDE}.`);
+  const fits = m !== null && w > 0 && h > 0 && w % 16 === 0 && h % 16 === 0 && Math.max(w, h) <= 3840 && w * h <= 3840 * 2160 && Math.max(w / h, h / w) <= 3;
+  if (!fits) {
+    throw invalid('size', `Invalid value: '${String(v)}'. Supported values are 'auto' and WIDTHxHEIGHT with both sides divisible by 16, an aspect ratio between 1:3 and 3:1, and at most 3840x2160 pixels.`);
   }
   return [w, h];
 }
@@ -93,10 +121,17 @@ function imageParams(get: (name: string) => unknown): ImageParams {
   if (model !== undefined && (typeof model !== 'string' || model === '')) throw invalid('model', "Invalid type for 'model': expected a string.");
   const name = (model as string | undefined) ?? 'gpt-image-1';
   const gpt = !name.startsWith('dall-e');
-  const [width, height] = size(get('size'));
-  const quality = oneOf(get('quality'), 'quality', ['auto', 'low', 'medium', 'high', 'standard', 'hd'] as const, 'auto');
+  const r = rules(name);
+  if (prompt.length > r.maxPrompt) {
+    throw invalid('prompt', `Invalid 'prompt': string too long. Expected a string with maximum length ${r.maxPrompt}, but got a string with length ${prompt.length} instead.`, 'string_above_max_length');
+  }
+  const [width, height] = size(get('size'), name, r);
+  const quality = oneOf(get('quality'), 'quality', r.qualities as readonly string[], r.qualities[0]!);
   const format = oneOf(get('output_format'), 'output_format', ['png', 'jpeg', 'webp'] as const, 'png');
   const background = oneOf(get('background'), 'background', ['auto', 'transparent', 'opaque'] as const, 'auto');
+  if (background === 'transparent' && !r.transparent) {
+    throw invalid('background', `Transparent background is not supported for ${name}: use 'opaque' or 'auto'.`);
+  }
   if (background === 'transparent' && format === 'jpeg') {
     throw invalid('background', "Transparent background is not supported with output_format 'jpeg': use 'png' or 'webp'.");
   }
@@ -146,11 +181,12 @@ export function inputImageTokens(width: number, height: number): number {
 async function answer(req: FastifyRequest, reply: FastifyReply, ctx: RouteContext, p: ImageParams, refs: ReceivedImage[]): Promise<void> {
   const d = parseDirectives(p.prompt);
   await applyFaults(d);
-  if (d.image !== undefined) throw moderationBlocked();
+  if (d.image === 'refuse' || d.image === 'refuse_output') throw moderationBlocked();
   const alpha = p.background === 'transparent';
+  const detailed = d.image === 'detailed';
   const images = await Promise.all(
     Array.from({ length: p.n }, (_, i) =>
-      renderImage({ width: p.width, height: p.height, seed: imageSeed(p.prompt, i), format: p.format, alpha, quality: p.compression }),
+      renderImage({ width: p.width, height: p.height, seed: imageSeed(p.prompt, i), format: p.format, alpha, quality: p.compression, detailed }),
     ),
   );
   const origin = selfOrigin(req);

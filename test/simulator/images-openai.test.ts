@@ -15,28 +15,51 @@ function generate(body: Record<string, unknown>, headers: Record<string, string>
 type ImagesJson = { created: number; data: Array<{ b64_json?: string; url?: string; revised_prompt?: string }>; [k: string]: unknown };
 
 t.test('generations -> real images of the asked size (auto = 1024x1024), with structure that depends on the prompt', async (t) => {
-  const cases: Array<[string | undefined, number, number]> = [
-    [undefined, 1024, 1024],
-    ['auto', 1024, 1024],
-    ['1024x1536', 1024, 1536],
-    ['1536x1024', 1536, 1024],
-    ['512x288', 512, 288],
-    ['2048x2048', 2048, 2048],
+  const cases: Array<[string, string | undefined, number, number]> = [
+    ['gpt-image-1', undefined, 1024, 1024],
+    ['gpt-image-1', 'auto', 1024, 1024],
+    ['gpt-image-1', '1024x1536', 1024, 1536],
+    ['gpt-image-1', '1536x1024', 1536, 1024],
+    ['gpt-image-2', '512x288', 512, 288],
+    ['gpt-image-2', '2048x2048', 2048, 2048],
+    ['gpt-image-2', '3840x1632', 3840, 1632],
   ];
-  for (const [size, width, height] of cases) {
-    const res = await generate({ model: 'gpt-image-1', prompt: 'a lighthouse at dusk', ...(size ? { size } : {}) });
-    t.equal(res.status, 200, `size ${size}`);
+  for (const [model, size, width, height] of cases) {
+    const res = await generate({ model, prompt: 'a lighthouse at dusk', ...(size ? { size } : {}) });
+    t.equal(res.status, 200, `${model} size ${size}`);
     const body = (await res.json()) as ImagesJson;
     t.equal(body.data.length, 1);
     t.equal(body.size, `${width}x${height}`);
     const info = await inspectImage(Buffer.from(body.data[0]!.b64_json!, 'base64'));
     t.match(info, { format: 'png', width, height, channels: 3, hasAlpha: false, colours: true }, `${width}x${height} PNG with structure`);
   }
-  const a = ((await (await generate({ prompt: 'a lighthouse at dusk', size: '256x256' })).json()) as ImagesJson).data[0]!.b64_json;
-  const again = ((await (await generate({ prompt: 'a lighthouse at dusk', size: '256x256' })).json()) as ImagesJson).data[0]!.b64_json;
-  const b = ((await (await generate({ prompt: 'a harbour at noon', size: '256x256' })).json()) as ImagesJson).data[0]!.b64_json;
+  const a = ((await (await generate({ model: 'dall-e-2', prompt: 'a lighthouse at dusk', size: '256x256', response_format: 'b64_json' })).json()) as ImagesJson).data[0]!.b64_json;
+  const again = ((await (await generate({ model: 'dall-e-2', prompt: 'a lighthouse at dusk', size: '256x256', response_format: 'b64_json' })).json()) as ImagesJson).data[0]!.b64_json;
+  const b = ((await (await generate({ model: 'dall-e-2', prompt: 'a harbour at noon', size: '256x256', response_format: 'b64_json' })).json()) as ImagesJson).data[0]!.b64_json;
   t.equal(again, a, 'same prompt, same image');
   t.not(b, a, 'another prompt, another image');
+});
+
+t.test('each model takes only its own sizes, qualities, prompt length and backgrounds, as the provider refuses the rest', async (t) => {
+  const refused: Array<[Record<string, unknown>, string]> = [
+    [{ model: 'gpt-image-1', size: '2048x2048' }, 'size'],
+    [{ model: 'gpt-image-1', size: '1792x1024' }, 'size'],
+    [{ model: 'gpt-image-2', size: '1000x1000' }, 'size'],
+    [{ model: 'gpt-image-2', size: '3840x2176' }, 'size'],
+    [{ model: 'gpt-image-2', size: '3008x2880' }, 'size'],
+    [{ model: 'gpt-image-2', size: '2400x768' }, 'size'],
+    [{ model: 'gpt-image-2', background: 'transparent' }, 'background'],
+    [{ model: 'dall-e-3', size: '1536x1024' }, 'size'],
+    [{ model: 'dall-e-3', quality: 'high' }, 'quality'],
+    [{ model: 'gpt-image-1', quality: 'hd' }, 'quality'],
+    [{ model: 'dall-e-3', prompt: 'p'.repeat(4001) }, 'prompt'],
+    [{ model: 'gpt-image-2', prompt: 'p'.repeat(32_001) }, 'prompt'],
+  ];
+  for (const [body, param] of refused) {
+    const res = await generate({ prompt: 'a fox', ...body });
+    t.equal(res.status, 400, JSON.stringify(body).slice(0, 80));
+    t.match(await res.json(), { error: { param, type: 'invalid_request_error' } });
+  }
 });
 
 t.test('gpt-image answer: settings echoed, usage in the documented shape; n images differ', async (t) => {
@@ -55,12 +78,12 @@ t.test('gpt-image answer: settings echoed, usage in the documented shape; n imag
 });
 
 t.test('output_format jpeg / webp and a transparent background', async (t) => {
-  const jpeg = (await (await generate({ prompt: 'fog', size: '640x480', output_format: 'jpeg', output_compression: 50 })).json()) as ImagesJson;
+  const jpeg = (await (await generate({ model: 'gpt-image-2', prompt: 'fog', size: '640x480', output_format: 'jpeg', output_compression: 50 })).json()) as ImagesJson;
   t.match(await inspectImage(Buffer.from(jpeg.data[0]!.b64_json!, 'base64')), { format: 'jpeg', width: 640, height: 480, colours: true });
-  const webp = (await (await generate({ prompt: 'fog', size: '640x480', output_format: 'webp', background: 'transparent' })).json()) as ImagesJson;
+  const webp = (await (await generate({ prompt: 'fog', size: '1536x1024', output_format: 'webp', background: 'transparent' })).json()) as ImagesJson;
   t.equal(webp.background, 'transparent');
-  t.match(await inspectImage(Buffer.from(webp.data[0]!.b64_json!, 'base64')), { format: 'webp', width: 640, height: 480, hasAlpha: true });
-  const png = (await (await generate({ prompt: 'fog', size: '640x480', background: 'transparent' })).json()) as ImagesJson;
+  t.match(await inspectImage(Buffer.from(webp.data[0]!.b64_json!, 'base64')), { format: 'webp', width: 1536, height: 1024, hasAlpha: true });
+  const png = (await (await generate({ prompt: 'fog', size: '1536x1024', background: 'transparent' })).json()) as ImagesJson;
   t.match(await inspectImage(Buffer.from(png.data[0]!.b64_json!, 'base64')), { format: 'png', channels: 4, hasAlpha: true, colours: true });
   const bad = await generate({ prompt: 'fog', output_format: 'jpeg', background: 'transparent' });
   t.equal(bad.status, 400);
@@ -191,9 +214,9 @@ t.test('#sim:status, #sim:delay_ms, #sim:hangup_after on generations and edits',
     if (status === 429) t.equal(res.headers.get('retry-after'), '1');
   }
   const t0 = performance.now();
-  t.equal((await generate({ prompt: 'x #sim:delay_ms=150', size: '64x64' })).status, 200);
+  t.equal((await generate({ model: 'gpt-image-2', prompt: 'x #sim:delay_ms=150', size: '64x64' })).status, 200);
   t.ok(performance.now() - t0 >= 140, 'delay_ms holds the answer');
-  const cut = await generate({ prompt: 'x #sim:hangup_after=1000', size: '512x512' });
+  const cut = await generate({ model: 'gpt-image-2', prompt: 'x #sim:hangup_after=1000', size: '512x512' });
   t.equal(cut.status, 200, 'headers first');
   t.ok(Number(cut.headers.get('content-length')) > 1000, 'announcing the whole body');
   t.same(await readUntilDrop(cut), { bytes: 1000, dropped: true }, '1000 bytes, then the socket drops');
