@@ -36,7 +36,7 @@ import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
-import { registerMultipart } from './upstream/reference-images.js';
+import { closeUnreadUpload, isMultipartRequest, registerMultipart } from './upstream/reference-images.js';
 import { ModelCatalog } from '../policies/catalog.js';
 import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
 
@@ -225,6 +225,8 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
         if ((request.farebox as Call | null)?.exchange === undefined) metrics.rejections.inc({ code: ge.code });
         // Stopping: as proxied answers do, so the caller's keep-alive socket does not hold the server's close.
         if (upstreams.closing) reply.header('connection', 'close');
+        // An upload refused before it was read to its end: its connection is closed behind the answer.
+        if (isMultipartRequest(request)) closeUnreadUpload(request, reply);
         sendError(request, reply, ge);
       });
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));

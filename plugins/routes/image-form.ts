@@ -3,8 +3,9 @@
  * (policies/image-request.ts): text fields, and 1 to 14 reference images in `image` parts (or repeated `image[]`
  * parts, as the official SDK sends several). An image's format is decided by its first bytes; an image over its size,
  * or the images over their total, are refused as soon as the bytes that pass the limit arrive, so an oversized upload
- * is never buffered whole (what follows is dropped as it arrives, and the connection cut after LINGER_MS). Every image is decoded in full
- * (sharp, at a thumbnail's cost) so a truncated or corrupt one is refused here, not by the provider.
+ * is never buffered whole (its connection is closed behind the answer: upstream/reference-images.ts
+ * closeUnreadUpload). Every image is decoded in full (sharp, at a thumbnail's cost) so a truncated or corrupt one is
+ * refused here, not by the provider.
  */
 import type { FastifyRequest } from 'fastify';
 import type { Multipart } from '@fastify/multipart';
@@ -33,21 +34,6 @@ const MB = (n: number) => `${n / 1_000_000} MB`;
 /** A refusal in the middle of an upload. */
 function midUpload(code: 'invalid_request' | 'request_too_large', param: string, message: string): GatewayError {
   return new GatewayError(code, { param, message });
-}
-
-/** How long the rest of a refused upload is read (and dropped) after the refusal, before its connection is cut. */
-const LINGER_MS = 2_000;
-
-/**
- * After a refusal mid-upload: Node discards what still arrives, so the caller reads the answer (closing at once would
- * reset the connection and lose it); an upload still running after LINGER_MS has its connection cut.
- */
-function cutAfterAnswer(request: FastifyRequest): void {
-  const raw = request.raw;
-  if (raw.complete) return;
-  setTimeout(() => {
-    if (!raw.complete) raw.socket?.destroy();
-  }, LINGER_MS).unref();
 }
 
 /** Decode the whole image (to a thumbnail): a truncated, corrupt or oversized one is refused naming it. */
@@ -147,7 +133,6 @@ export async function readImageForm(request: FastifyRequest, onModel: (model: st
       checks.push(check);
     }
   } catch (err) {
-    cutAfterAnswer(request);
     throw formError(err);
   }
   if (images.length === 0) throw imageError(`No reference image: an edit takes 1 to ${EDIT_LIMITS.images} images in image parts.`);

@@ -6,7 +6,7 @@
  * (cover-cropped, or contained with nothing cropped) when the endpoint asks. An image that needs none of this goes
  * upstream byte for byte.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type sharpType from 'sharp';
 import { GatewayError } from '../../policies/errors.js';
 import { IMAGE_MIME, imageFormat, imageSize, type ImageFormat } from '../../policies/image-size.js';
@@ -75,6 +75,40 @@ export async function registerMultipart(app: FastifyInstance): Promise<void> {
   if (app.hasRequestDecorator('isMultipart')) return;
   const multipart = (await import('@fastify/multipart')).default;
   await app.register(multipart, { throwFileSizeLimit: false });
+}
+
+/**
+ * How long a connection whose upload was refused before its end is still read (and what arrives dropped) after its
+ * answer, before it is destroyed.
+ */
+export const LINGER_MS = 2_000;
+
+/**
+ * After a refusal of an upload not read to its end (a limit passed while it arrived, a file refused at its end with
+ * parts still to come, a refused key): the answer says `connection: close` and the connection is closed behind it.
+ * The rest of the body is not read to keep the connection: left unread, it stalls the next request on it; read to its
+ * end, it would take whatever a refused caller chooses to send, without bound. The close is staged (RFC 9112 9.6):
+ * the answer, then the gateway's FIN, then what still arrives is read and dropped until the caller closes or LINGER_MS
+ * pass; closing at once would reset the connection and could lose the answer. HTTP/1.x only: an HTTP/2 stream has no
+ * connection of its own to close.
+ */
+export function closeUnreadUpload(request: FastifyRequest, reply: FastifyReply): void {
+  const raw = request.raw;
+  if (raw.complete && raw.readableLength === 0) return;
+  const socket = raw.socket;
+  if (raw.httpVersionMajor !== 1 || !socket || socket.destroyed) return;
+  reply.header('connection', 'close');
+  reply.raw.once('finish', () => {
+    // Node's own close after a `connection: close` answer (net.Socket destroySoon) ends the socket's write side and
+    // destroys it once that is flushed; the socket stays open for reading instead, until the caller's FIN ends it
+    // (net.Socket autoDestroy) or the linger is over.
+    socket.removeListener('finish', socket.destroy);
+    const linger = setTimeout(() => socket.destroy(), LINGER_MS);
+    linger.unref();
+    socket.once('close', () => clearTimeout(linger));
+    // The HTTP parser hands the rest of the body to the request: flowing with no reader, it is dropped.
+    raw.resume();
+  });
 }
 
 /** Whether the request carries multipart/form-data (only after registerMultipart). */
