@@ -7,9 +7,11 @@
  * It serves the spec's endpoints under /v1 in its own encapsulated context, so the host app's routes and hooks are
  * untouched. Every call runs the same phases (plugins/hooks/), in the order the route below lists them:
  *   identify (request id; key -> account) -> police (endpoint schema, model route, rewrite, client rule) ->
- *   gate (quote; rate limits and hold in one script) -> forward (upstream, metered) -> finish (debit, when the
- *   response closes).
- * The endpoints are modules (plugins/routes/) that declare what differs: schema, rewrite, quote, forward, bill.
+ *   gate (quote; rate limits and hold in one script) -> prepare (where the endpoint has it: work only a held call may
+ *   cost, such as decoding reference images) -> forward (upstream, metered) -> finish (debit, when the response
+ *   closes).
+ * The endpoints are modules (plugins/routes/) that declare what differs: schema, rewrite, quote, prepare, forward,
+ * bill.
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import multipart from '@fastify/multipart';
@@ -28,6 +30,7 @@ import { forwardCall, runPhases } from './hooks/forward.js';
 import { gateCall } from './hooks/gate.js';
 import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
 import { parseJsonBody, policeCall } from './hooks/police.js';
+import { prepareCall } from './hooks/prepare.js';
 import { VideoJobs } from './jobs/video-jobs.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
@@ -234,10 +237,11 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       const identify = authenticate(keys);
       const police = policeCall({ catalog, clients: config.clients, videos: config.videos });
       const gate = gateCall(admission, config.prices, finisher.finish);
+      const prepare = prepareCall({ metrics }, finisher.finish);
       const forward = forwardCall({ upstreams, metrics, images, videos });
-      // The phases of a call, in order: identify (the v1 onRequest hook above, then the key), then police, gate
-      // and forward in the route's handler (runPhases), each a function of plugins/hooks/.
-      const handler = runPhases(police, gate, forward);
+      // The phases of a call, in order: identify (the v1 onRequest hook above, then the key), then police, gate,
+      // prepare and forward in the route's handler (runPhases), each a function of plugins/hooks/.
+      const handler = runPhases(police, gate, prepare, forward);
       const route = (context: FastifyInstance, endpoint: Endpoint) => context.route({
         method: endpoint.method,
         url: endpoint.path,

@@ -1,6 +1,7 @@
 /**
- * Forward, the fourth phase: the endpoint calls its upstream and answers the caller, metering what reaches them as it
- * streams. runPhases, the route handler of every endpoint, runs police, gate and forward in order.
+ * Forward, the fifth phase: the endpoint calls its upstream and answers the caller, metering what reaches them as it
+ * streams. runPhases, the route handler of every endpoint, runs police, gate, prepare (where the endpoint has it) and
+ * forward in order.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ForwardContext } from '../routes/endpoint.js';
@@ -20,24 +21,43 @@ export function forwardCall(ctx: ForwardContext) {
 type Phase<T> = (request: FastifyRequest, reply: FastifyReply) => T;
 
 /**
- * The route handler of every endpoint: police, then gate, then forward. It returns nothing and Fastify waits on no
- * promise of it: the call is answered by its upstream exchange (or by its endpoint), a refusal or failure by the
- * route's error handler. As preHandler hooks and an async handler, police and gate would cost every call several
- * promises, a pass of Fastify's hook runner and the stream listeners Fastify puts on a reply it awaits.
+ * The route handler of every endpoint: police, then gate, then prepare (only where the endpoint has it: undefined
+ * otherwise, no promise made), then forward. It returns nothing and Fastify waits on no promise of it: the call is
+ * answered by its upstream exchange (or by its endpoint), a refusal or failure by the route's error handler. As
+ * preHandler hooks and an async handler, police and gate would cost every call several promises, a pass of Fastify's
+ * hook runner and the stream listeners Fastify puts on a reply it awaits.
  */
-export function runPhases(police: Phase<void | Promise<void>>, gate: Phase<Promise<boolean>>, forward: Phase<unknown>): Phase<void> {
+export function runPhases(
+  police: Phase<void | Promise<void>>,
+  gate: Phase<Promise<boolean>>,
+  prepare: Phase<Promise<boolean> | undefined>,
+  forward: Phase<unknown>,
+): Phase<void> {
   const fail = (reply: FastifyReply, err: unknown) => {
     if (!reply.sent) reply.send(err instanceof Error ? err : new Error(String(err)));
   };
+  const forwardNow = (request: FastifyRequest, reply: FastifyReply) => {
+    try {
+      const out = forward(request, reply);
+      if (out instanceof Promise) out.catch((err: unknown) => fail(reply, err));
+    } catch (err) {
+      fail(reply, err);
+    }
+  };
+  const prepareThenForward = (request: FastifyRequest, reply: FastifyReply) => {
+    let preparing: Promise<boolean> | undefined;
+    try {
+      preparing = prepare(request, reply);
+    } catch (err) {
+      fail(reply, err);
+      return;
+    }
+    if (preparing === undefined) forwardNow(request, reply);
+    else preparing.then((ready) => ready && forwardNow(request, reply), (err: unknown) => fail(reply, err));
+  };
   const gateThenForward = (request: FastifyRequest, reply: FastifyReply) => {
     gate(request, reply).then((admitted) => {
-      if (!admitted) return;
-      try {
-        const out = forward(request, reply);
-        if (out instanceof Promise) out.catch((err: unknown) => fail(reply, err));
-      } catch (err) {
-        fail(reply, err);
-      }
+      if (admitted) prepareThenForward(request, reply);
     }, (err: unknown) => fail(reply, err));
   };
   return function phases(request: FastifyRequest, reply: FastifyReply): void {

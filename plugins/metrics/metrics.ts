@@ -6,6 +6,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 const OVERHEAD_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
+const DECODE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
 /** Every metric the gateway exports. */
 export function createMetrics(opts: { defaults?: boolean } = {}) {
@@ -53,6 +54,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     escrowAdminEvents: new Counter({ name: 'farebox_escrow_admin_events_total', help: 'Escrow role, ownership and charge-cap events seen by the watcher, by chain and kind (proposals announce changes to who can take callers\' money).', labelNames: ['chain', 'kind'] as const, registers: r }),
     reconcileLastRound: new Gauge({ name: 'farebox_reconcile_last_round_timestamp_seconds', help: 'When the reconciler last finished a round of the chain (unix seconds). Reported by the lease holder.', labelNames: ['chain'] as const, registers: r }),
     settlementFeeCapped: new Counter({ name: 'farebox_settlement_fee_capped_total', help: 'Times fees above the chain\'s max_fee_per_gas held a charge batch back (before its first send, or instead of a replacement).', labelNames: ['chain'] as const, registers: r }),
+    imageDecode: new Histogram({ name: 'farebox_image_decode_seconds', help: 'Full decodes of reference images (and their preparation for the upstream), by endpoint: run only for calls whose hold is placed, never for a call refused before it.', labelNames: ['endpoint'] as const, buckets: DECODE_BUCKETS, registers: r }),
     videoJobs: new Counter({ name: 'farebox_video_jobs_total', help: 'Video jobs submitted, and ended (completed, failed), by model.', labelNames: ['model', 'status'] as const, registers: r }),
     videoJobsOpen: new Gauge({ name: 'farebox_video_jobs_open', help: 'Video jobs not yet ended and settled (all instances). Reported by the poller\'s lease holder.', registers: r }),
     videoJobDuration: new Histogram({ name: 'farebox_video_job_duration_seconds', help: 'Time from a video job\'s submit to its end, by model and status.', labelNames: ['model', 'status'] as const, buckets: [1, 5, 15, 30, 60, 120, 180, 300, 600, 1200, 3600], registers: r }),

@@ -1,8 +1,8 @@
 /**
  * What an endpoint module declares, so that every kind of call runs the same phases (plugins/hooks/): its path and
- * protocol, how it polices a request (schema, model route, rewrite), what the call may cost at worst (quote), how it
- * forwards the call and meters the answer, and what the finished call is billed. Adding an endpoint adds a module
- * here, not a copy of the call path.
+ * protocol, how it polices a request (schema, model route, rewrite), what the call may cost at worst (quote), what it
+ * prepares once its hold is placed (optional), how it forwards the call and meters the answer, and what the finished
+ * call is billed. Adding an endpoint adds a module here, not a copy of the call path.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Metrics } from '../metrics/metrics.js';
@@ -43,6 +43,11 @@ export interface PoliceContext {
   readonly videos: FareboxConfig['videos'];
 }
 
+/** What prepare uses besides the call. */
+export interface PrepareContext {
+  readonly metrics: Metrics;
+}
+
 /** What forward uses besides the call. */
 export interface ForwardContext {
   readonly upstreams: Upstreams;
@@ -72,6 +77,13 @@ export interface Endpoint<P extends Policed = Policed> {
   police(request: FastifyRequest, ctx: PoliceContext): P | Promise<P>;
   /** Its worst-case price and token estimate, from the policed request only. */
   quote(policed: P, prices: PriceTable): Quoted;
+  /**
+   * Work the call needs before forward that a refused call must not cost the gateway (the full decode of reference
+   * images), run only once its hold is placed: the policed request as forward takes it, or undefined when there is
+   * nothing to do. A refusal here (400) is answered as police's are, and the hold released: the call costs nothing.
+   * Endpoints without it (text) cost no promise for it.
+   */
+  prepare?(call: Call, policed: P, ctx: PrepareContext): Promise<P> | undefined;
   /** Call the upstream and answer the caller, metering what reaches them (call.exchange). */
   forward(call: Call, policed: P, reply: FastifyReply, ctx: ForwardContext): FastifyReply | Promise<unknown>;
   /** What the finished call is debited; null when a job took its hold over and debits it later. */

@@ -1,11 +1,12 @@
 /**
  * POST /v1/images/edits: image-to-image (SPEC "Image edit request"): a multipart/form-data body with the scalar
- * fields of a generation and 1 to 14 reference images, read and checked by police (image-form.ts) before any hold.
+ * fields of a generation and 1 to 14 reference images, read and checked from their headers by police
+ * (image-form.ts) before any hold, and decoded whole by prepare once the hold is placed.
  */
 import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { parseImageRequest } from '../../policies/image-request.js';
 import type { Endpoint } from './endpoint.js';
-import { readImageForm } from './image-form.js';
+import { decodeEditImages, readImageForm } from './image-form.js';
 import { billImage, forwardImage, quoteImage, type ImagePoliced } from './images.js';
 
 /** The image edit endpoint. */
@@ -24,6 +25,10 @@ export const imageEdits: Endpoint<ImagePoliced> = {
     return { route, request: parsed, references: form.images };
   },
   quote: quoteImage,
+  prepare(_call, p, ctx) {
+    // A truncated or corrupt image is found by decoding it, which only a held call may cost the gateway.
+    return decodeEditImages(p.references!, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'image_edits' }, s)).then(() => p);
+  },
   forward: forwardImage,
   bill: billImage,
 };

@@ -1,19 +1,20 @@
 /**
  * The form of an image edit, read with @fastify/multipart as it streams in, within EDIT_LIMITS
  * (policies/image-request.ts): text fields, and 1 to 14 reference images in `image` parts (or repeated `image[]`
- * parts, as the official SDK sends several). An image's format is decided by its first bytes; an image over its size,
- * or the images over their total, are refused as soon as the bytes that pass the limit arrive, so an oversized upload
- * is never buffered whole (its connection is closed behind the answer: upstream/reference-images.ts
- * closeUnreadUpload). Every image is decoded in full (sharp, at a thumbnail's cost) so a truncated or corrupt one is
- * refused here, not by the provider.
+ * parts, as the official SDK sends several). An image's format is decided by its first bytes and its pixel size by
+ * its header (policies/image-size.ts probeHeader); an image over its size, or the images over their total, are
+ * refused as soon as the bytes that pass the limit arrive, so an oversized upload is never buffered whole (its
+ * connection is closed behind the answer: upstream/reference-images.ts closeUnreadUpload). Nothing is decoded before
+ * the hold: once it is placed, the edit's prepare phase decodes every image in full (decodeEditImages, sharp at a
+ * thumbnail's cost) so a truncated or corrupt one is refused by the gateway, its hold released, not by the provider.
  */
 import type { FastifyRequest } from 'fastify';
 import type { Multipart } from '@fastify/multipart';
 import { GatewayError } from '../../policies/errors.js';
 import { EDIT_LIMITS, formValue, imageError } from '../../policies/image-request.js';
-import { imageFormat, type ImageFormat } from '../../policies/image-size.js';
+import { imageFormat, probeHeader, type ImageFormat } from '../../policies/image-size.js';
 import type { ReferenceImage } from '../upstream/openai-images.js';
-import { loadSharp } from '../upstream/reference-images.js';
+import { allDecoded, loadSharp, timedDecode } from '../upstream/reference-images.js';
 
 /** Limits of @fastify/multipart (busboy) behind the gateway's own: it stops what gets past them. */
 export const MULTIPART_LIMITS = {
@@ -36,6 +37,9 @@ function midUpload(code: 'invalid_request' | 'request_too_large', param: string,
   return new GatewayError(code, { param, message });
 }
 
+/** An edit image's side at the pixel limit (8192), for messages. */
+const MAX_SIDE = Math.sqrt(EDIT_LIMITS.pixels);
+
 /** Decode the whole image (to a thumbnail): a truncated, corrupt or oversized one is refused naming it. */
 async function checkDecodes(bytes: Buffer, n: number, format: ImageFormat): Promise<void> {
   const sharp = await loadSharp();
@@ -43,9 +47,21 @@ async function checkDecodes(bytes: Buffer, n: number, format: ImageFormat): Prom
     await sharp(bytes, { failOn: 'truncated', limitInputPixels: EDIT_LIMITS.pixels }).resize(16, 16, { fit: 'inside' }).raw().toBuffer();
   } catch (err) {
     const why = (err as Error).message ?? '';
-    if (/pixel limit/i.test(why)) throw imageError(`Image ${n} has more than ${EDIT_LIMITS.pixels / 1e6} megapixels.`);
-    throw imageError(`Image ${n} is not a whole ${format.toUpperCase()} image: it is truncated or cannot be decoded.`);
+    if (/pixel limit/i.test(why)) throw imageError(`Image ${n} has more than ${MAX_SIDE} x ${MAX_SIDE} pixels.`);
+    throw notWhole(n, format);
   }
+}
+
+function notWhole(n: number, format: ImageFormat): GatewayError {
+  return imageError(`Image ${n} is not a whole ${format.toUpperCase()} image: it is truncated or cannot be decoded.`);
+}
+
+/**
+ * Decode an edit's images in full (the prepare phase, once the call's hold is placed): 400 naming the first in order
+ * that is truncated or corrupt. `observe` gets each decode's time (farebox_image_decode_seconds).
+ */
+export async function decodeEditImages(images: readonly ReferenceImage[], observe: (seconds: number) => void): Promise<void> {
+  await allDecoded(images.map((img, i) => timedDecode(() => checkDecodes(img.bytes, i + 1, img.format), observe)));
 }
 
 /** The form's error from @fastify/multipart or busboy, as the caller's 400 or 413. */
@@ -87,13 +103,18 @@ async function readImage(part: Extract<Multipart, { type: 'file' }>, n: number, 
     throw midUpload('request_too_large', 'image', `Image ${n} is over ${MB(EDIT_LIMITS.imageBytes)}, the largest reference image taken.`);
   }
   if (format === null) throw imageError(size === 0 ? `Image ${n} is empty.` : `Image ${n} is not a PNG, JPEG or WebP image (judged by its bytes).`);
-  return { bytes: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size), format };
+  const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+  // What the header says is all that is known before the hold; the pixels are decoded after it (decodeEditImages).
+  const probe = probeHeader(bytes, EDIT_LIMITS.pixels);
+  if (probe.ok) return { bytes, format };
+  if (probe.why === 'pixels') throw imageError(`Image ${n} is ${probe.width}x${probe.height}: more than ${MAX_SIDE} x ${MAX_SIDE} pixels.`);
+  throw notWhole(n, format);
 }
 
 /**
  * Read an edit's form. `onModel` is called with the model field as soon as it arrives (it throws for a model not
- * served here). 400 for a body that is not multipart, a missing, extra or undecodable image, a field over its size;
- * 413 for images over their limits.
+ * served here). 400 for a body that is not multipart, a missing or extra image, one whose header cannot be read or
+ * announces too many pixels, a field over its size; 413 for images over their limits.
  */
 export async function readImageForm(request: FastifyRequest, onModel: (model: string) => unknown): Promise<ImageForm> {
   if (!request.isMultipart()) {
@@ -104,7 +125,6 @@ export async function readImageForm(request: FastifyRequest, onModel: (model: st
   }
   const fields: Record<string, unknown> = {};
   const images: ReferenceImage[] = [];
-  const checks: Promise<void>[] = [];
   let total = 0;
   try {
     for await (const part of request.parts({ limits: MULTIPART_LIMITS })) {
@@ -127,15 +147,10 @@ export async function readImageForm(request: FastifyRequest, onModel: (model: st
       const image = await readImage(part, n, total);
       total += image.bytes.length;
       images.push(image);
-      // Decoded while the next parts arrive; every check is awaited below.
-      const check = checkDecodes(image.bytes, n, image.format);
-      check.catch(() => {});
-      checks.push(check);
     }
   } catch (err) {
     throw formError(err);
   }
   if (images.length === 0) throw imageError(`No reference image: an edit takes 1 to ${EDIT_LIMITS.images} images in image parts.`);
-  await Promise.all(checks);
   return { fields, images };
 }

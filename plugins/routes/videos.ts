@@ -1,7 +1,8 @@
 /**
  * POST /v1/videos: submit a video job (SPEC "Video submit request"). Police reads the body (JSON for text-to-video;
- * multipart/form-data when files come, its limits enforced while it is read), checks it against the model's family
- * and config (policies/videos.ts) and prepares the reference images, all before any hold. The quote is the clip's
+ * multipart/form-data when files come, its limits enforced while it is read, each image's format and pixel size read
+ * from its header) and checks it against the model's family and config (policies/videos.ts), before any hold;
+ * prepare decodes the references and fits them to the video once the hold is placed. The quote is the clip's
  * price, held for the job (`job:<id>`) until VIDEO_HOLD_MARGIN_MS past its deadline. Forward submits the render
  * through the provider's adapter, records the job and answers at once with it, in progress. The finished request
  * bills nothing: the job owns its hold, and the poller debits it when the clip completes, or releases it when it
@@ -14,7 +15,7 @@ import { FREE } from '../billing/billing.js';
 import type { Exchange } from '../call.js';
 import { newVideoId, VIDEO_HOLD_MARGIN_MS } from '../jobs/video-store.js';
 import {
-  decodeImage, isMultipartRequest, prepareImage, readImageParts,
+  MAX_IMAGE_PIXELS, allDecoded, decodeImage, isMultipartRequest, prepareImage, readImageParts, timedDecode,
   type ImageFit, type ImagePartLimits, type PreparedImage, type UploadedImage,
 } from '../upstream/reference-images.js';
 import type { ModelRoute, VideoModel } from '../../policies/catalog.js';
@@ -38,12 +39,16 @@ export const VIDEO_UPLOAD_LIMITS: ImagePartLimits = Object.freeze({
   maxFields: 16,
   // A prompt of 8,000 characters is at most 32,000 bytes of UTF-8.
   maxFieldBytes: 64 * 1024,
+  maxPixels: MAX_IMAGE_PIXELS,
 });
 
 /** A policed submit. */
 export interface VideoPoliced extends Policed {
   readonly route: ModelRoute<VideoModel>;
   readonly plan: VideoPlan;
+  /** The uploaded references, checked from their headers; decoded and prepared by prepare into the frames below. */
+  readonly inputs: readonly UploadedImage[];
+  readonly lasts: readonly UploadedImage[];
   readonly firstFrame?: PreparedImage;
   readonly lastFrame?: PreparedImage;
   readonly subjects?: readonly PreparedImage[];
@@ -71,16 +76,18 @@ async function readSubmit(request: FastifyRequest): Promise<{ fields: VideoField
   return { fields: body as VideoFields, uploads: [] };
 }
 
-/** Decode and prepare the references as the plan says: frames fitted to the video, subject references as they are. */
-async function prepareReferences(plan: VideoPlan, inputs: UploadedImage[], lasts: UploadedImage[]): Promise<Pick<VideoPoliced, 'firstFrame' | 'lastFrame' | 'subjects'>> {
+/**
+ * Decode and prepare the references as the plan says: frames fitted to the video, subject references as they are.
+ * `observe` gets each image's decode time (farebox_image_decode_seconds).
+ */
+async function prepareReferences(p: VideoPoliced, observe: (seconds: number) => void): Promise<Pick<VideoPoliced, 'firstFrame' | 'lastFrame' | 'subjects'>> {
+  const { plan } = p;
   const refs = plan.references;
   if (refs.kind === 'none') return {};
-  const decoded = await Promise.all([...inputs, ...lasts].map(decodeImage));
-  if (refs.kind === 'subjects') {
-    return { subjects: await Promise.all(decoded.map((img) => prepareImage(img, { fit: 'none' }))) };
-  }
-  const fit: ImageFit = { fit: refs.fit, width: plan.width, height: plan.height };
-  const [firstFrame, lastFrame] = await Promise.all(decoded.map((img) => prepareImage(img, fit)));
+  const fit: ImageFit = refs.kind === 'subjects' ? { fit: 'none' } : { fit: refs.fit, width: plan.width, height: plan.height };
+  const prepared = await allDecoded([...p.inputs, ...p.lasts].map((img) => timedDecode(() => decodeImage(img).then((d) => prepareImage(d, fit)), observe)));
+  if (refs.kind === 'subjects') return { subjects: prepared };
+  const [firstFrame, lastFrame] = prepared;
   return { firstFrame, lastFrame };
 }
 
@@ -101,13 +108,17 @@ export const videos: Endpoint<VideoPoliced> = {
     const inputs = uploads.filter((u) => u.field === 'input_reference');
     const lasts = uploads.filter((u) => u.field === 'last_reference');
     const plan = planVideo(route.model, fields, { inputs: inputs.length, lasts: lasts.length });
-    const images = await prepareReferences(plan, inputs, lasts);
-    return { route, plan, ...images, jobId: newVideoId(), holdMs: ctx.videos.deadline_ms + VIDEO_HOLD_MARGIN_MS };
+    return { route, plan, inputs, lasts, jobId: newVideoId(), holdMs: ctx.videos.deadline_ms + VIDEO_HOLD_MARGIN_MS };
   },
   quote(p, prices) {
     const amount = worstCaseVideo(prices, p.route.model.id, p.plan.seconds);
     // The hold is the job's: no instance renews it, and the sweeper releases it only past the job's deadline.
     return { quote: { model: p.route.model.id, amount }, tokens: 0, owner: `job:${p.jobId}`, ttlMs: p.holdMs };
+  },
+  prepare(_call, p, ctx) {
+    // Decoding and fitting the references is work only a held call may cost the gateway; a text-to-video submit has none.
+    if (p.plan.references.kind === 'none') return undefined;
+    return prepareReferences(p, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'videos' }, s)).then((images) => ({ ...p, ...images }));
   },
   async forward(call, p, reply, ctx) {
     const provider = ctx.videos.provider(p.route.provider.name);

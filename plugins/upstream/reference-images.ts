@@ -1,15 +1,16 @@
 /**
  * Reference images of image and video calls: multipart uploads read with their limits enforced while the bytes
  * arrive (a part over its limit stops the read, the rest is never buffered), the format decided by the bytes (PNG,
- * JPEG or WebP, whatever the part's declared type says), decoded with sharp, and prepared for the upstream:
- * transparency flattened onto a solid background, EXIF orientation applied, and a frame fitted to the output size
- * (cover-cropped, or contained with nothing cropped) when the endpoint asks. An image that needs none of this goes
- * upstream byte for byte.
+ * JPEG or WebP, whatever the part's declared type says) and the pixel size by the header (policies/image-size.ts
+ * probeHeader), all before any hold. Only a call whose hold is placed has its images decoded with sharp (the
+ * endpoint's prepare phase, plugins/hooks/prepare.ts) and prepared for the upstream: transparency flattened onto a
+ * solid background, EXIF orientation applied, and a frame fitted to the output size (cover-cropped, or contained with
+ * nothing cropped) when the endpoint asks. An image that needs none of this goes upstream byte for byte.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type sharpType from 'sharp';
 import { GatewayError } from '../../policies/errors.js';
-import { IMAGE_MIME, imageFormat, imageSize, type ImageFormat } from '../../policies/image-size.js';
+import { IMAGE_MIME, imageSize, probeHeader, type ImageFormat } from '../../policies/image-size.js';
 
 /** Pixels one reference image may have, checked from its header before it is decoded (a small file can hold a huge image). */
 export const MAX_IMAGE_PIXELS = 40_000_000;
@@ -39,6 +40,8 @@ export interface ImagePartLimits {
   /** Most text fields, and bytes of one (more: 400 invalid_request). */
   readonly maxFields: number;
   readonly maxFieldBytes: number;
+  /** Most pixels of one image, as its header announces them (more: 400 invalid_reference_image). */
+  readonly maxPixels: number;
 }
 
 /** One uploaded image file, its format read from its bytes. */
@@ -125,8 +128,9 @@ function mb(bytes: number): string {
 
 /**
  * Read a multipart form of text fields and image files, refusing as soon as a limit is passed: a file over
- * maxFileBytes or a total over maxTotalBytes stops the read at that byte; a file in a field not taken, or a file
- * whose bytes are not PNG, JPEG or WebP, is refused when it ends.
+ * maxFileBytes or a total over maxTotalBytes stops the read at that byte; a file in a field not taken, a file whose
+ * bytes are not PNG, JPEG or WebP, whose header cannot be read or announces more than maxPixels, is refused when it
+ * ends. Nothing is decoded here.
  */
 export async function readImageParts(request: FastifyRequest, limits: ImagePartLimits): Promise<ImageForm> {
   const fields: Record<string, string> = {};
@@ -174,11 +178,15 @@ export async function readImageParts(request: FastifyRequest, limits: ImagePartL
         chunks.push(chunk);
       }
       const bytes = Buffer.concat(chunks, size);
-      const format = imageFormat(bytes);
-      if (format === null) {
-        throw new GatewayError('invalid_reference_image', { param: field, message: `${field} ${index} is not a PNG, JPEG or WebP image (by its bytes).` });
+      const probe = probeHeader(bytes, limits.maxPixels);
+      if (!probe.ok) {
+        const name = `${field} ${index}`;
+        const message = probe.why === 'format'
+          ? `${name} is not a PNG, JPEG or WebP image (by its bytes).`
+          : probe.why === 'header' ? `${name}: its ${probe.format.toUpperCase()} header cannot be read.` : `${name}: ${tooMany(probe.width, probe.height, limits.maxPixels)}`;
+        throw new GatewayError('invalid_reference_image', { param: field, message });
       }
-      files.push({ field, index, filename: part.filename, format, bytes });
+      files.push({ field, index, filename: part.filename, format: probe.format, bytes });
     }
   } catch (err) {
     throw formError(err);
@@ -197,8 +205,8 @@ function formError(err: unknown): unknown {
   return err;
 }
 
-function tooMany(width: number, height: number): string {
-  return `${width}x${height} is over ${MAX_IMAGE_PIXELS / 1e6} megapixels.`;
+function tooMany(width: number, height: number, max = MAX_IMAGE_PIXELS): string {
+  return `${width}x${height} is over ${max / 1e6} megapixels.`;
 }
 
 /** An uploaded image, decoded. */
@@ -211,8 +219,8 @@ export interface DecodedImage extends UploadedImage {
 }
 
 /**
- * Decode an upload's header and check it is a whole image of the format its bytes announce, at most
- * MAX_IMAGE_PIXELS (400 invalid_reference_image otherwise).
+ * Decode an upload whole and check it is a whole image of the format its bytes announce, at most MAX_IMAGE_PIXELS
+ * (400 invalid_reference_image otherwise). Run only for a call whose hold is placed: its reader checked the header.
  */
 export async function decodeImage(img: UploadedImage): Promise<DecodedImage> {
   const refuse = (why: string) => new GatewayError('invalid_reference_image', { param: img.field, message: `${img.field} ${img.index}: ${why}` });
@@ -237,6 +245,29 @@ export async function decodeImage(img: UploadedImage): Promise<DecodedImage> {
     throw Object.assign(refuse('the image is truncated or corrupt.'), { cause: err });
   }
   return { ...img, width: meta.width, height: meta.height, hasAlpha: meta.hasAlpha === true, rotated: (meta.orientation ?? 1) !== 1 };
+}
+
+/**
+ * Run one image's full decode (and preparation), its time reported to `observe` when it ends, whether it succeeded
+ * or not: the gateway metric of decodes (farebox_image_decode_seconds), which only a call whose hold is placed runs.
+ */
+export function timedDecode<T>(decode: () => Promise<T>, observe: (seconds: number) => void): Promise<T> {
+  const start = process.hrtime.bigint();
+  const done = () => observe(Number(process.hrtime.bigint() - start) / 1e9);
+  const out = decode();
+  out.then(done, done);
+  return out;
+}
+
+/**
+ * The values of a call's decodes, in order; when some fail, once all have ended, the first failure in order: a
+ * refusal names the same image whichever decode ended first, and no decode still runs once the call is answered.
+ */
+export async function allDecoded<T>(decodes: readonly Promise<T>[]): Promise<T[]> {
+  const settled = await Promise.allSettled(decodes);
+  const failed = settled.find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
+  return settled.map((r) => (r as PromiseFulfilledResult<T>).value);
 }
 
 /** How an image meets the output: as it is, or fitted to a frame of `width` x `height`. */

@@ -86,7 +86,7 @@ t.test('formats are decided by the bytes, not the file name or the declared type
   t.match(disguised.body.error, { code: 'invalid_request', param: 'image', message: /Image 1 is not a PNG, JPEG or WebP image/ });
 });
 
-t.test('refused before any hold: 0 or 15 images, another format, truncated or undecodable images, bad fields, no multipart', async (t) => {
+t.test('refused, the upstream never called: 0 or 15 images, another format, truncated or undecodable images, bad fields, no multipart', async (t) => {
   const before = h.sim.received.length;
   const cases: [string, FormData | string, string | undefined, string, RegExp][] = [
     ['no image', form({ model: 'img-pro', prompt: 'p' }), undefined, 'image', /No reference image/],

@@ -1,5 +1,6 @@
 // Reference images (plugins/upstream/reference-images.ts): multipart limits enforced while the upload is read, the
-// format decided by the bytes, decoding with sharp, and what goes upstream (flattened, fitted, or untouched).
+// format and pixel size decided by the header (policies/image-size.ts), decoding with sharp, and what goes upstream
+// (flattened, fitted, or untouched).
 import t from 'tap';
 import { crc32 } from 'node:zlib';
 import Fastify from 'fastify';
@@ -9,12 +10,12 @@ import {
   FLATTEN_BACKGROUND, PAD_BACKGROUND, decodeImage, prepareImage, readImageParts, registerMultipart,
   type ImagePartLimits, type UploadedImage,
 } from '../../plugins/upstream/reference-images.js';
-import { imageFormat } from '../../policies/image-size.js';
+import { imageFormat, probeHeader } from '../../policies/image-size.js';
 import { referencePng } from '../helpers/media.js';
 
 const LIMITS: ImagePartLimits = {
   files: { input_reference: 'input_reference', 'input_reference[]': 'input_reference', last_reference: 'last_reference' },
-  maxFiles: 3, maxFileBytes: 100_000, maxTotalBytes: 150_000, maxFields: 4, maxFieldBytes: 1000,
+  maxFiles: 3, maxFileBytes: 100_000, maxTotalBytes: 150_000, maxFields: 4, maxFieldBytes: 1000, maxPixels: 40_000_000,
 };
 
 // forceCloseConnections: the stalled upload below keeps its socket open after its answer.
@@ -141,6 +142,39 @@ function pngHeader(width: number, height: number): Buffer {
   ihdr.set([8, 2, 0, 0, 0], 8);
   return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr), chunk('IEND', Buffer.alloc(0))]);
 }
+
+t.test('headers, read before anything is decoded: the format and pixel size of each kind, refusals naming the file', async (t) => {
+  const lossless = await sharp(png).webp({ lossless: true }).toBuffer();
+  const alpha = await sharp(await referencePng(64, 48, true)).webp().toBuffer();
+  for (const [bytes, format] of [[png, 'png'], [jpeg, 'jpeg'], [webp, 'webp'], [lossless, 'webp'], [alpha, 'webp']] as const) {
+    t.same(probeHeader(bytes, 64 * 48), { ok: true, format, width: 64, height: 48 }, `${format} ${bytes.length} bytes`);
+  }
+  t.same(probeHeader(png, 64 * 48 - 1), { ok: false, why: 'pixels', format: 'png', width: 64, height: 48 });
+  t.same(probeHeader(gif, 1e9), { ok: false, why: 'format' });
+  const broken = (b: Buffer, at: number) => Buffer.concat([b.subarray(0, at), Buffer.from([b[at]! ^ 0xff]), b.subarray(at + 1)]);
+  const cases: [string, Buffer, 'png' | 'jpeg' | 'webp'][] = [
+    ['a PNG cut inside its header', png.subarray(0, 30), 'png'],
+    ['a PNG whose IHDR fails its CRC', broken(png, 20), 'png'],
+    ['a PNG of colour type 2 at 4 bits', (() => {
+      const b = Buffer.from(pngHeader(64, 48));
+      b[24] = 4;
+      b.writeUInt32BE(crc32(b.subarray(12, 29)), 29);
+      return b;
+    })(), 'png'],
+    ['a PNG of width 0', pngHeader(0, 48), 'png'],
+    ['a JPEG without a frame header', Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10]), Buffer.alloc(64)]), 'jpeg'],
+    ['a lossy WebP without its start code', broken(webp, 23), 'webp'],
+    ['a lossless WebP without its signature', broken(lossless, 20), 'webp'],
+  ];
+  for (const [what, bytes, format] of cases) t.same(probeHeader(bytes, 1e9), { ok: false, why: 'header', format }, what);
+
+  const over = await post(form([['input_reference', { bytes: png, type: 'image/png' }], ['input_reference', { bytes: pngHeader(8000, 6000), type: 'image/png' }]]));
+  t.same([over.status, over.json.error.code, over.json.error.message], [400, 'invalid_reference_image', 'input_reference 2: 8000x6000 is over 40 megapixels.']);
+  const unread = await post(form([['last_reference', { bytes: broken(png, 20), type: 'image/png' }]]));
+  t.same([unread.status, unread.json.error.code, unread.json.error.message], [400, 'invalid_reference_image', 'last_reference 1: its PNG header cannot be read.']);
+  // A whole header over cut data passes the reader: the decode after the hold finds it.
+  t.equal((await post(form([['input_reference', { bytes: png.subarray(0, png.length - 30), type: 'image/png' }]]))).status, 200);
+});
 
 t.test('decoding: whole images of their format only, at most 40 megapixels', async (t) => {
   const d = await decodeImage(upload(png, 'png'));
