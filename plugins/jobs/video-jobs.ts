@@ -49,6 +49,7 @@ export class VideoJobs {
     this.poller = new VideoPoller(
       opts.redis, this.store, (name) => this.provider(name), opts.admission, opts.instance ?? `${hostname()}-${process.pid}`,
       { initialMs: this.settings.poll_initial_ms, maxMs: this.settings.poll_max_ms }, opts.metrics, opts.log,
+      (job) => this.cancelAbandoned(job.provider, job.upstreamId, { requestId: job.requestId, account: job.account }),
     );
   }
 

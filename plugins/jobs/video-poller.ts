@@ -92,6 +92,8 @@ export class VideoPoller {
     private readonly settings: PollerSettings,
     private readonly metrics: Metrics,
     private readonly log: Log,
+    /** Ask the provider to stop a job nobody will pay for (VideoJobs.cancelAbandoned). */
+    private readonly abandon: (job: VideoJob) => void = () => {},
   ) {
     this.tickMs = Math.min(1000, Math.max(25, Math.floor(settings.initialMs / 4)));
   }
@@ -170,8 +172,8 @@ export class VideoPoller {
       return this.end(job, { status: 'failed', code: 'provider_unavailable', message: 'The provider of this job is no longer configured.' }, now);
     }
     // Past its deadline the job's hold has expired (or is about to): whatever the provider says now, the job fails
-    // and costs nothing, so no wallet is ever charged beyond what it held.
-    if (now >= job.deadline) return this.end(job, deadlineFailure(job), now);
+    // and costs nothing, so no wallet is ever charged beyond what it held; its render, if it still runs, is stopped.
+    if (now >= job.deadline) return this.end(job, deadlineFailure(job), now, true);
     // The last poll comes at the deadline at the latest.
     const next = (retryAfterMs?: number) => Math.min(job.deadline, now + backoffMs(this.settings, job.polls + 1, retryAfterMs));
     let state: UpstreamJobState;
@@ -194,11 +196,15 @@ export class VideoPoller {
     return this.end(job, outcome, now);
   }
 
-  /** Move the job to its end (once, whichever instance gets there first), then close its hold. */
-  private async end(job: VideoJob, outcome: VideoOutcome, now: number): Promise<void> {
+  /**
+   * Move the job to its end (once, whichever instance gets there first), then close its hold; `stop`: the render may
+   * still run upstream, and the instance that ended the job asks the provider to stop it.
+   */
+  private async end(job: VideoJob, outcome: VideoOutcome, now: number, stop = false): Promise<void> {
     const moved = await this.store.finish(job.id, outcome, now);
     const ended = moved ? { ...job, status: moved } : await this.store.get(job.id);
     if (ended === null) return this.store.forget(job.id);
+    if (moved && stop) this.abandon(job);
     if (moved) {
       this.metrics.videoJobs.inc({ model: job.model, status: moved });
       this.metrics.videoJobDuration.observe({ model: job.model, status: moved }, Math.max(0, now - job.createdAt) / 1000);

@@ -134,12 +134,13 @@ t.test('the hold belongs to the job: no sweep releases it while the job lives; i
   t.equal((await readWallet(r, a.account, 'chain_a')).held, 0n);
 });
 
-t.test('a job still rendering at its deadline is failed and free', async (t) => {
+t.test('a job still rendering at its deadline is failed and free, and its render stopped upstream', async (t) => {
   const h = await videoHarness({ chains: true, renderMs: 600_000, videos: { deadline_ms: 800 } });
   t.teardown(() => h.close());
   await h.fund('chain_a', 5_000_000n);
   const openai = sdk(h);
   const { data: job, response } = await openai.videos.create({ model: 'vidA-v6', prompt: 'too slow', seconds: '4' }).withResponse();
+  const upstreamId = (await new VideoStore(h.redis, 0).get(job.id))!.upstreamId;
   const v = await until('failed at its deadline', async () => {
     const x = await openai.videos.retrieve(job.id);
     return x.status === 'failed' ? x : null;
@@ -147,6 +148,8 @@ t.test('a job still rendering at its deadline is failed and free', async (t) => 
   t.equal(v.error?.code, 'deadline_exceeded');
   const record = await recordOf(h, response.headers.get('x-request-id')!, 'free');
   t.equal(record.priceAtomic, 0n);
+  const deleted = await until('the render stopped', async () => h.sim.received.find((r) => r.method === 'DELETE' && r.url === `/v1/videos/${upstreamId}`) ?? null);
+  t.equal(deleted.headers.authorization, 'Bearer sim-key', 'the operator\'s key asked the provider to stop it');
 });
 
 /** Submit a 4 s vidA clip through the SDK and wait until the provider has rendered it (nothing polls it meanwhile). */
