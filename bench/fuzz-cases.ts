@@ -62,6 +62,14 @@ export function fuzzCases(seed: number, n: number, key: string): FuzzCase[] {
     const headers: Record<string, string> = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
     if (!chat) headers['anthropic-version'] = '2023-06-01';
     const what: string[] = [];
+    if (rnd() < 0.01) {
+      // A well-formed prompt just over the model's context window (about 1 MB): it passes the gateway's size check and
+      // the upstream refuses it, as every provider does. Served, it would bill more input than its hold covers.
+      if (chat) body.model = 'gamma-q3';
+      body.messages = [{ role: 'user', content: `${'word'.repeat(chat ? 262_145 : 200_001)} #sim:tokens=3` }];
+      cases.push({ path, headers, body: Buffer.from(JSON.stringify(body)), what: 'a prompt over the window' });
+      continue;
+    }
     const steps = 1 + Math.floor(rnd() * 3);
     let raw: Buffer | undefined;
     for (let s = 0; s < steps; s++) {

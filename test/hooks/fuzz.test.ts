@@ -1,6 +1,6 @@
 // A seeded fuzz of malformed requests on a billed gateway (the short run of `npm run soak`'s): no answer is a 500
-// or 503 of the gateway's own, every answer has an x-request-id, every error is in its protocol's shape, and a
-// refused call costs nothing.
+// or 503 of the gateway's own, every answer has an x-request-id, every error is in its protocol's shape, a refused
+// call costs nothing, and no call, a prompt over the window included, is priced above its hold.
 import t from 'tap';
 import { checkAnswer, fuzzCases } from '../../bench/fuzz-cases.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
@@ -35,4 +35,6 @@ t.test(`${N} malformed requests (seed ${SEED}): no 500, every answer with x-requ
   t.ok((statuses.get(400) ?? 0) > N / 4, 'most are refused as bad input');
   // Every hold was debited or released: nothing left held.
   await until('nothing held', async () => (await readWallet(h.redis, h.account, 'chain_a')).held === 0n);
+  const metrics = await (await fetch(h.metricsUrl)).text();
+  t.notMatch(metrics, /farebox_price_above_hold_total\{[^}]*\} [1-9]/, 'no price was above its hold');
 });
