@@ -21,13 +21,14 @@ export interface Caller {
   tight: boolean;
 }
 
-/** What a call was made to do. */
-export type Twist = 'none' | 'upstream_500' | 'hang_up' | 'long';
+/** What a call was made to do; `over_window`: a prompt over the model's context window, refused upstream. */
+export type Twist = 'none' | 'upstream_500' | 'hang_up' | 'long' | 'over_window';
 type Kind = 'chat-json' | 'chat-stream' | 'messages-json' | 'messages-stream';
 
 /**
  * How a call ended, from the caller's side: `whole` (200, the answer complete), `hung_up` (200, the caller hung up on
- * purpose), `upstream_failed` (the simulated upstream 500, answered 502), `refused` (402, 429, 503: nothing ran),
+ * purpose), `upstream_failed` (the simulated upstream's 500, answered 502, or its 400 to a prompt over the window),
+ * `refused` (402, 429, 503: nothing ran),
  * `connection_lost` (no answer: the gateway died before its headers), `cut` (200, the answer stopped short: the gateway
  * died mid-answer), `unexpected` (any other answer: a finding).
  */
@@ -154,8 +155,9 @@ export class Load {
     const kind: Kind = k < 0.3 ? 'chat-json' : k < 0.6 ? 'chat-stream' : k < 0.75 ? 'messages-json' : 'messages-stream';
     const stream = kind.endsWith('stream');
     const t = r();
-    const twist: Twist = t < 0.08 ? 'upstream_500' : stream && t < 0.16 ? 'hang_up' : stream && t < 0.19 ? 'long' : 'none';
-    const model = pick(kind.startsWith('chat') ? CHAT_MODELS : MESSAGES_MODELS);
+    const twist: Twist = t < 0.08 ? 'upstream_500' : t < 0.11 ? 'over_window' : stream && t < 0.18 ? 'hang_up' : stream && t < 0.21 ? 'long' : 'none';
+    // Over the window: 300,000 tokens (1.2 MB) to Claude Haiku 4.5's 200,000, on either endpoint, refused upstream.
+    const model = twist === 'over_window' ? 'alpha-haiku-4-5' : pick(kind.startsWith('chat') ? CHAT_MODELS : MESSAGES_MODELS);
     let tokens = 5 + Math.floor(r() * 60);
     let directives = '';
     if (twist === 'long') {
@@ -169,7 +171,8 @@ export class Load {
       directives = `#sim:delay_ms=${Math.floor(r() * 300)}`;
     }
     if (twist === 'upstream_500') directives += ' #sim:status=500';
-    const content = `soak call ${n} #sim:tokens=${tokens} ${directives}`;
+    const filler = twist === 'over_window' ? 'word'.repeat(300_000) : '';
+    const content = `${filler}soak call ${n} #sim:tokens=${tokens} ${directives}`;
     const payload: Record<string, unknown> = { model, max_tokens: 400, stream, messages: [{ role: 'user', content }] };
     return {
       n, caller, key: pick(caller.keys), chain, named, kind, model, tokens, twist,
@@ -238,6 +241,7 @@ export class Load {
       // not JSON: unexpected below
     }
     if (code?.startsWith('upstream_') && c.twist === 'upstream_500') return done({ status, requestId, outcome: 'upstream_failed', code });
+    if (status === 400 && code === 'upstream_invalid_request' && c.twist === 'over_window') return done({ status, requestId, outcome: 'upstream_failed', code });
     if ((status === 503 && code === 'service_unavailable') || (status === 402 && code === 'insufficient_funds') || (status === 429 && code === 'rate_limited')) {
       return done({ status, requestId, outcome: 'refused', code });
     }

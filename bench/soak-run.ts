@@ -227,6 +227,8 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
       ...ledger.findings,
     ];
     if (gatewayMetrics.debits_lost > 0) lost.push(`${gatewayMetrics.debits_lost} debits dropped by a full spool`);
+    // A price capped at its hold is a worst case below the actual price (pricing/worst-case.ts): a money bug.
+    if (gatewayMetrics.price_above_hold > 0) lost.push(`${gatewayMetrics.price_above_hold} calls priced above their hold (farebox_price_above_hold_total)`);
     keep = lost.length > 0;
     const low = watch.lowest();
     const { log: _log, ...options } = opts;
