@@ -44,8 +44,14 @@ export interface Exchange {
   meter?: Meter;
   /** Aborts the upstream exchange while it runs (the caller went away). */
   abort?: () => void;
-  /** Image calls: images whose answer (the image, or its URL) was ended; billed only if written out whole. */
+  /** Image calls: images whose answer (the image, or its URL) was ended. */
   delivered?: number;
+  /** Image calls answered with the image itself: base64 characters of it handed to the caller's connection. */
+  imageChars?: number;
+  /** Image calls: the provider's answer ended or failed without a whole image (the caller got a broken one). */
+  imageBroken?: boolean;
+  /** Image calls: the delivered image's pixels, from its header (null: not read). */
+  imagePixels?: number | null;
 }
 
 /**

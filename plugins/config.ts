@@ -213,6 +213,22 @@ export const configSchema = z
           ctx.addIssue({ code: 'custom', path: ['models', i, key], message: `${m.kind} models are not served through the ${provider.protocol} protocol of ${name}` });
         }
       }
+      // Fields of one image protocol are refused on the other: a setting that would never be sent is a mistake.
+      const protocol = cfg.providers[m.provider]?.protocol;
+      if (m.kind === 'image' && protocol === 'gemini') {
+        for (const field of ['quality', 'input_fidelity'] as const) {
+          if (m[field] !== undefined) ctx.addIssue({ code: 'custom', path: ['models', i, field], message: 'is an OpenAI Images setting: this model is served through the gemini protocol' });
+        }
+      }
+      if (m.kind === 'image' && protocol === 'openai' && m.max_output_tokens !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['models', i, 'max_output_tokens'], message: 'is a Gemini setting: this model is served through the openai protocol' });
+      }
+      if (m.kind === 'image' && protocol === 'openai' && m.quality !== undefined) {
+        // "Create image", quality: standard and hd are DALL-E's; low, medium and high the GPT image models'.
+        const dalle = (m.upstream_model ?? m.id).startsWith('dall-e');
+        const takes = dalle ? ['standard', 'hd'] : ['low', 'medium', 'high'];
+        if (!takes.includes(m.quality)) ctx.addIssue({ code: 'custom', path: ['models', i, 'quality'], message: `must be ${takes.join(' or ')} for ${m.upstream_model ?? m.id}` });
+      }
     });
   });
 
@@ -436,9 +452,9 @@ export function embeddedDefault(simulatorUrl: string): ConfigInput {
       openai('gamma-k3', 'gamma', 'sim-open-weights', 32_768, true, [], 1_048_576),
       openai('gamma-q3', 'gamma', 'sim-open-weights', 32_768, true, [], 262_144),
       // Both image protocols run on the default: img-pro on Gemini generateContent, img-2 on the OpenAI Images API
-      // (gpt-image-1: its three sizes are those of OpenAI's published ImagesResponse schema).
+      // (gpt-image-2: any ratio, the three classes), so every size and ratio of the spec is served on both.
       { id: 'img-pro', family: 'img', provider: 'sim-gemini', upstream_model: 'gemini-3-pro-image-preview' },
-      { id: 'img-2', family: 'img', provider: 'sim-openai', upstream_model: 'gpt-image-1' },
+      { id: 'img-2', family: 'img', provider: 'sim-openai', upstream_model: 'gpt-image-2' },
       // Video models: the simulator's OpenAI Videos API, and its Gemini long-running operations for vidC.
       { id: 'vidA-v6', family: 'vidA', provider: 'sim-openai' },
       { id: 'vidB-2.5', family: 'vidB', provider: 'sim-openai', max_references: 30, last_reference: true },

@@ -34,7 +34,7 @@ import { prepareCall } from './hooks/prepare.js';
 import { VideoJobs } from './jobs/video-jobs.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
-import { ENDPOINTS, healthRoute, imageContentRoute, videoJobRoutes, type Endpoint } from './routes/index.js';
+import { ENDPOINTS, healthRoute, imageContentRoute, imageUrlOrigin, videoJobRoutes, type Endpoint } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
@@ -148,7 +148,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   const upstreams = new Upstreams();
   const images = {
     store: new ImageStore(redis, { ttlMs: config.images.url_ttl_ms, maxBytes: config.images.store_max_bytes }),
-    publicUrl: config.images.public_url,
+    origin: imageUrlOrigin(config),
   };
   let cut: NodeJS.Timeout | undefined;
   app.addHook('preClose', async () => {
@@ -235,7 +235,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
 
       const identify = authenticate(keys);
-      const police = policeCall({ catalog, clients: config.clients, videos: config.videos });
+      const police = policeCall({ catalog, clients: config.clients, videos: config.videos, imageUrls: images.origin !== null });
       const gate = gateCall(admission, config.prices, finisher.finish);
       const prepare = prepareCall({ metrics }, finisher.finish);
       const forward = forwardCall({ upstreams, metrics, images, videos });

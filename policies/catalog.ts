@@ -4,8 +4,10 @@
  * alpha, beta and gamma; the image endpoints serve img models; the video endpoints serve vidA, vidB and vidC models.
  */
 import { z } from 'zod';
+import { IMAGE_SIZES } from '../pricing/index.js';
 import { GatewayError } from './errors.js';
 import { REASONING_SCALE } from './families.js';
+import { ASPECT_RATIOS } from './image-request.js';
 
 /** A provider account the operator fronts: the API family it speaks, where, and the env var holding its key. */
 export const providerSchema = z.strictObject({
@@ -62,6 +64,29 @@ const imageModelSchema = z.strictObject({
   kind: z.literal('image'),
   ...common,
   family: z.literal('img'),
+  /**
+   * Size classes the upstream renders (a request for another is a 400, never a smaller image at a larger price);
+   * absent: what the provider documents for the upstream model (policies/image-sizes.ts documentedCapabilities).
+   */
+  sizes: z.array(z.enum(IMAGE_SIZES)).min(1).optional(),
+  /** Aspect ratios the upstream renders; absent: as documented for the upstream model. */
+  aspect_ratios: z.array(z.enum(ASPECT_RATIOS)).min(1).optional(),
+  /**
+   * OpenAI Images: the `quality` sent on every call, which the model's price must cover (output tokens grow about
+   * 15x from low to high); a caller may send only this value or `auto`. Absent: medium on GPT image models,
+   * standard on dall-e-3, none on dall-e-2.
+   */
+  quality: z.enum(['low', 'medium', 'high', 'standard', 'hd']).optional(),
+  /** OpenAI Images edits: the `input_fidelity` sent (high costs more input tokens); absent: not sent (low). */
+  input_fidelity: z.enum(['low', 'high']).optional(),
+  /**
+   * Gemini: `generationConfig.maxOutputTokens` of every call: the image's tokens (1,120 at 1K and 2K, 2,000 at 4K
+   * on Gemini 3 Pro Image) and the model's thinking, which bill as output. A model stopped by it makes no image
+   * (free to the caller): keep it above what the model needs. Absent: 8,192.
+   */
+  max_output_tokens: z.number().int().positive().optional(),
+  /** Whether callers' safety settings (OpenAI `moderation`, Gemini `safetySettings`) reach the provider; else dropped. */
+  caller_safety: z.boolean().default(false),
 });
 
 const videoModelSchema = z.strictObject({

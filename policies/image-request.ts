@@ -36,8 +36,14 @@ export const EDIT_LIMITS = {
   fieldBytes: 128 * 1024,
 } as const;
 
-/** The fields this gateway reads; every other field passes through to the upstream. */
+/** The fields this gateway reads; the others go to the provider's adapter, which takes only an allow-list of them. */
 export const OWN_FIELDS = ['model', 'prompt', 'size', 'aspect_ratio', 'n', 'response_format', 'stream'] as const;
+
+/**
+ * Longest prompt, in characters: OpenAI's GPT image models take 32,000 ("Create image", prompt). It also bounds what
+ * a prompt costs the operator as input tokens on a provider that bills them apart from the image (Gemini).
+ */
+export const MAX_PROMPT_CHARS = 32_000;
 
 const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
   z.enum(values, { error: `must be one of ${values.join(', ')}` }).nullish();
@@ -47,6 +53,7 @@ export const imageBody = z.looseObject({
   model: z.string({ error: 'is required: a model id such as img-pro or img-2' }).min(1, 'is required: a model id such as img-pro or img-2'),
   prompt: z
     .string({ error: 'is required: a non-empty string' })
+    .max(MAX_PROMPT_CHARS, `must be at most ${MAX_PROMPT_CHARS} characters`)
     .refine((s) => s.trim().length > 0, 'must not be empty'),
   size: oneOf(IMAGE_SIZES),
   aspect_ratio: oneOf(ASPECT_RATIOS),
@@ -54,14 +61,6 @@ export const imageBody = z.looseObject({
   response_format: oneOf(RESPONSE_FORMATS),
   // An image stream (partial images) cannot be billed per delivered image: refused rather than passed on.
   stream: z.literal(false, { error: 'is not served on the image endpoints: leave it out' }).nullish(),
-  // Gemini request fields that would have the provider charge for more than the one image priced (grounding
-  // searches, cached content, several candidates of which one is delivered): refused rather than passed on.
-  tools: z.null({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
-  toolConfig: z.null({ error: 'is not served on the image endpoints: tool use is priced apart from the image' }).optional(),
-  cachedContent: z.null({ error: 'is not served on the image endpoints: leave it out' }).optional(),
-  generationConfig: z.looseObject({
-    candidateCount: z.literal(1, { error: 'must be 1: one image per call' }).nullish(),
-  }, { error: 'must be an object' }).nullish(),
 });
 
 /** A validated image request. */
@@ -71,7 +70,10 @@ export interface ImageRequest {
   readonly size: ImageSize;
   readonly aspectRatio: AspectRatio;
   readonly responseFormat: ResponseFormat;
-  /** Fields this gateway does not read, passed on to the upstream as sent. */
+  /**
+   * Fields this gateway does not read: as parsed, the caller's others (null ones left out); once policed, only those
+   * the provider's adapter lets through (routes/images.ts).
+   */
   readonly extra: Readonly<Record<string, unknown>>;
 }
 
@@ -80,9 +82,8 @@ export function parseImageRequest(body: unknown): ImageRequest {
   const parsed = parseBody(imageBody, body);
   const extra: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(parsed)) {
-    if ((OWN_FIELDS as readonly string[]).includes(k)) continue;
-    // A field this schema reads, sent as null, is absent (not passed on as null).
-    if (v === null && k in imageBody.shape) continue;
+    // A field sent as null is absent, as in OpenAI's API (never passed on as null).
+    if ((OWN_FIELDS as readonly string[]).includes(k) || v === null) continue;
     extra[k] = v;
   }
   return {

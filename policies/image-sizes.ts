@@ -1,19 +1,25 @@
 /**
- * How the spec's size classes (1K, 2K, 4K) and aspect ratios reach each provider (README "Images" has the tables).
+ * What each image model renders, and how the spec's size classes (1K, 2K, 4K) and aspect ratios reach its provider
+ * (README "Images" has the tables). An image is priced by what is rendered: a model declares the classes and ratios
+ * its upstream honours (config `sizes`, `aspect_ratios`; by default what the provider documents for the upstream
+ * model, `documentedCapabilities`), a request outside them is refused before any hold, and the delivered image's
+ * pixels are checked against the class it was billed at (`deliveredClass`).
  *
  * - Gemini (generateContent): `imageConfig.aspectRatio` and `imageConfig.imageSize` take both as they are; 1K is the
- *   API's default and is left out, so models that take no imageSize (Gemini 2.5 Flash Image) still serve 1K.
+ *   API's default and is left out. Gemini 3 Pro Image (and 3.1 Flash Image) render the three classes at every ratio,
+ *   at the pixel sizes of the image generation guide's table (about 1, 4 and 16 megapixels); Gemini 2.5 Flash Image
+ *   takes no imageSize and renders 1K only.
  * - OpenAI Images API: `size` is WIDTHxHEIGHT from a list per model ("Create image", size): the gateway sends the
  *   accepted size nearest in aspect ratio, then nearest in area to the class. A class is an area, as in Gemini's
  *   table (its 1K sizes hold about 1024 x 1024 pixels at every ratio): 1K 1024², 2K 2048², 4K 4096² pixels.
  *   gpt-image-2 takes any size whose sides are multiples of 16, with a ratio between 1:3 and 3:1, a long edge of at
  *   most 3,840 and at most 3,840 x 2,160 pixels: it gets the requested ratio at the class's area, scaled down into
- *   those bounds (so 4K is at most 8.3 megapixels). Every other GPT image model takes 1024x1024, 1536x1024 and
- *   1024x1536 only: 2K and 4K get the pixels of 1K. The caller receives what the provider rendered; the price
- *   follows the requested class.
+ *   those bounds (so 4K is at most 8.3 megapixels), and honours every class and ratio. Every other GPT image model
+ *   takes 1024x1024, 1536x1024 and 1024x1536 only: 1K, at 1:1, 3:2 and 2:3; dall-e-3 1K at 1:1, 16:9 and 9:16
+ *   (1792x1024 is 1.6% from 16:9); dall-e-2 1K at 1:1.
  */
-import type { ImageSize } from '../pricing/index.js';
-import type { AspectRatio } from './image-request.js';
+import { IMAGE_SIZES, type ImageSize } from '../pricing/index.js';
+import { ASPECT_RATIOS, type AspectRatio } from './image-request.js';
 
 /** Side of the square of each size class's area, pixels. */
 export const CLASS_SIDE: Readonly<Record<ImageSize, number>> = { '1K': 1024, '2K': 2048, '4K': 4096 };
@@ -89,4 +95,62 @@ export function openaiSize(upstreamModel: string, size: ImageSize, ratio: Aspect
 /** The `imageConfig` sent to a Gemini image model. */
 export function geminiImageConfig(size: ImageSize, ratio: AspectRatio): { aspectRatio: AspectRatio; imageSize?: ImageSize } {
   return size === '1K' ? { aspectRatio: ratio } : { aspectRatio: ratio, imageSize: size };
+}
+
+/** The image protocols. */
+export type ImageProtocol = 'openai' | 'gemini';
+
+/** What an image model's upstream renders: the size classes and aspect ratios it honours. */
+export interface ImageCapabilities {
+  readonly sizes: readonly ImageSize[];
+  readonly ratios: readonly AspectRatio[];
+}
+
+/** How far (log of the quotient) a fixed size's ratio may be from a requested ratio and still honour it: 2%. */
+const RATIO_TOLERANCE = 0.02;
+
+const EVERYTHING: ImageCapabilities = Object.freeze({ sizes: IMAGE_SIZES, ratios: ASPECT_RATIOS });
+
+/** The classes and ratios the provider documents for an upstream model (the config may narrow or replace them). */
+export function documentedCapabilities(protocol: ImageProtocol, upstreamModel: string): ImageCapabilities {
+  if (protocol === 'gemini') {
+    // Gemini 2.5 Flash Image takes no imageSize: every ratio, 1K alone.
+    return upstreamModel.startsWith('gemini-2.5-flash-image') ? { sizes: ['1K'], ratios: ASPECT_RATIOS } : EVERYTHING;
+  }
+  if (upstreamModel.startsWith(FREE_SIZE_PREFIX)) return EVERYTHING;
+  // Fixed sizes: the largest holds 1.5 to 1.8 megapixels, a 1K image; a ratio is honoured where a size has it.
+  const { sizes } = OPENAI_FIXED_SIZES.find((e) => upstreamModel.startsWith(e.prefix))!;
+  const ratios = ASPECT_RATIOS.filter((r) => sizes.some((s) => {
+    const [w, h] = dims(s);
+    return Math.abs(Math.log(w / h / ratioOf(r))) <= RATIO_TOLERANCE;
+  }));
+  return { sizes: ['1K'], ratios };
+}
+
+/**
+ * The pixels an upstream model renders for a class and ratio: OpenAI's the size the gateway asks for; Gemini's the
+ * class's area (the image generation guide's sizes hold it within 4% at every ratio: 1376x768 at 1K 16:9,
+ * 6336x2688 at 4K 21:9).
+ */
+export function renderedPixels(protocol: ImageProtocol, upstreamModel: string, size: ImageSize, ratio: AspectRatio): number {
+  if (protocol === 'gemini') return CLASS_SIDE[size] ** 2;
+  const [w, h] = dims(openaiSize(upstreamModel, size, ratio));
+  return w * h;
+}
+
+/** Share of a class's rendered pixels an image must hold to be billed at that class: 90%. */
+const CLASS_PIXEL_SHARE = 0.9;
+
+/**
+ * The class a delivered image is billed at: the requested class when it holds the pixels the model renders for it,
+ * else the largest smaller class whose pixels it holds (never more than requested; 1K, the smallest price, for any
+ * image at all). `pixels` null (a header not read): the requested class, which the model declared it renders.
+ */
+export function deliveredClass(protocol: ImageProtocol, upstreamModel: string, requested: ImageSize, ratio: AspectRatio, pixels: number | null): ImageSize {
+  if (pixels === null) return requested;
+  for (let i = IMAGE_SIZES.indexOf(requested); i > 0; i--) {
+    const size = IMAGE_SIZES[i]!;
+    if (pixels >= renderedPixels(protocol, upstreamModel, size, ratio) * CLASS_PIXEL_SHARE) return size;
+  }
+  return '1K';
 }

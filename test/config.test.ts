@@ -67,6 +67,22 @@ t.test('a bad config fails with a message naming the field', async (t) => {
   fails(t, { ...good(), billing: { instance_timeout_ms: 999 } }, /billing\.instance_timeout_ms/);
 
   fails(t, good(), /providers\.sim-anthropic\.key_env: environment variable FAREBOX_SIM_KEY is not set/, {});
+
+  // Image settings of one protocol on a model of the other, or a quality its upstream does not take.
+  const image = (id: string, set: Record<string, unknown>) => {
+    const c = good();
+    const i = c.models.findIndex((m) => (m as { id: string }).id === id);
+    Object.assign(c.models[i] as object, set);
+    return { c, i };
+  };
+  for (const [id, set, field] of [
+    ['img-pro', { quality: 'high' }, 'quality'], ['img-pro', { input_fidelity: 'high' }, 'input_fidelity'],
+    ['img-2', { max_output_tokens: 4096 }, 'max_output_tokens'], ['img-2', { quality: 'hd' }, 'quality'],
+    ['img-2', { sizes: ['8K'] }, 'sizes'], ['img-2', { aspect_ratios: [] }, 'aspect_ratios'],
+  ] as const) {
+    const { c, i } = image(id, set);
+    fails(t, c, new RegExp(`models\\.${i}\\.${field}`));
+  }
 });
 
 t.test('the environment overrides server and redis settings of a config file; an explicit config keeps its own', async (t) => {

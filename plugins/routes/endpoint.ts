@@ -41,6 +41,8 @@ export interface PoliceContext {
   readonly catalog: ModelCatalog;
   /** Video job settings (config `videos`). */
   readonly videos: FareboxConfig['videos'];
+  /** Whether url image answers are served (an origin for their URLs is known: routes/images.ts imageUrlOrigin). */
+  readonly imageUrls: boolean;
 }
 
 /** What prepare uses besides the call. */
@@ -52,8 +54,8 @@ export interface PrepareContext {
 export interface ForwardContext {
   readonly upstreams: Upstreams;
   readonly metrics: Metrics;
-  /** Where url images are kept, and the origin their URLs name (config images.public_url; absent: the call's). */
-  readonly images: { readonly store: ImageStore; readonly publicUrl?: string };
+  /** Where url images are kept, and the origin their URLs name (routes/images.ts imageUrlOrigin; null: none served). */
+  readonly images: { readonly store: ImageStore; readonly origin: ((request: FastifyRequest) => string) | null };
   /** Video jobs: the store a submit records its job in, and the provider adapters. */
   readonly videos: VideoJobs;
 }

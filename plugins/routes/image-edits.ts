@@ -7,7 +7,7 @@ import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { parseImageRequest } from '../../policies/image-request.js';
 import type { Endpoint } from './endpoint.js';
 import { decodeEditImages, readImageForm } from './image-form.js';
-import { billImage, forwardImage, quoteImage, type ImagePoliced } from './images.js';
+import { billImage, forwardImage, policeImage, quoteImage, type ImagePoliced } from './images.js';
 
 /** The image edit endpoint. */
 export const imageEdits: Endpoint<ImagePoliced> = {
@@ -22,7 +22,7 @@ export const imageEdits: Endpoint<ImagePoliced> = {
     const form = await readImageForm(request, (model) => ctx.catalog.route('images', model));
     const parsed = parseImageRequest(form.fields);
     const route = ctx.catalog.route('images', parsed.model) as ModelRoute<ImageModel>;
-    return { route, request: parsed, references: form.images };
+    return policeImage(route, parsed, form.images, ctx);
   },
   quote: quoteImage,
   prepare(_call, p, ctx) {

@@ -2,7 +2,7 @@
 import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { parseImageRequest } from '../../policies/image-request.js';
 import type { Endpoint } from './endpoint.js';
-import { billImage, forwardImage, quoteImage, type ImagePoliced } from './images.js';
+import { billImage, forwardImage, policeImage, quoteImage, type ImagePoliced } from './images.js';
 
 /** The image generation endpoint. */
 export const imageGenerations: Endpoint<ImagePoliced> = {
@@ -14,7 +14,7 @@ export const imageGenerations: Endpoint<ImagePoliced> = {
   police(request, ctx) {
     const parsed = parseImageRequest(request.body);
     const route = ctx.catalog.route('images', parsed.model) as ModelRoute<ImageModel>;
-    return { route, request: parsed, references: null };
+    return policeImage(route, parsed, null, ctx);
   },
   quote: quoteImage,
   forward: forwardImage,

@@ -48,8 +48,8 @@
  *   watcher-lease:<chain>    string  the instance watching the chain
  * Images (plugins/store/image-store.ts)
  *   image:<id>               hash    a url image: type, data (the bytes), expires (ms); expires with it
- *   images                   zset    "<id>:<bytes>" by expiry (ms): what the store's budget counts
- *   images-bytes             string  bytes of the images in `images`
+ *   images                   zset    "<id>:<bytes>" by expiry (ms): images and reservations, what the budget counts
+ *   images-bytes             string  bytes of the images and reservations in `images`
  * Embedded default (plugins/serve.ts)
  *   dev-chains               string  the dev chains' config, for the CLI
  *   demo:account             string  the demo account's address

@@ -17,6 +17,11 @@ const ERROR_BODY_LIMIT = 64 * 1024;
 const ABORTED = new Error('caller went away');
 const TOO_LONG = new Error('call ran past its maximum duration');
 
+/** Whether an exchange's error is the gateway's cut at the call's maximum duration (not a provider failure). */
+export function cutForDuration(err: Error): boolean {
+  return err === TOO_LONG;
+}
+
 /** What any upstream request of a call carries. */
 export interface ExchangeRequest {
   readonly url: string;

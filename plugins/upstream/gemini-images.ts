@@ -3,17 +3,17 @@
  * GenerateContentRequest, GenerateContentResponse, Candidate.FinishReason, PromptFeedback.BlockReason, UsageMetadata)
  * and its image generation guide:
  * - POST {base}/models/{model}:generateContent with `x-goog-api-key`; the prompt as a text part, reference images
- *   as `inlineData` parts after it; `generationConfig.responseModalities` TEXT and IMAGE (the text lets the model say
- *   why it made no image), `imageConfig.aspectRatio` and `imageConfig.imageSize` (policies/image-sizes.ts).
+ *   as `inlineData` parts after it; `generationConfig.responseModalities` IMAGE alone (text would be output the
+ *   image's price does not cover), `maxOutputTokens` from the model's config, one candidate,
+ *   `imageConfig.aspectRatio` and `imageConfig.imageSize` (policies/image-sizes.ts).
  * - The image is the first `inlineData` part of the first candidate's content that is not a thought; text parts are
  *   read only for a refusal's reason.
  * - Refusals: `promptFeedback.blockReason` with no candidates (the prompt was blocked), or a candidate whose
  *   finishReason is a safety, policy or no-image reason (IMAGE_SAFETY, PROHIBITED_CONTENT, ...) and no image; an
  *   answer with text and no image is the model declining. Each is content_refused with the provider's reason.
  * - `usageMetadata` becomes OpenAI's ImageGenUsage (prompt, candidate and thought tokens by modality).
- * The caller's fields the Gemini API has no name for (OpenAI's quality, background, style, ...) are not sent; any
- * other unknown field goes to the top of the request, and a `generationConfig` of the caller's is merged under ours
- * (one candidate always; fields billed apart from the image are refused before: policies/image-request.ts).
+ * The caller's fields are an allow-list (geminiCallerFields): sampling fields of `generationConfig`, and
+ * `safetySettings` where the operator allows them; OpenAI's own parameters are dropped; anything else is refused.
  */
 import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
@@ -24,13 +24,59 @@ import { IMAGE_MIME } from '../../policies/image-size.js';
 import { geminiImageConfig } from '../../policies/image-sizes.js';
 import { ImageString, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
 import { JsonScanner, type JsonPath } from './json-scan.js';
-import type { ReferenceImage } from './openai-images.js';
+import { unknownField, type CallerFields, type ReferenceImage } from './openai-images.js';
 import { upstreamError } from './proxy.js';
 
 const VERSION = '0.1.0';
 
-/** OpenAI Images parameters with no Gemini equivalent: not sent. */
-const OPENAI_ONLY = new Set(['quality', 'background', 'output_format', 'output_compression', 'moderation', 'style', 'user', 'partial_images', 'input_fidelity', 'mask']);
+/** OpenAI Images parameters with no Gemini equivalent: dropped (named in x-gw-dropped-fields), not refused. */
+const OPENAI_ONLY = new Set(['quality', 'background', 'output_format', 'output_compression', 'moderation', 'style', 'user', 'input_fidelity']);
+
+/** GenerationConfig fields that leave the price as it is: sampling only. */
+const SAMPLING = new Set(['temperature', 'topP', 'top_p', 'topK', 'top_k', 'seed']);
+
+/** What generationConfig.maxOutputTokens is when the model's config names none. */
+export const DEFAULT_MAX_OUTPUT_TOKENS = 8_192;
+
+/**
+ * The caller's fields (beyond the gateway's own) a Gemini image call takes: an allow-list, so that nothing the
+ * price does not cover reaches the provider. Of `generationConfig`, the sampling fields (and candidateCount 1); the
+ * rest (responseModalities, maxOutputTokens, thinkingConfig, imageConfig, ...) is the gateway's: the image alone,
+ * its output tokens capped. `safetySettings` go only where the model's config allows callers' safety settings.
+ * OpenAI's own parameters are dropped; anything else is a 400 naming it.
+ */
+export function geminiCallerFields(route: ModelRoute<ImageModel>, extra: Readonly<Record<string, unknown>>): CallerFields {
+  const fields: Record<string, unknown> = {};
+  const dropped: string[] = [];
+  for (const [name, value] of Object.entries(extra)) {
+    if (name === 'generationConfig' || name === 'generation_config') {
+      if (!isObj(value)) throw new GatewayError('invalid_request', { param: name, message: `${name}: must be an object.` });
+      const sampling: Obj = {};
+      for (const [key, v] of Object.entries(value)) {
+        if (v === null) continue;
+        if (SAMPLING.has(key)) {
+          sampling[key] = v;
+        } else if ((key === 'candidateCount' || key === 'candidate_count') && v === 1) {
+          // One candidate is what the gateway asks for anyway.
+        } else {
+          throw new GatewayError('invalid_request', {
+            param: `${name}.${key}`.slice(0, 100),
+            message: `${name}.${key.slice(0, 60)}: set by the gateway, not the caller (one image, its output tokens capped); only ${[...SAMPLING].filter((k) => !k.includes('_')).join(', ')} are taken.`,
+          });
+        }
+      }
+      fields.generationConfig = sampling;
+    } else if (name === 'safetySettings' || name === 'safety_settings') {
+      if (route.model.caller_safety) fields.safetySettings = value;
+      else dropped.push(name);
+    } else if (OPENAI_ONLY.has(name)) {
+      dropped.push(name);
+    } else {
+      throw unknownField(name);
+    }
+  }
+  return { fields, dropped };
+}
 
 /** Finish reasons that mean the image was withheld (Candidate.FinishReason). */
 const REFUSED = new Set([
@@ -174,30 +220,28 @@ function* base64Pieces(bytes: Buffer): Generator<Buffer> {
   }
 }
 
-/** The GenerateContentRequest of a call; reference images go where the marker stands, encoded as the body is sent. */
-function requestBody(req: ImageRequest, references: readonly ReferenceImage[] | null): { body: string | Readable; length?: number } {
-  const top: Obj = {};
-  let callerConfig: Obj = {};
-  for (const [k, v] of Object.entries(req.extra)) {
-    if (OPENAI_ONLY.has(k)) continue;
-    if (k === 'generationConfig' && isObj(v)) callerConfig = v;
-    else top[k] = v;
-  }
+/**
+ * The GenerateContentRequest of a call; reference images go where the marker stands, encoded as the body is sent.
+ * `req.extra` holds what geminiCallerFields let through: sampling fields, and safety settings where allowed.
+ */
+function requestBody(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): { body: string | Readable; length?: number } {
+  const sampling = isObj(req.extra.generationConfig) ? req.extra.generationConfig : {};
   // Random, so no prompt can hold it.
   const marker = `\u0000references-${randomBytes(8).toString('hex')}\u0000`;
   const parts: unknown[] = [{ text: req.prompt }];
   if (references !== null && references.length > 0) parts.push(marker);
-  const callerImage = isObj(callerConfig.imageConfig) ? callerConfig.imageConfig : {};
-  const body = {
-    ...top,
+  const body: Obj = {
     contents: [{ role: 'user', parts }],
     generationConfig: {
-      ...callerConfig,
+      ...sampling,
       candidateCount: 1,
-      responseModalities: ['TEXT', 'IMAGE'],
-      imageConfig: { ...callerImage, ...geminiImageConfig(req.size, req.aspectRatio) },
+      // The image alone: text would be output tokens the image's price does not cover.
+      responseModalities: ['IMAGE'],
+      maxOutputTokens: route.model.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS,
+      imageConfig: geminiImageConfig(req.size, req.aspectRatio),
     },
   };
+  if (req.extra.safetySettings !== undefined) body.safetySettings = req.extra.safetySettings;
   const json = JSON.stringify(body);
   if (parts.length === 1) return { body: json };
   const [head, tail] = json.split(JSON.stringify(marker)) as [string, string];
@@ -224,7 +268,7 @@ function requestBody(req: ImageRequest, references: readonly ReferenceImage[] | 
 
 /** The upstream request of an image call on the Gemini API; `references` make it an edit. */
 export function geminiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): ImageUpstreamRequest {
-  const { body, length } = requestBody(req, references);
+  const { body, length } = requestBody(route, req, references);
   const headers: Record<string, string> = {
     'x-goog-api-key': route.provider.key,
     'content-type': 'application/json',

@@ -5,7 +5,7 @@
  */
 import type { Readable } from 'node:stream';
 import type { ExchangeRequest } from './exchange.js';
-import { imageFormat, type ImageFormat } from '../../policies/image-size.js';
+import { imageFormat, imageSize, type ImageFormat } from '../../policies/image-size.js';
 import type { GatewayError } from '../../policies/errors.js';
 
 /** Receives one image's base64 as the answer is read. */
@@ -95,6 +95,35 @@ export class ImageString {
     this.state = 'image';
     this.sink.begin(format);
     this.sink.piece(head);
+  }
+}
+
+/** Base64 characters kept to find an image's pixel size: a JPEG's frame header may follow tens of KB of metadata. */
+const HEAD_CHARS = 256 * 1024;
+
+/** Reads an image's pixel size from the first pieces of its base64, as they pass, keeping at most HEAD_CHARS. */
+export class ImageHeadProbe {
+  private held: Buffer[] = [];
+  private chars = 0;
+  private done = false;
+  /** width x height, once read; null until then (or for good, past HEAD_CHARS). */
+  pixels: number | null = null;
+
+  add(b64: Buffer): void {
+    if (this.done) return;
+    this.held.push(Buffer.from(b64));
+    this.chars += b64.length;
+    const whole = Math.min(this.chars, HEAD_CHARS) & ~3;
+    if (whole < 32) return;
+    const head = Buffer.concat(this.held);
+    const size = imageSize(Buffer.from(head.toString('latin1', 0, whole), 'base64'));
+    if (size !== null) this.pixels = size.width * size.height;
+    if (size !== null || this.chars >= HEAD_CHARS) {
+      this.done = true;
+      this.held = [];
+    } else {
+      this.held = [head];
+    }
   }
 }
 

@@ -7,11 +7,13 @@
  * - convert: a Gemini answer becomes an ImagesResponse while it is read: the 200 head and
  *   `{"created":..,"output_format":..,"data":[{"b64_json":"` are written once the image's first base64 characters
  *   show an image signature, then its base64 goes out slice by slice as it arrives, and the usage closes the body.
- * - store (url): the image's base64 is decoded as it arrives into one buffer, stored (plugins/store/image-store.ts),
- *   and answered as `{"created":..,"data":[{"url":..}]}`.
- * So an image is held whole only where the caller asked for a URL. `exchange.delivered` counts the images the
- * caller was given: set when the body that carries one (or its URL) is ended; billing also checks that it was
- * written out whole (the caller did not hang up). An answer without an image is the refusal or error it was, and a
+ * - store (url): the image's base64 is decoded as it arrives into one buffer, within the room reserved for it
+ *   before the call (plugins/store/image-store.ts), stored in that room, and answered as `{"created":..,"data":[{"url":..}]}`.
+ * So an image is held whole only where the caller asked for a URL. What billing reads (call.exchange): the image's
+ * base64 characters handed to the caller (`imageChars`: an image whose delivery began is paid for, whatever the
+ * caller does after), whether the provider's answer broke off without a whole image (`imageBroken`: free), the
+ * image's pixels from its header (`imagePixels`: the class it is billed at), and `delivered`, set when the body that
+ * carries the image (or its URL) is ended. An answer without an image is the refusal or error it was, and a
  * failure before the head is a 502 or 504; after the head the caller's answer is cut, as the provider's was, unless
  * the image was already whole (convert): then the body is closed and the image counts as delivered.
  */
@@ -19,21 +21,18 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
-import type { ImageStore } from '../store/image-store.js';
+import type { ImageReservation, ImageStore } from '../store/image-store.js';
 import { GatewayError } from '../../policies/errors.js';
 import { IMAGE_MIME, type ImageFormat } from '../../policies/image-size.js';
-import { sendUpstreamError, UpstreamExchange } from './exchange.js';
-import { Base64Bytes, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
+import { cutForDuration, sendUpstreamError, UpstreamExchange } from './exchange.js';
+import { Base64Bytes, ImageHeadProbe, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
 import type { Upstreams } from './pools.js';
 
 /** How the caller receives the image. */
 export type ImageDelivery =
   | { readonly kind: 'pass' }
   | { readonly kind: 'convert' }
-  | { readonly kind: 'store'; readonly store: ImageStore; readonly urlOf: (id: string) => string };
-
-/** Largest image a url call keeps (decoded): far above any provider's 4K PNG. */
-const MAX_STORED_BYTES = 64 * 1024 * 1024;
+  | { readonly kind: 'store'; readonly store: ImageStore; readonly reservation: ImageReservation; readonly urlOf: (id: string) => string };
 
 /** Send an image call upstream; the caller is answered by the exchange. Returns the reply, sent later. */
 export function exchangeImage(
@@ -55,6 +54,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private imageDone = false;
   private format: ImageFormat | undefined;
   private bytes: Base64Bytes | undefined;
+  private readonly probe = new ImageHeadProbe();
 
   constructor(
     upstreams: Upstreams, reply: FastifyReply, call: Call, exchange: { delivered: number }, req: ImageUpstreamRequest,
@@ -76,7 +76,8 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
             this.began = true;
             this.writeHead(this.upstreamHeaders, true);
           },
-          piece() {},
+          // Written by data() with the chunk it came in, once the reader has seen it.
+          piece: (b64) => this.handed(b64),
           end() {},
         });
         return;
@@ -85,10 +86,22 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
         return;
       case 'store': {
         const length = Number(headers['content-length']);
-        this.bytes = new Base64Bytes(Number.isSafeInteger(length) ? Math.ceil((length * 3) / 4) : 0, MAX_STORED_BYTES);
+        this.bytes = new Base64Bytes(Number.isSafeInteger(length) ? Math.ceil((length * 3) / 4) : 0, this.delivery.reservation.bytes);
         this.reader = this.req.reader(this.storeSink(this.bytes));
       }
     }
+  }
+
+  /** Image characters on their way to the caller: counted for billing, and the header read for the pixels. */
+  private handed(b64: Buffer): void {
+    this.exchange.imageChars = (this.exchange.imageChars ?? 0) + b64.length;
+    this.probed(b64);
+  }
+
+  private probed(b64: Buffer): void {
+    if (this.exchange.imagePixels != null) return;
+    this.probe.add(b64);
+    this.exchange.imagePixels = this.probe.pixels;
   }
 
   /** The 200 head on the raw response: our headers, the upstream's content type (and length, passed through). */
@@ -118,6 +131,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
           this.write(this.prefix + b64.toString('latin1'));
           this.prefix = '';
         }
+        this.handed(b64);
       },
       end: () => {
         this.imageDone = true;
@@ -130,7 +144,10 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
       begin: (format) => {
         this.format = format;
       },
-      piece: (b64) => bytes.add(b64),
+      piece: (b64) => {
+        bytes.add(b64);
+        this.probed(b64);
+      },
       end: () => {
         this.imageDone = true;
       },
@@ -161,16 +178,22 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
           return;
         }
         if (end.image) this.exchange.delivered = 1;
+        else this.exchange.imageBroken = true;
         res.end();
         return;
       case 'convert':
-        if (this.imageDone) this.closeConverted(end);
-        else if (this.began) res.destroy();
-        else sendUpstreamError(this.reply, end.failure ?? noImage());
+        if (this.imageDone) {
+          this.closeConverted(end);
+        } else if (this.began) {
+          this.exchange.imageBroken = true;
+          res.destroy();
+        } else {
+          sendUpstreamError(this.reply, end.failure ?? noImage());
+        }
         return;
       case 'store':
         if (!end.image) sendUpstreamError(this.reply, end.failure ?? noImage());
-        else if (this.bytes!.over) sendUpstreamError(this.reply, new GatewayError('upstream_error', { message: 'The image is larger than the gateway serves as a URL.' }));
+        else if (this.bytes!.over) sendUpstreamError(this.reply, new GatewayError('upstream_error', { message: 'The image is larger than the room the gateway reserved for a URL image.' }));
         else void this.storeAndAnswer(end, this.delivery);
     }
   }
@@ -189,7 +212,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     this.bytes = undefined;
     let stored: { id: string; expires: number } | null;
     try {
-      stored = await delivery.store.put(data, IMAGE_MIME[this.format!]);
+      stored = await delivery.store.put(data, IMAGE_MIME[this.format!], delivery.reservation);
     } catch (err) {
       sendUpstreamError(reply, new GatewayError('service_unavailable', { message: 'The image could not be stored; retry, or ask for b64_json.', cause: err }));
       return;
@@ -214,12 +237,15 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     reply.code(200).header('content-type', 'application/json').send(JSON.stringify(body));
   }
 
-  protected override failedMidAnswer(): boolean {
+  protected override failedMidAnswer(err: Error): boolean {
     if (this.delivery.kind === 'convert' && this.imageDone) {
       // The image is whole: the rest of the provider's answer (its usage) is not needed to deliver it.
       this.closeConverted(null);
       return true;
     }
+    // The provider broke off mid-image: what the caller got is not an image. A cut at the call's maximum duration is
+    // the gateway's, as for a caller that stopped reading: what was handed over stands.
+    if (!cutForDuration(err)) this.exchange.imageBroken = true;
     return false;
   }
 }

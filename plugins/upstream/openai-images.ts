@@ -28,6 +28,78 @@ export interface ReferenceImage {
   readonly format: ImageFormat;
 }
 
+/** What the caller's own fields become upstream: those sent, and those dropped (named in x-gw-dropped-fields). */
+export interface CallerFields {
+  readonly fields: Readonly<Record<string, unknown>>;
+  readonly dropped: readonly string[];
+}
+
+/**
+ * Caller fields of the Create image / Create image edit requests that leave the price as it is (the same output
+ * tokens and image): the background, the encoding of the answer, the end-user id, dall-e-3's style.
+ */
+const PRICE_NEUTRAL = new Set(['background', 'output_format', 'output_compression', 'user', 'style']);
+
+/** Gemini request fields, meaningless here: dropped, not refused, so one request serves either image model. */
+export const GEMINI_FIELDS = new Set(['generationConfig', 'generation_config', 'safetySettings', 'safety_settings']);
+
+/** The `quality` every call of the model is sent: the config's, else medium (GPT image), standard (dall-e-3), none (dall-e-2). */
+export function pinnedQuality(model: ImageModel, upstreamModel: string): string | undefined {
+  if (model.quality !== undefined) return model.quality;
+  if (upstreamModel.startsWith('dall-e-2')) return undefined;
+  return upstreamModel.startsWith('dall-e') ? 'standard' : 'medium';
+}
+
+/**
+ * The caller's fields (beyond the gateway's own) an OpenAI Images call takes: an allow-list, so that nothing the
+ * price does not cover reaches the provider. `quality` and `input_fidelity` are the operator's (the same value, or
+ * `auto` for quality, is accepted); `moderation` goes only where the model's config allows callers' safety settings.
+ * Anything else is a 400 naming it.
+ */
+export function openaiCallerFields(route: ModelRoute<ImageModel>, extra: Readonly<Record<string, unknown>>): CallerFields {
+  const fields: Record<string, unknown> = {};
+  const dropped: string[] = [];
+  const model = route.model;
+  for (const [name, value] of Object.entries(extra)) {
+    if (PRICE_NEUTRAL.has(name)) {
+      fields[name] = value;
+    } else if (name === 'quality') {
+      const pinned = pinnedQuality(model, route.upstreamModel);
+      if (value !== 'auto' && value !== pinned) {
+        throw new GatewayError('invalid_request', {
+          param: 'quality',
+          message: pinned === undefined
+            ? `quality: ${model.id} takes no quality setting.`
+            : `quality: ${model.id} renders at quality ${pinned}, which its price covers: send ${pinned}, auto, or nothing.`,
+        });
+      }
+    } else if (name === 'input_fidelity') {
+      if (value !== model.input_fidelity) {
+        throw new GatewayError('invalid_request', {
+          param: 'input_fidelity',
+          message: `input_fidelity: set by the gateway for ${model.id} (${model.input_fidelity ?? 'the provider\'s default'}), which its price covers: leave it out.`,
+        });
+      }
+    } else if (name === 'moderation') {
+      if (model.caller_safety) fields[name] = value;
+      else dropped.push(name);
+    } else if (GEMINI_FIELDS.has(name)) {
+      dropped.push(name);
+    } else {
+      throw unknownField(name);
+    }
+  }
+  return { fields, dropped };
+}
+
+/** The 400 of a field the image endpoints do not take. */
+export function unknownField(name: string): GatewayError {
+  return new GatewayError('invalid_request', {
+    param: name.slice(0, 100),
+    message: `${name.slice(0, 100)}: not a field of the image endpoints (SPEC "Image generation request"; see README "Images" for the provider fields taken).`,
+  });
+}
+
 /** Error codes of a refusal by OpenAI's safety system. */
 const REFUSAL_CODES = new Set(['moderation_blocked', 'content_policy_violation']);
 
@@ -113,14 +185,20 @@ function headers(route: ModelRoute<ImageModel>, contentType: string, length?: nu
   return h;
 }
 
-/** The body fields of a call: the caller's other fields, then the model, prompt and size this gateway decides. */
-function fields(route: ModelRoute<ImageModel>, req: ImageRequest): Record<string, unknown> {
+/**
+ * The body fields of a call: the caller's allowed fields (`req.extra`, from openaiCallerFields), then what this
+ * gateway decides: the model, prompt, size, quality and, on edits, input fidelity.
+ */
+function fields(route: ModelRoute<ImageModel>, req: ImageRequest, edit: boolean): Record<string, unknown> {
   const body: Record<string, unknown> = {
     ...req.extra,
     model: route.upstreamModel,
     prompt: req.prompt,
     size: openaiSize(route.upstreamModel, req.size, req.aspectRatio),
   };
+  const quality = pinnedQuality(route.model, route.upstreamModel);
+  if (quality !== undefined) body.quality = quality;
+  if (edit && route.model.input_fidelity !== undefined) body.input_fidelity = route.model.input_fidelity;
   if (route.upstreamModel.startsWith('dall-e')) body.response_format = 'b64_json';
   return body;
 }
@@ -165,9 +243,9 @@ export function openaiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequ
     error: openaiImageError,
   };
   if (references === null) {
-    return { ...common, url: route.url, headers: headers(route, 'application/json'), body: JSON.stringify(fields(route, req)) };
+    return { ...common, url: route.url, headers: headers(route, 'application/json'), body: JSON.stringify(fields(route, req, false)) };
   }
-  const form = multipart(fields(route, req), references);
+  const form = multipart(fields(route, req, true), references);
   return {
     ...common,
     url: `${route.provider.base_url}/images/edits`,

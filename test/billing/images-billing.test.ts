@@ -1,7 +1,8 @@
 // What image calls cost (README "Images"): held at one image of the requested model and size, debited at exactly
-// that listed price when the image reached the caller whole, nothing otherwise; the wallet is read after each call.
+// that listed price once the image's delivery began, nothing otherwise; the wallet is read after each call.
 import t from 'tap';
 import { createServer } from 'node:http';
+import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { getCallRecord, listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
@@ -11,25 +12,32 @@ import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { referencePng } from '../helpers/media.js';
 import { until } from '../helpers/wait.js';
 
-// A provider that sends its answer slowly, in pieces: the caller can leave in the middle of the image.
+// A provider that sends its answer slowly, in pieces: the caller can leave in the middle of the image. Its first
+// piece ends FIRST_IMAGE_CHARS into the image's base64, a pause follows, then 2,000 characters every 20 ms.
 const png = await referencePng(256, 256);
+const FIRST_IMAGE_CHARS = 600;
 const slow = createServer((req, res) => {
   req.resume();
   const gemini = req.url!.includes(':generateContent');
+  const b64 = png.toString('base64');
   const body = gemini
-    ? JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ inlineData: { mimeType: 'image/png', data: png.toString('base64') } }] }, finishReason: 'STOP' }] })
-    : JSON.stringify({ created: 1, data: [{ b64_json: png.toString('base64') }] });
+    ? JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ inlineData: { mimeType: 'image/png', data: b64 } }] }, finishReason: 'STOP' }] })
+    : JSON.stringify({ created: 1, data: [{ b64_json: b64 }] });
   res.writeHead(200, { 'content-type': 'application/json' });
-  const pieces = Math.ceil(body.length / 2000);
-  let i = 0;
-  const timer = setInterval(() => {
-    if (res.destroyed) return clearInterval(timer);
-    res.write(body.slice(i * 2000, (i + 1) * 2000));
-    if (++i === pieces) {
-      clearInterval(timer);
-      res.end();
-    }
-  }, 20);
+  let at = body.indexOf(b64.slice(0, 40)) + FIRST_IMAGE_CHARS;
+  res.write(body.slice(0, at));
+  const next = () => {
+    const timer = setInterval(() => {
+      if (res.destroyed) return clearInterval(timer);
+      res.write(body.slice(at, at + 2000));
+      at += 2000;
+      if (at >= body.length) {
+        clearInterval(timer);
+        res.end();
+      }
+    }, 20);
+  };
+  setTimeout(next, 400);
 });
 await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
 const slowUrl = `http://127.0.0.1:${(slow.address() as AddressInfo).port}`;
@@ -39,7 +47,9 @@ const h = await startHarness({
   edit: (c) => {
     c.providers['slow-gemini'] = { protocol: 'gemini', base_url: `${slowUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' };
     c.providers['slow-openai'] = { protocol: 'openai', base_url: `${slowUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
-    c.models.push({ id: 'img-slow-g', family: 'img', provider: 'slow-gemini' }, { id: 'img-slow-o', family: 'img', provider: 'slow-openai' } as never);
+    // The operator declares every class for both; the provider answers a 256x256 image whatever is asked.
+    const all = { sizes: ['1K', '2K', '4K'], aspect_ratios: ['1:1', '16:9'] };
+    c.models.push({ id: 'img-slow-g', family: 'img', provider: 'slow-gemini', ...all }, { id: 'img-slow-o', family: 'img', provider: 'slow-openai', ...all } as never);
     c.prices = { image: { 'img-slow-g': { '1K': '0.10', '2K': '0.20', '4K': '0.30' }, 'img-slow-o': { '1K': '0.10', '2K': '0.20', '4K': '0.30' } } };
     c.limits = { families: { img: { key: { rpm: 1000, tpm: 1 } } } };
   },
@@ -98,7 +108,7 @@ t.test('an edit costs one image of its size', async (t) => {
 t.test('refusals and provider failures cost nothing', async (t) => {
   for (const [model, prompt, status] of [
     ['img-pro', 'x #sim:image=refuse', 400], ['img-pro', 'x #sim:image=refuse_output', 400], ['img-2', 'x #sim:image=refuse', 400],
-    ['img-pro', 'x #sim:status=500', 502], ['img-2', 'x #sim:status=502', 502], ['img-pro', 'x #sim:hangup_after=100', 502],
+    ['img-pro', 'x #sim:status=500', 502], ['img-2', 'x #sim:status=502', 502], ['img-pro', 'x #sim:hangup_after=40', 502],
   ] as const) {
     for (const rf of ['b64_json', 'url']) {
       const before = await available();
@@ -159,7 +169,7 @@ t.test('a provider that hangs up inside the image: the caller\'s answer is cut, 
   }
 });
 
-t.test('a caller who hangs up before the image is delivered pays nothing', async (t) => {
+t.test('a caller who leaves before the image began pays nothing; once it began, the image is paid for', async (t) => {
   for (const model of ['img-pro', 'img-2']) {
     // Gone while the provider renders.
     for (const rf of ['b64_json', 'url']) {
@@ -177,19 +187,77 @@ t.test('a caller who hangs up before the image is delivered pays nothing', async
     }
   }
   for (const model of ['img-slow-g', 'img-slow-o']) {
-    // Gone after the first bytes of the image (the provider sends it over about a second).
-    const before = await available();
-    const ac = new AbortController();
-    const res = await fetch(`${h.url}/v1/images/generations`, {
+    // Gone with FIRST_IMAGE_CHARS (600) of the image's base64 handed over: under the 1,024 that are free.
+    let before = await available();
+    let ac = new AbortController();
+    let res = await fetch(`${h.url}/v1/images/generations`, {
       method: 'POST', signal: ac.signal, headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model, prompt: 'x' }),
     });
     t.equal(res.status, 200);
-    const reader = res.body!.getReader();
-    await reader.read();
+    const first = await res.body!.getReader().read();
+    t.ok(first.value!.length < 1024 + 100, 'the answer\'s head and 600 characters of the image');
     ac.abort();
-    t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n }, `${model}: gone mid-image`);
+    t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n }, `${model}: gone with 600 characters of the image`);
     t.equal(await available(), before);
+    // Gone after the next piece: 2,600 characters of the image had gone out.
+    before = await available();
+    ac = new AbortController();
+    res = await fetch(`${h.url}/v1/images/generations`, {
+      method: 'POST', signal: ac.signal, headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt: 'x' }),
+    });
+    const reader = res.body!.getReader();
+    let got = 0;
+    while (got < 2_000) got += (await reader.read()).value!.length;
+    ac.abort();
+    t.match(await settled(res.headers.get('x-request-id')!), { status: /^(pending|settled)$/, priceAtomic: 100_000n }, `${model}: gone mid-image, charged its 1K price`);
+    t.equal(before - (await available()), 100_000n, 'the wallet paid it');
+  }
+});
+
+/** Over a raw socket: send a generation, read the answer's head and `readBytes` of its body, then hang up unread. */
+function stallAndLeave(body: Record<string, unknown>, readBytes: number): Promise<{ head: string; read: number }> {
+  return new Promise((resolve, reject) => {
+    const json = JSON.stringify(body);
+    const socket = connect(Number(new URL(h.url).port), '127.0.0.1');
+    let head = '';
+    let read = 0;
+    let buffered = Buffer.alloc(0);
+    socket.on('error', reject);
+    socket.on('data', (chunk: Buffer) => {
+      if (head === '') {
+        buffered = Buffer.concat([buffered, chunk]);
+        const end = buffered.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        head = buffered.toString('latin1', 0, end);
+        read = buffered.length - end - 4;
+      } else {
+        read += chunk.length;
+      }
+      if (read >= readBytes) {
+        // Stops reading with the rest of the answer in the sockets' buffers and beyond, and leaves.
+        socket.pause();
+        socket.destroy();
+        resolve({ head, read });
+      }
+    });
+    socket.write(`POST /v1/images/generations HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(json)}\r\n\r\n${json}`);
+  });
+}
+
+t.test('a reader that stalls and hangs up on an answer larger than the socket buffers pays for the image it was given', async (t) => {
+  for (const [model, size] of [['img-2', '4K'], ['img-pro', '2K']] as const) {
+    const before = await available();
+    // The simulator's grainy image: a PNG the size of a photograph's (2880x2880: about 26 MB, 35 MB of base64).
+    const { head, read } = await stallAndLeave({ model, prompt: 'a quay #sim:image=detailed', size }, 256 * 1024);
+    t.match(head, /^HTTP\/1\.1 200 /);
+    const length = /content-length: (\d+)/i.exec(head);
+    if (model === 'img-2') t.ok(Number(length![1]) > 16 * 1024 * 1024, 'the answer is far larger than what the sockets buffer');
+    t.ok(read < 1024 * 1024, 'the caller read a sliver of it');
+    const id = /x-request-id: (\S+)/i.exec(head)![1]!;
+    t.match(await settled(id), { model, size, status: /^(pending|settled)$/, priceAtomic: price(model, size) }, `${model} ${size}: charged its listed price`);
+    t.equal(before - (await available()), price(model, size), 'the wallet paid for the image');
   }
 });
 
@@ -211,6 +279,16 @@ t.test('the slow provider, read whole: charged, so the mid-image cases above wer
   for (const model of ['img-slow-g', 'img-slow-o']) {
     const { response } = await openai.images.generate({ model, prompt: 'x' } as never).withResponse();
     t.equal((await settled(response.headers.get('x-request-id')!)).priceAtomic, 100_000n, 'its 1K price');
+  }
+});
+
+t.test('a provider that renders a smaller image than asked: billed at the class of the pixels delivered, never the one asked', async (t) => {
+  for (const model of ['img-slow-g', 'img-slow-o']) {
+    const before = await available();
+    const { response } = await openai.images.generate({ model, prompt: 'x', size: '4K', aspect_ratio: '16:9' } as never).withResponse();
+    const rec = await settled(response.headers.get('x-request-id')!);
+    t.match(rec, { size: '1K', priceAtomic: 100_000n, held: 300_000n }, `${model}: held at 4K, its 256x256 image billed at 1K`);
+    t.equal(before - (await available()), 100_000n);
   }
 });
 

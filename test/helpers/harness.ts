@@ -102,6 +102,8 @@ export async function startHarness(opts: {
   sim?: Simulator;
   /** How long the harness's own simulator renders a video job, ms. */
   videoRenderMs?: number;
+  /** Run as the embedded default (true, the default) or as an operator's config would. */
+  embedded?: boolean;
 } = {}): Promise<Harness> {
   const sim = opts.sim ?? (await startSimulator({ host: '127.0.0.1', port: 0, videoRenderMs: opts.videoRenderMs }));
   const prefix = opts.prefix ?? testPrefix();
@@ -116,7 +118,7 @@ export async function startHarness(opts: {
   }
   opts.edit?.(input);
   const env = { FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, ...opts.env };
-  const config = buildConfig(input, env, true);
+  const config = buildConfig(input, env, opts.embedded ?? true);
   // As the plugin opens its own: commands fail at once while Redis is away.
   const redis = connectRedis({ ...config.redis, failFast: true });
   const app = Fastify({ logger: false });

@@ -2,7 +2,7 @@ import t from 'tap';
 import { GatewayError } from '../../policies/errors.js';
 import { ASPECT_RATIOS, formValue, parseImageRequest } from '../../policies/image-request.js';
 import { imageFormat } from '../../policies/image-size.js';
-import { geminiImageConfig, nearestSize, openaiSize } from '../../policies/image-sizes.js';
+import { deliveredClass, documentedCapabilities, geminiImageConfig, nearestSize, openaiSize, renderedPixels } from '../../policies/image-sizes.js';
 
 function refusal(body: unknown): { param: string | undefined; message: string } {
   try {
@@ -21,8 +21,9 @@ t.test('defaults: 1K, 1:1, b64_json; every listed value accepted; unknown fields
   for (const ratio of ASPECT_RATIOS) t.equal(parseImageRequest({ model: 'm', prompt: 'p', aspect_ratio: ratio }).aspectRatio, ratio);
   t.equal(parseImageRequest({ model: 'm', prompt: 'p', response_format: 'url', n: 1 }).responseFormat, 'url');
   t.same(parseImageRequest({ model: 'm', prompt: 'p', size: null, n: null, response_format: null }).size, '1K', 'null is absent');
-  t.same(parseImageRequest({ model: 'm', prompt: 'p', tools: null, toolConfig: null, cachedContent: null, generationConfig: null, seed: null }).extra, { seed: null },
-    'null refused fields are absent, not passed on; an unknown field passes as sent');
+  t.same(parseImageRequest({ model: 'm', prompt: 'p', tools: null, generationConfig: null, seed: null, user: 'u' }).extra, { user: 'u' },
+    'a field sent as null is absent, whatever it is; the others go on to the adapter as sent');
+  t.equal(parseImageRequest({ model: 'm', prompt: 'p'.repeat(32_000) }).prompt.length, 32_000, 'a prompt of 32,000 characters');
 });
 
 t.test('anything else is a 400 whose param names the field', async (t) => {
@@ -43,12 +44,8 @@ t.test('anything else is a 400 whose param names the field', async (t) => {
     [{ model: 'm', prompt: 'p', n: '1' }, 'n'],
     [{ model: 'm', prompt: 'p', response_format: 'png' }, 'response_format'],
     [{ model: 'm', prompt: 'p', stream: true }, 'stream'],
-    // Billed by the provider apart from the one image priced.
-    [{ model: 'm', prompt: 'p', tools: [{ google_search: {} }] }, 'tools'],
-    [{ model: 'm', prompt: 'p', toolConfig: {} }, 'toolConfig'],
-    [{ model: 'm', prompt: 'p', cachedContent: 'cachedContents/x' }, 'cachedContent'],
-    [{ model: 'm', prompt: 'p', generationConfig: { candidateCount: 4 } }, 'generationConfig.candidateCount'],
-    [{ model: 'm', prompt: 'p', generationConfig: 'x' }, 'generationConfig'],
+    // A longer prompt would be input tokens the image's price does not cover (and OpenAI refuses it).
+    [{ model: 'm', prompt: 'p'.repeat(32_001) }, 'prompt'],
   ];
   for (const [body, param] of cases) {
     const r = refusal(body);
@@ -56,7 +53,6 @@ t.test('anything else is a 400 whose param names the field', async (t) => {
     t.match(r.message, new RegExp(`^${param}: `));
   }
   t.match(refusal({ model: 'm', prompt: 'p', size: '8K' }).message, /1K, 2K, 4K/);
-  t.same(parseImageRequest({ model: 'm', prompt: 'p', generationConfig: { candidateCount: 1, seed: 3 } }).extra, { generationConfig: { candidateCount: 1, seed: 3 } });
   t.equal(refusal([1]).param, undefined, 'not an object');
 });
 
@@ -106,4 +102,27 @@ t.test('OpenAI sizes: the nearest the model accepts, by ratio then area', async 
 t.test('Gemini takes both directly; 1K is its default and left out', async (t) => {
   t.same(geminiImageConfig('1K', '16:9'), { aspectRatio: '16:9' });
   t.same(geminiImageConfig('4K', '21:9'), { aspectRatio: '21:9', imageSize: '4K' });
+});
+
+t.test('what each upstream renders, as its provider documents it: classes and ratios', async (t) => {
+  t.same(documentedCapabilities('openai', 'gpt-image-2'), { sizes: ['1K', '2K', '4K'], ratios: ASPECT_RATIOS }, 'gpt-image-2: any ratio, three classes');
+  t.same(documentedCapabilities('openai', 'gpt-image-1'), { sizes: ['1K'], ratios: ['1:1', '2:3', '3:2'] }, 'gpt-image-1: its three sizes');
+  t.same(documentedCapabilities('openai', 'gpt-image-1.5'), { sizes: ['1K'], ratios: ['1:1', '2:3', '3:2'] });
+  t.same(documentedCapabilities('openai', 'dall-e-3'), { sizes: ['1K'], ratios: ['1:1', '9:16', '16:9'] }, '1792x1024 is within 2% of 16:9');
+  t.same(documentedCapabilities('openai', 'dall-e-2'), { sizes: ['1K'], ratios: ['1:1'] });
+  t.same(documentedCapabilities('gemini', 'gemini-3-pro-image-preview'), { sizes: ['1K', '2K', '4K'], ratios: ASPECT_RATIOS });
+  t.same(documentedCapabilities('gemini', 'gemini-2.5-flash-image'), { sizes: ['1K'], ratios: ASPECT_RATIOS }, 'no imageSize: 1K');
+});
+
+t.test('the class a delivered image is billed at: what its pixels hold, never more than asked', async (t) => {
+  t.equal(renderedPixels('openai', 'gpt-image-2', '4K', '21:9'), 3840 * 1632);
+  t.equal(renderedPixels('gemini', 'gemini-3-pro-image-preview', '2K', '16:9'), 2048 * 2048);
+  t.equal(deliveredClass('openai', 'gpt-image-2', '4K', '21:9', 3840 * 1632), '4K', 'the size asked for');
+  t.equal(deliveredClass('openai', 'gpt-image-2', '4K', '21:9', 3136 * 1344), '2K', 'a 2K image');
+  t.equal(deliveredClass('openai', 'gpt-image-2', '4K', '1:1', 1024 * 1024), '1K');
+  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '4K', '21:9', 6336 * 2688), '4K');
+  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '4K', '16:9', 2752 * 1536), '2K');
+  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', 256 * 256), '1K', 'any image is at least 1K');
+  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '1K', '1:1', 8192 * 8192), '1K', 'a larger one: what was asked');
+  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', null), '2K', 'a header not read: the declared class');
 });

@@ -2,11 +2,12 @@
 // answers read chunk by chunk at any cut, refusals and errors told apart.
 import t from 'tap';
 import type { Readable } from 'node:stream';
-import { GeminiImageReader, geminiImageRequest, imageUsageOf } from '../../plugins/upstream/gemini-images.js';
+import { geminiCallerFields, GeminiImageReader, geminiImageRequest, imageUsageOf } from '../../plugins/upstream/gemini-images.js';
 import { Base64Bytes, ImageString, type ImageAnswerReader, type ImageSink } from '../../plugins/upstream/image-answer.js';
-import { openaiImageError, OpenAIImageReader, openaiImageRequest } from '../../plugins/upstream/openai-images.js';
+import { openaiCallerFields, openaiImageError, OpenAIImageReader, openaiImageRequest } from '../../plugins/upstream/openai-images.js';
 import type { ImageModel, ModelRoute, ProviderConfig } from '../../policies/catalog.js';
-import { parseImageRequest } from '../../policies/image-request.js';
+import { GatewayError } from '../../policies/errors.js';
+import { parseImageRequest, type ImageRequest } from '../../policies/image-request.js';
 import { referencePng } from '../helpers/media.js';
 
 const png = await referencePng(40, 30);
@@ -115,7 +116,7 @@ const provider = (protocol: 'openai' | 'gemini', base: string): ProviderConfig =
 const route = (protocol: 'openai' | 'gemini', upstreamModel: string): ModelRoute<ImageModel> => {
   const p = provider(protocol, protocol === 'gemini' ? 'https://g.example/v1beta' : 'https://o.example/v1');
   return {
-    model: { kind: 'image', id: 'img-x', family: 'img', provider: p.name }, provider: p, upstreamModel,
+    model: { kind: 'image', id: 'img-x', family: 'img', provider: p.name, caller_safety: false }, provider: p, upstreamModel,
     url: protocol === 'gemini' ? `${p.base_url}/models/${upstreamModel}:generateContent` : `${p.base_url}/images/generations`,
   };
 };
@@ -127,12 +128,62 @@ async function drain(body: string | Readable): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
+/** A request as police leaves it: the caller's other fields through the adapter's allow-list. */
+function policed(r: ModelRoute<ImageModel>, body: Record<string, unknown>): ImageRequest & { dropped: readonly string[] } {
+  const parsed = parseImageRequest(body);
+  const { fields, dropped } = r.provider.protocol === 'gemini' ? geminiCallerFields(r, parsed.extra) : openaiCallerFields(r, parsed.extra);
+  return { ...parsed, extra: fields, dropped };
+}
+
+function refusedParam(f: () => unknown): string | undefined {
+  try {
+    f();
+  } catch (err) {
+    if (err instanceof GatewayError) return err.param;
+    throw err;
+  }
+  return 'accepted';
+}
+
+t.test('caller fields: an allow-list per protocol; the gateway\'s own settings refused, safety settings dropped, the other protocol\'s dropped', async (t) => {
+  const o = route('openai', 'gpt-image-2');
+  const g = route('gemini', 'gemini-3-pro-image-preview');
+  t.same(policed(o, { model: 'm', prompt: 'p', background: 'opaque', output_format: 'webp', output_compression: 40, user: 'u', style: 'vivid' }).extra,
+    { background: 'opaque', output_format: 'webp', output_compression: 40, user: 'u', style: 'vivid' }, 'price-neutral fields pass');
+  const openaiDrops = policed(o, { model: 'm', prompt: 'p', moderation: 'low', generationConfig: { seed: 1 }, safetySettings: [], quality: 'auto' });
+  t.same([openaiDrops.extra, openaiDrops.dropped], [{}, ['moderation', 'generationConfig', 'safetySettings']]);
+  t.same(policed(o, { model: 'm', prompt: 'p', quality: 'medium' }).extra, {}, 'the pinned quality is accepted, and sent by the gateway');
+  for (const [body, param] of [
+    [{ quality: 'high' }, 'quality'], [{ quality: 'low' }, 'quality'], [{ input_fidelity: 'high' }, 'input_fidelity'],
+    [{ partial_images: 1 }, 'partial_images'], [{ mask: 'x' }, 'mask'], [{ top_secret: 1 }, 'top_secret'],
+  ] as const) t.equal(refusedParam(() => policed(o, { model: 'm', prompt: 'p', ...body })), param, JSON.stringify(body));
+  const dalle2 = route('openai', 'dall-e-2');
+  t.equal(refusedParam(() => policed(dalle2, { model: 'm', prompt: 'p', quality: 'standard' })), 'quality', 'a model without a quality setting takes none');
+  const gem = policed(g, { model: 'm', prompt: 'p', generationConfig: { temperature: 0.2, topP: 0.9, top_k: 4, seed: 7, candidateCount: 1 }, safetySettings: [{}], quality: 'high', user: 'u' });
+  t.same(gem.extra, { generationConfig: { temperature: 0.2, topP: 0.9, top_k: 4, seed: 7 } });
+  t.same(gem.dropped, ['safetySettings', 'quality', 'user']);
+  for (const [body, param] of [
+    [{ generationConfig: { maxOutputTokens: 9 } }, 'generationConfig.maxOutputTokens'],
+    [{ generationConfig: { thinkingConfig: {} } }, 'generationConfig.thinkingConfig'],
+    [{ generationConfig: { responseModalities: ['TEXT'] } }, 'generationConfig.responseModalities'],
+    [{ generation_config: { response_modalities: ['TEXT'] } }, 'generation_config.response_modalities'],
+    [{ generationConfig: { candidateCount: 2 } }, 'generationConfig.candidateCount'],
+    [{ generationConfig: 3 }, 'generationConfig'],
+    [{ tools: [] }, 'tools'], [{ toolConfig: {} }, 'toolConfig'], [{ cachedContent: 'c' }, 'cachedContent'],
+    [{ systemInstruction: {} }, 'systemInstruction'], [{ contents: [] }, 'contents'],
+  ] as const) t.equal(refusedParam(() => policed(g, { model: 'm', prompt: 'p', ...body })), param, JSON.stringify(body));
+  const allowing = { ...g, model: { ...g.model, caller_safety: true } };
+  t.same(policed(allowing, { model: 'm', prompt: 'p', safetySettings: [{ category: 'c' }] }).extra, { safetySettings: [{ category: 'c' }] }, 'allowed by the operator');
+  t.same(policed({ ...o, model: { ...o.model, caller_safety: true } }, { model: 'm', prompt: 'p', moderation: 'low' }).extra, { moderation: 'low' });
+});
+
 t.test('OpenAI requests: JSON generations, DALL-E asked for b64_json, multipart edits with image or image[]', async (t) => {
-  const req = parseImageRequest({ model: 'img-x', prompt: 'a kite', size: '2K', aspect_ratio: '16:9', style: 'vivid' });
-  const dalle = openaiImageRequest(route('openai', 'dall-e-3'), req, null);
+  const dalleRoute = route('openai', 'dall-e-3');
+  const req = policed(dalleRoute, { model: 'img-x', prompt: 'a kite', size: '2K', aspect_ratio: '16:9', style: 'vivid' });
+  const dalle = openaiImageRequest(dalleRoute, req, null);
   t.equal(dalle.url, 'https://o.example/v1/images/generations');
   t.equal(dalle.headers.authorization, 'Bearer operator-key');
-  t.same(JSON.parse(String(dalle.body)), { style: 'vivid', model: 'dall-e-3', prompt: 'a kite', size: '1792x1024', response_format: 'b64_json' });
+  t.same(JSON.parse(String(dalle.body)), { style: 'vivid', model: 'dall-e-3', prompt: 'a kite', size: '1792x1024', quality: 'standard', response_format: 'b64_json' });
   const jpeg = Buffer.from('ffd8ffe000104a46494600', 'hex');
   for (const images of [[{ bytes: png, format: 'png' as const }], [{ bytes: png, format: 'png' as const }, { bytes: jpeg, format: 'jpeg' as const }]]) {
     const edit = openaiImageRequest(route('openai', 'gpt-image-1'), req, images);
@@ -140,7 +191,7 @@ t.test('OpenAI requests: JSON generations, DALL-E asked for b64_json, multipart 
     const bytes = await drain(edit.body);
     t.equal(Number(edit.headers['content-length']), bytes.length, 'content-length is the body\'s');
     const form = await new Response(bytes, { headers: { 'content-type': edit.headers['content-type']! } }).formData();
-    t.same([form.get('model'), form.get('prompt'), form.get('size'), form.get('style')], ['gpt-image-1', 'a kite', '1536x1024', 'vivid']);
+    t.same([form.get('model'), form.get('prompt'), form.get('size'), form.get('style'), form.get('quality')], ['gpt-image-1', 'a kite', '1536x1024', 'vivid', 'medium']);
     const name = images.length === 1 ? 'image' : 'image[]';
     const files = form.getAll(name) as File[];
     t.equal(files.length, images.length, `${images.length} in ${name}`);
@@ -149,25 +200,27 @@ t.test('OpenAI requests: JSON generations, DALL-E asked for b64_json, multipart 
   }
 });
 
-t.test('Gemini requests: prompt then inline images, encoded as sent; imageConfig ours, the caller\'s generationConfig kept', async (t) => {
-  const req = parseImageRequest({ model: 'img-x', prompt: 'a "quoted" kite', size: '4K', aspect_ratio: '21:9', quality: 'high', generationConfig: { temperature: 0.5, imageConfig: { aspectRatio: '1:1' } }, systemInstruction: { parts: [{ text: 'be brief' }] } });
+t.test('Gemini requests: prompt then inline images, encoded as sent; the image alone, output capped, sampling kept', async (t) => {
+  const gRoute = route('gemini', 'gemini-3-pro-image-preview');
+  const req = policed(gRoute, { model: 'img-x', prompt: 'a "quoted" kite', size: '4K', aspect_ratio: '21:9', quality: 'high', generationConfig: { temperature: 0.5 } });
   const big = Buffer.alloc(200_000, 3);
   png.copy(big);
-  const r = geminiImageRequest(route('gemini', 'gemini-3-pro-image-preview'), req, [{ bytes: png, format: 'png' }, { bytes: big, format: 'png' }]);
+  const r = geminiImageRequest(gRoute, req, [{ bytes: png, format: 'png' }, { bytes: big, format: 'png' }]);
   t.equal(r.url, 'https://g.example/v1beta/models/gemini-3-pro-image-preview:generateContent');
   t.equal(r.headers['x-goog-api-key'], 'operator-key');
   const bytes = await drain(r.body);
   t.equal(Number(r.headers['content-length']), bytes.length);
   const body = JSON.parse(bytes.toString()) as { contents: { role: string; parts: { text?: string; inlineData?: { mimeType: string; data: string } }[] }[] } & Record<string, unknown>;
-  t.same(Object.keys(body).sort(), ['contents', 'generationConfig', 'systemInstruction']);
-  t.same(body.generationConfig, { temperature: 0.5, candidateCount: 1, responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '21:9', imageSize: '4K' } });
+  t.same(Object.keys(body).sort(), ['contents', 'generationConfig']);
+  t.same(body.generationConfig, { temperature: 0.5, candidateCount: 1, responseModalities: ['IMAGE'], maxOutputTokens: 8192, imageConfig: { aspectRatio: '21:9', imageSize: '4K' } });
   const parts = body.contents[0]!.parts;
   t.equal(parts[0]!.text, 'a "quoted" kite');
   t.same(Buffer.from(parts[1]!.inlineData!.data, 'base64'), png);
   t.same(Buffer.from(parts[2]!.inlineData!.data, 'base64'), big);
   t.equal(parts[2]!.inlineData!.mimeType, 'image/png');
-  const plain = geminiImageRequest(route('gemini', 'm'), parseImageRequest({ model: 'img-x', prompt: 'p' }), null);
-  t.same(JSON.parse(String(plain.body)).generationConfig, { candidateCount: 1, responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '1:1' } });
+  const capped = { ...route('gemini', 'm'), model: { ...gRoute.model, max_output_tokens: 3000 } };
+  const plain = geminiImageRequest(capped, parseImageRequest({ model: 'img-x', prompt: 'p' }), null);
+  t.same(JSON.parse(String(plain.body)).generationConfig, { candidateCount: 1, responseModalities: ['IMAGE'], maxOutputTokens: 3000, imageConfig: { aspectRatio: '1:1' } }, 'the model\'s cap');
 });
 
 t.test('an image\'s base64 is decoded piece by piece, whatever the cuts', async (t) => {
