@@ -144,13 +144,16 @@ const CLASS_PIXEL_SHARE = 0.9;
 /**
  * The class a delivered image is billed at: the requested class when it holds the pixels the model renders for it,
  * else the largest smaller class whose pixels it holds (never more than requested; 1K, the smallest price, for any
- * image at all). `pixels` null (a header not read): the requested class, which the model declared it renders.
+ * image at all). A class the model renders at no more pixels than the class below it is not a class of its own there
+ * (a fixed-size GPT image model asked for 2K by a config that declares it): its image is billed as the smaller one.
+ * `pixels` null (a header not read): the requested class, which the model declared it renders.
  */
 export function deliveredClass(protocol: ImageProtocol, upstreamModel: string, requested: ImageSize, ratio: AspectRatio, pixels: number | null): ImageSize {
-  if (pixels === null) return requested;
   for (let i = IMAGE_SIZES.indexOf(requested); i > 0; i--) {
     const size = IMAGE_SIZES[i]!;
-    if (pixels >= renderedPixels(protocol, upstreamModel, size, ratio) * CLASS_PIXEL_SHARE) return size;
+    const rendered = renderedPixels(protocol, upstreamModel, size, ratio);
+    if (rendered <= renderedPixels(protocol, upstreamModel, IMAGE_SIZES[i - 1]!, ratio)) continue;
+    if (pixels === null || pixels >= rendered * CLASS_PIXEL_SHARE) return size;
   }
   return '1K';
 }

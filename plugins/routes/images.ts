@@ -34,7 +34,7 @@ const CONTENT_PATH = '/images/content/';
 /**
  * Image base64 characters an answer may hand to the caller's connection and still cost nothing if the caller leaves
  * then: 1,024, or 768 bytes of the image, which is the file's signature and header (PNG's signature and IHDR take
- * 33 bytes, a baseline JPEG's markers and tables about 600) and never a row of pixels of a served image. Past it, the
+ * 33 bytes, a baseline JPEG's markers and tables about 600) and no usable part of a served image. Past it, the
  * image is paid for whatever the caller does after: a caller that stops reading and hangs up has been handed what
  * the kernel's socket buffers hold (megabytes), and its answer was written as fast as the caller took it.
  */
@@ -131,7 +131,8 @@ export function forwardImage(call: Call, p: ImagePoliced, reply: FastifyReply, c
   const upstream = gemini ? geminiImageRequest(p.route, p.request, p.references) : openaiImageRequest(p.route, p.request, p.references);
   if (p.request.responseFormat !== 'url') return exchangeImage(ctx.upstreams, reply, call, upstream, { kind: gemini ? 'convert' : 'pass' }, ctx.metrics);
   const { store, origin } = ctx.images;
-  return store.reserve(reservedBytes(p.route, p.request), p.route.provider.max_duration_ms).then((reservation) => {
+  // The reservation outlives the call's longest run (its deadline starts when the upstream request does) by a minute.
+  return store.reserve(reservedBytes(p.route, p.request), p.route.provider.max_duration_ms + 60_000).then((reservation) => {
     if (reservation === null) {
       throw new GatewayError('service_unavailable', { message: 'The image store is full; retry later, or ask for b64_json.', headers: { 'retry-after': '60' } });
     }

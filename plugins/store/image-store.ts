@@ -4,7 +4,8 @@
  * shared by every instance. Room is reserved before the provider renders (`reserve`: the most bytes the image can
  * take), so a call the budget cannot hold is refused before anyone pays for its image; the store then takes the
  * image's own size in the reservation's place. The budget is counted in one script with the store, on Redis's
- * clock: expired images and reservations (a crashed instance's) are taken off the count as the next script finds them.
+ * clock: expired images and reservations (a crashed instance's) are taken off the count by the next store or
+ * reservation.
  */
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';

@@ -125,4 +125,7 @@ t.test('the class a delivered image is billed at: what its pixels hold, never mo
   t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', 256 * 256), '1K', 'any image is at least 1K');
   t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '1K', '1:1', 8192 * 8192), '1K', 'a larger one: what was asked');
   t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', null), '2K', 'a header not read: the declared class');
+  // A config that declares 2K and 4K for gpt-image-1, which renders 1536x1024 for every class: billed as 1K.
+  t.equal(deliveredClass('openai', 'gpt-image-1', '4K', '3:2', 1536 * 1024), '1K', 'no class of its own above 1K');
+  t.equal(deliveredClass('openai', 'gpt-image-1', '4K', '3:2', null), '1K', 'even with no header read');
 });
