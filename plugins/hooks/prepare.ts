@@ -20,14 +20,18 @@ export function prepareCall(ctx: PrepareContext, finish: (call: Call) => void) {
     if (endpoint.prepare === undefined) return undefined;
     const preparing = endpoint.prepare(call, call.policed!, ctx);
     if (preparing === undefined) return undefined;
+    const left = () => {
+      finish(call);
+      reply.send();
+      return false;
+    };
     return preparing.then((policed) => {
       call.policed = policed;
-      if (call.ended) {
-        finish(call);
-        reply.send();
-        return false;
-      }
-      return true;
+      return call.ended ? left() : true;
+    }, (err: unknown) => {
+      // A caller gone meanwhile gets no answer: its decodes stopped (CallerLeft) or failed unseen.
+      if (call.ended) return left();
+      throw err;
     });
   };
 }

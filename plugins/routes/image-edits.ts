@@ -25,9 +25,9 @@ export const imageEdits: Endpoint<ImagePoliced> = {
     return policeImage(route, parsed, form.images, ctx);
   },
   quote: quoteImage,
-  prepare(_call, p, ctx) {
+  prepare(call, p, ctx) {
     // A truncated or corrupt image is found by decoding it, which only a held call may cost the gateway.
-    return decodeEditImages(p.references!, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'image_edits' }, s)).then(() => p);
+    return decodeEditImages(p.references!, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'image_edits' }, s), () => call.ended).then(() => p);
   },
   forward: forwardImage,
   bill: billImage,

@@ -14,7 +14,7 @@ import { GatewayError } from '../../policies/errors.js';
 import { EDIT_LIMITS, formValue, imageError } from '../../policies/image-request.js';
 import { imageFormat, probeHeader, type ImageFormat } from '../../policies/image-size.js';
 import type { ReferenceImage } from '../upstream/openai-images.js';
-import { allDecoded, loadSharp, timedDecode } from '../upstream/reference-images.js';
+import { decodeInOrder, loadSharp } from '../upstream/reference-images.js';
 
 /** Limits of @fastify/multipart (busboy) behind the gateway's own: it stops what gets past them. */
 export const MULTIPART_LIMITS = {
@@ -60,8 +60,8 @@ function notWhole(n: number, format: ImageFormat): GatewayError {
  * Decode an edit's images in full (the prepare phase, once the call's hold is placed): 400 naming the first in order
  * that is truncated or corrupt. `observe` gets each decode's time (farebox_image_decode_seconds).
  */
-export async function decodeEditImages(images: readonly ReferenceImage[], observe: (seconds: number) => void): Promise<void> {
-  await allDecoded(images.map((img, i) => timedDecode(() => checkDecodes(img.bytes, i + 1, img.format), observe)));
+export async function decodeEditImages(images: readonly ReferenceImage[], observe: (seconds: number) => void, left: () => boolean): Promise<void> {
+  await decodeInOrder(images.map((img, i) => () => checkDecodes(img.bytes, i + 1, img.format)), observe, left);
 }
 
 /** The form's error from @fastify/multipart or busboy, as the caller's 400 or 413. */

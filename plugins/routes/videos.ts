@@ -15,7 +15,7 @@ import { FREE } from '../billing/billing.js';
 import type { Exchange } from '../call.js';
 import { newVideoId, VIDEO_HOLD_MARGIN_MS } from '../jobs/video-store.js';
 import {
-  MAX_IMAGE_PIXELS, allDecoded, decodeImage, isMultipartRequest, prepareImage, readImageParts, timedDecode,
+  MAX_IMAGE_PIXELS, decodeImage, decodeInOrder, isMultipartRequest, prepareImage, readImageParts,
   type ImageFit, type ImagePartLimits, type PreparedImage, type UploadedImage,
 } from '../upstream/reference-images.js';
 import type { ModelRoute, VideoModel } from '../../policies/catalog.js';
@@ -80,12 +80,12 @@ async function readSubmit(request: FastifyRequest): Promise<{ fields: VideoField
  * Decode and prepare the references as the plan says: frames fitted to the video, subject references as they are.
  * `observe` gets each image's decode time (farebox_image_decode_seconds).
  */
-async function prepareReferences(p: VideoPoliced, observe: (seconds: number) => void): Promise<Pick<VideoPoliced, 'firstFrame' | 'lastFrame' | 'subjects'>> {
+async function prepareReferences(p: VideoPoliced, observe: (seconds: number) => void, left: () => boolean): Promise<Pick<VideoPoliced, 'firstFrame' | 'lastFrame' | 'subjects'>> {
   const { plan } = p;
   const refs = plan.references;
   if (refs.kind === 'none') return {};
   const fit: ImageFit = refs.kind === 'subjects' ? { fit: 'none' } : { fit: refs.fit, width: plan.width, height: plan.height };
-  const prepared = await allDecoded([...p.inputs, ...p.lasts].map((img) => timedDecode(() => decodeImage(img).then((d) => prepareImage(d, fit)), observe)));
+  const prepared = await decodeInOrder([...p.inputs, ...p.lasts].map((img) => () => decodeImage(img).then((d) => prepareImage(d, fit))), observe, left);
   if (refs.kind === 'subjects') return { subjects: prepared };
   const [firstFrame, lastFrame] = prepared;
   return { firstFrame, lastFrame };
@@ -115,10 +115,10 @@ export const videos: Endpoint<VideoPoliced> = {
     // The hold is the job's: no instance renews it, and the sweeper releases it only past the job's deadline.
     return { quote: { model: p.route.model.id, amount }, tokens: 0, owner: `job:${p.jobId}`, ttlMs: p.holdMs };
   },
-  prepare(_call, p, ctx) {
+  prepare(call, p, ctx) {
     // Decoding and fitting the references is work only a held call may cost the gateway; a text-to-video submit has none.
     if (p.plan.references.kind === 'none') return undefined;
-    return prepareReferences(p, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'videos' }, s)).then((images) => ({ ...p, ...images }));
+    return prepareReferences(p, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'videos' }, s), () => call.ended).then((images) => ({ ...p, ...images }));
   },
   async forward(call, p, reply, ctx) {
     const provider = ctx.videos.provider(p.route.provider.name);

@@ -104,7 +104,9 @@ export function closeUnreadUpload(request: FastifyRequest, reply: FastifyReply):
   reply.raw.once('finish', () => {
     // Node's own close after a `connection: close` answer (net.Socket destroySoon) ends the socket's write side and
     // destroys it once that is flushed; the socket stays open for reading instead, until the caller's FIN ends it
-    // (net.Socket autoDestroy) or the linger is over.
+    // (net.Socket autoDestroy) or the linger is over. This leans on how Node 20 to 26 order those listeners: on a
+    // Node that destroyed the socket already, the close was immediate (the answer may reach the caller reset).
+    if (socket.destroyed) return;
     socket.removeListener('finish', socket.destroy);
     const linger = setTimeout(() => socket.destroy(), LINGER_MS);
     linger.unref();
@@ -248,26 +250,54 @@ export async function decodeImage(img: UploadedImage): Promise<DecodedImage> {
 }
 
 /**
- * Run one image's full decode (and preparation), its time reported to `observe` when it ends, whether it succeeded
- * or not: the gateway metric of decodes (farebox_image_decode_seconds), which only a call whose hold is placed runs.
+ * Full decodes running at once in this process. sharp decodes on libuv's threadpool (4 threads by default), which DNS
+ * lookups of new upstream connections and file reads share: two decodes at a time leave it room, and a burst of
+ * uploads queues here instead of stalling every other call.
  */
-export function timedDecode<T>(decode: () => Promise<T>, observe: (seconds: number) => void): Promise<T> {
-  const start = process.hrtime.bigint();
-  const done = () => observe(Number(process.hrtime.bigint() - start) / 1e9);
-  const out = decode();
-  out.then(done, done);
-  return out;
+const DECODE_SLOTS = 2;
+let decoding = 0;
+const waitingForSlot: (() => void)[] = [];
+
+/** Run `decode` in one of DECODE_SLOTS, handed on to the next waiting decode when it ends. */
+async function inDecodeSlot<T>(decode: () => Promise<T>): Promise<T> {
+  if (decoding < DECODE_SLOTS) decoding++;
+  else await new Promise<void>((resolve) => waitingForSlot.push(resolve));
+  try {
+    return await decode();
+  } finally {
+    const next = waitingForSlot.shift();
+    if (next) next();
+    else decoding--;
+  }
+}
+
+/** Thrown when a call's decodes stop because its caller left (prepare then finishes the call, unforwarded). */
+export class CallerLeft extends Error {
+  constructor() {
+    super('the caller left while its images were decoded');
+  }
 }
 
 /**
- * The values of a call's decodes, in order; when some fail, once all have ended, the first failure in order: a
- * refusal names the same image whichever decode ended first, and no decode still runs once the call is answered.
+ * A call's full decodes (and preparations), one at a time in the process's decode slots, each timed to `observe`
+ * (farebox_image_decode_seconds, which only a call whose hold is placed runs): their values in order; the first
+ * failure ends them, so a refusal names the first bad image and no decode runs once the call is answered; a caller
+ * that left (`left()`) ends them with CallerLeft.
  */
-export async function allDecoded<T>(decodes: readonly Promise<T>[]): Promise<T[]> {
-  const settled = await Promise.allSettled(decodes);
-  const failed = settled.find((r) => r.status === 'rejected');
-  if (failed) throw failed.reason;
-  return settled.map((r) => (r as PromiseFulfilledResult<T>).value);
+export async function decodeInOrder<T>(decodes: readonly (() => Promise<T>)[], observe: (seconds: number) => void, left: () => boolean): Promise<T[]> {
+  const out: T[] = [];
+  for (const decode of decodes) {
+    if (left()) throw new CallerLeft();
+    out.push(await inDecodeSlot(async () => {
+      const start = process.hrtime.bigint();
+      try {
+        return await decode();
+      } finally {
+        observe(Number(process.hrtime.bigint() - start) / 1e9);
+      }
+    }));
+  }
+  return out;
 }
 
 /** How an image meets the output: as it is, or fitted to a frame of `width` x `height`. */

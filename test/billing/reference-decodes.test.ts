@@ -140,6 +140,11 @@ t.test('a corrupt image (a whole header, its data cut) from a funded account: 40
   t.equal(edit.headers!.get('x-gw-billing-chain'), 'chain_a', 'the hold had been placed');
   t.equal(await decodes('image_edits'), editDecodes + 2, 'both images decoded, after the hold');
   t.match(await closed(edit.headers!.get('x-request-id')!), { status: 'free', priceAtomic: 0n, held: parseUsd(listed.image['img-pro']!['2K']) }, 'held, then released');
+  // The corrupt one first: its refusal ends the call's decodes, so the whole ones after it cost nothing.
+  const first = await decodes('image_edits');
+  const early = await refusal(funded.images.edit({ model: 'img-pro', prompt: 'p', image: [await toFile(cut, 'a.png', { type: 'image/png' }), ...await files(png, 5)] } as never));
+  t.match((early.error as { message: string }).message, /^Image 1 is not a whole PNG image/);
+  t.equal(await decodes('image_edits'), first + 1, 'decoding stopped at the first bad image');
 
   const videoDecodes = await decodes('videos');
   const video = await refusal(funded.videos.create({ model: 'vidA-v6', prompt: 'p', seconds: '8', input_reference: await toFile(cut, 'a.png', { type: 'image/png' }) } as never));
@@ -162,7 +167,7 @@ t.test('a caller who leaves while its references are decoded: the call is finish
   const ac = new AbortController();
   const submit = funded.videos.create({ model: 'vidB-2.5', prompt: 'p', seconds: '5', input_reference: await files(large, 6) } as never, { signal: ac.signal });
   const gone = submit.then(() => null, (err: unknown) => err);
-  // Held, and decoding: the first of the six decodes has ended, the others run.
+  // Held, and decoding: the first of the six decodes has ended; they run one at a time.
   await until('a first decode', async () => (await decodes('videos')) > decoded);
   ac.abort();
   t.ok((await gone) instanceof OpenAI.APIUserAbortError, 'the caller left');
@@ -171,7 +176,8 @@ t.test('a caller who leaves while its references are decoded: the call is finish
     return r && Date.parse(r.time) >= started - 1000 && r.status !== 'held' ? r : null;
   });
   t.match(rec, { model: 'vidB-2.5', status: 'free', priceAtomic: 0n, held: parseUsd(listed.video['vidB-2.5']!['5']!) });
-  await until('the decodes in flight', async () => (await decodes('videos')) === decoded + 6);
+  // The decode running when the caller left ends; none starts after it.
+  t.ok((await decodes('videos')) < decoded + 6, 'the decodes stopped with their caller: fewer than its six ran');
   t.equal(posts(), calls, 'the provider never saw the job');
   const after = await wallet();
   t.same([after.held, after.pending, after.available], [before.held, before.pending, before.available], 'the wallet is whole');
