@@ -74,7 +74,7 @@ const billingSchema = z.strictObject({
   /**
    * Where debits wait while Redis is away (plugins/billing/spool.ts): a folder that outlives the process (a persistent
    * volume in production), of this user and 0700 (another owner, or group or others with write rights, is refused at
-   * start). Default: farebox-spool/<redis server>-<prefix>-<hash> under the system's temporary folder.
+   * start). Default: farebox-spool-<uid>/<redis server>-<prefix>-<hash> under the system's temporary folder.
    */
   spool_dir: z.string().min(1).optional(),
   /** Most debits one instance keeps waiting; past it a delivered call is not charged (farebox_debits_lost_total). */

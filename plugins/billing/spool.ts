@@ -11,7 +11,7 @@
  *
  * A spool belongs to one Redis and key prefix (SpoolOwner), and never mixes with another's: a debit drained into
  * another Redis finds no hold there and is dropped for good (its call ends free in its own Redis). So:
- * - the default folder is named by both (`farebox-spool/<server>-<prefix>-<hash>` under the temporary folder);
+ * - the default folder is named by both (`farebox-spool-<uid>/<server>-<prefix>-<hash>` under the temporary folder);
  * - every file starts with a header line naming them, and a dead process's file is adopted only if its header names
  *   this spool's; one naming another, or none (written before files had a header, when folders were named by the
  *   prefix alone, so it may be any Redis's), is left in place, logged and counted, for an operator to place;
@@ -73,7 +73,21 @@ export class SpoolFolderRefused extends Error {
 export function defaultSpoolDir(owner: SpoolOwner, base = tmpdir()): string {
   const readable = (s: string, max: number) => s.replace(/^redis:\/\//, '').replace(/[^A-Za-z0-9.]+/g, '_').replace(/^_+|_+$/g, '').slice(0, max);
   const hash = createHash('sha256').update(JSON.stringify([owner.redis, owner.prefix])).digest('hex').slice(0, 12);
-  return join(base, 'farebox-spool', [readable(owner.redis, 48), readable(owner.prefix, 32), hash].filter(Boolean).join('-'));
+  return join(base, userSpoolRoot(), [readable(owner.redis, 48), readable(owner.prefix, 32), hash].filter(Boolean).join('-'));
+}
+
+/**
+ * The folder the default spool folders of this user live in: one per user (`farebox-spool-<uid>`), so no other user
+ * can take it first and no user's gateway is refused for another's.
+ */
+function userSpoolRoot(): string {
+  const uid = process.getuid?.();
+  return uid === undefined ? 'farebox-spool' : `farebox-spool-${uid}`;
+}
+
+/** Where versions before spool headers kept the default spool: `farebox-spool/<prefix>`, whatever the Redis. */
+function legacySpoolDir(prefix: string, base = tmpdir()): string {
+  return join(base, 'farebox-spool', prefix.replace(/[^A-Za-z0-9_.-]/g, '_') || 'default');
 }
 
 const SPOOL_FILE = /^((.+)-(\d+)-[0-9a-f]{6})\.jsonl$/;
@@ -83,6 +97,8 @@ const openHere = new Set<string>();
 /** The file spool of one gateway instance. */
 export class DebitSpool {
   private readonly dir: string;
+  /** The default folder of earlier versions, looked into for debits left there (never drained: see adopt). */
+  private readonly legacyDir: string | undefined;
   private readonly file: string;
   /** The first line of every file of this spool. */
   private readonly header: string;
@@ -108,6 +124,7 @@ export class DebitSpool {
   ) {
     if (dir === undefined) {
       this.dir = defaultSpoolDir(owner);
+      this.legacyDir = legacySpoolDir(owner.prefix);
       // In a folder every user may write to: links are not followed, so no one can point the spool elsewhere.
       ownFolder(dirname(this.dir), false, log);
       ownFolder(this.dir, false, log);
@@ -277,7 +294,36 @@ export class DebitSpool {
       rmSync(claimed, { force: true });
       if (lines.length > 0) this.log.warn({ file: name, debits: lines.length }, 'adopted the debits of a process that is gone');
     }
-    this.events.notAdopted(left);
+    this.events.notAdopted(left + this.legacyLeft());
+  }
+
+  /**
+   * Spool files of this host in the default folder of earlier versions (`farebox-spool/<prefix>`): named by the prefix
+   * alone, they may be any Redis's, so none is drained; each that holds debits is logged and counted as not adopted.
+   */
+  private legacyLeft(): number {
+    if (this.legacyDir === undefined) return 0;
+    let names: string[];
+    try {
+      names = readdirSync(this.legacyDir);
+    } catch {
+      return 0;
+    }
+    let left = 0;
+    for (const name of names) {
+      const m = SPOOL_FILE.exec(name);
+      if (!m || m[2] !== hostname()) continue;
+      const path = join(this.legacyDir, name);
+      try {
+        if (statSync(path).size === 0) continue;
+      } catch {
+        continue;
+      }
+      left++;
+      this.log.error({ file: path, redis: this.owner.redis, prefix: this.owner.prefix, header: this.header },
+        'spooled debits of an earlier version not adopted: its default folder was named by the prefix alone, so they may be any Redis\'s; once you know they are this one\'s, give the file the header line logged here and move it into this gateway\'s spool folder');
+    }
+    return left;
   }
 
   /** Why the spool file at `path` is not this spool's to drain; undefined when it is (or is empty). */
@@ -337,10 +383,14 @@ function ownFolder(dir: string, follow: boolean, log: Log): void {
   if (st.uid !== uid) {
     throw new SpoolFolderRefused(dir, `owned by uid ${st.uid}, not by this process's uid ${uid}: refused, its debits are not ours to drain nor its folder ours to trust; set billing.spool_dir to a folder of this user`);
   }
-  if (st.mode & 0o022) {
+  // An operator's folder writable by a group this process belongs to (a Kubernetes volume with fsGroup is remade
+  // group-writable at every mount) is the operator's setup: a warning. Others, or another group: refused.
+  const ownGroup = follow && (st.mode & 0o022) === 0o020 && (process.getgroups?.() ?? []).includes(st.gid);
+  if (st.mode & 0o022 && !ownGroup) {
     throw new SpoolFolderRefused(dir, `group or others may write to it (mode ${mode}): refused, files could have been planted or taken; check its files, then chmod 700 it, or set billing.spool_dir to a folder of this user`);
   }
-  if (st.mode & 0o077) {
+  if (ownGroup) log.warn({ folder: dir, mode, gid: st.gid }, 'debit spool folder writable by a group of this process: its members could plant or take debits');
+  if (st.mode & 0o077 && !ownGroup) {
     chmodSync(dir, 0o700);
     log.warn({ folder: dir, mode }, 'debit spool folder narrowed to 0700: others could read its call data');
   }

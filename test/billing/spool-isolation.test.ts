@@ -138,11 +138,11 @@ async function neverMixed(t: Test, spoolDir: string | undefined, whileBRuns: (b:
 
 t.test('same prefix, another Redis: default spool folders are apart, 0700 with 0600 files, and B never adopts A\'s debit', async (t) => {
   await neverMixed(t, undefined, async (b, file) => {
-    const base = join(root, 'farebox-spool');
+    const base = join(root, `farebox-spool-${process.getuid!()}`);
     const folders = readdirSync(base);
     t.equal(folders.length, 2, 'one folder per Redis');
     t.ok(folders.every((f) => f.includes(prefix.replace(/[^A-Za-z0-9.]+/g, '_').replace(/^_+|_+$/g, ''))), `each named with the prefix: ${folders.join(', ')}`);
-    t.equal(mode(base), '700', 'farebox-spool is 0700');
+    t.equal(mode(base), '700', 'the user\'s farebox-spool folder is 0700');
     for (const f of folders) t.equal(mode(join(base, f)), '700', `${f} is 0700`);
     t.equal(mode(file), '600', 'the spool file is 0600');
     const header = JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { redis: string; prefix: string };
@@ -199,18 +199,18 @@ t.test('a spool folder of another user, a link, or one others may write to is re
   });
   const planted = mkdtempSync(join(root, 'planted-'));
   mkdirSync(join(planted, 'elsewhere'));
-  symlinkSync(join(planted, 'elsewhere'), join(planted, 'farebox-spool'));
+  symlinkSync(join(planted, 'elsewhere'), join(planted, `farebox-spool-${process.getuid!()}`));
   process.env.TMPDIR = planted;
   const link = await registration(() => {});
-  t.match(link?.message, `debit spool folder ${join(planted, 'farebox-spool')}: a symbolic link`);
+  t.match(link?.message, `debit spool folder ${join(planted, `farebox-spool-${process.getuid!()}`)}: a symbolic link`);
   t.same(readdirSync(join(planted, 'elsewhere')), [], 'nothing was made where the link points');
   if (asRoot) {
     const taken = mkdtempSync(join(root, 'taken-'));
-    mkdirSync(join(taken, 'farebox-spool'));
-    chownSync(join(taken, 'farebox-spool'), 65534, 65534);
+    mkdirSync(join(taken, `farebox-spool-${process.getuid!()}`));
+    chownSync(join(taken, `farebox-spool-${process.getuid!()}`), 65534, 65534);
     process.env.TMPDIR = taken;
     const other = await registration(() => {});
-    t.match(other?.message, `debit spool folder ${join(taken, 'farebox-spool')}: owned by uid 65534`);
+    t.match(other?.message, `debit spool folder ${join(taken, `farebox-spool-${process.getuid!()}`)}: owned by uid 65534`);
   }
   process.env.TMPDIR = tmp;
   t.equal(await registration(() => {}), undefined, 'the default folder of this user starts');

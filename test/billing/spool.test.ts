@@ -150,7 +150,7 @@ t.test('a spool is named by the Redis its connection writes to: server and DB, o
   const b = defaultSpoolDir({ redis: db1, prefix: 'farebox:' }, '/base');
   t.not(a, b, 'one prefix on two DBs: two folders');
   t.match(basename(a), /^127\.0\.0\.1_6379_0-farebox-[0-9a-f]{12}$/, `readable, then a hash: ${basename(a)}`);
-  t.equal(join(a, '..'), '/base/farebox-spool');
+  t.equal(join(a, '..'), `/base/farebox-spool-${process.getuid!()}`, 'under a folder of this user\'s own');
   t.not(defaultSpoolDir({ redis: db0, prefix: 'other:' }, '/base'), a, 'another prefix: another folder');
 });
 
@@ -190,6 +190,35 @@ t.test('a gone process\'s spool file is adopted only if its header names this Re
   t.notOk(existsSync(join(folder, names.ours)), 'the adopted file is gone');
 });
 
+t.test('debits an earlier version left in its default folder (farebox-spool/<prefix>) are reported, not drained: they may be any Redis\'s', async (t) => {
+  const base = mkdtempSync(join(dir, 'tmp-'));
+  const tmp = process.env.TMPDIR;
+  process.env.TMPDIR = base;
+  t.teardown(() => {
+    process.env.TMPDIR = tmp;
+  });
+  const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'farebox:' };
+  const legacy = join(base, 'farebox-spool', 'farebox_');
+  mkdirSync(legacy, { recursive: true });
+  const left = `${hostname()}-99999999-aaaaaa.jsonl`;
+  writeFileSync(join(legacy, left), `${JSON.stringify({ ...debit(1), price: '1' })}\n`);
+  writeFileSync(join(legacy, `${hostname()}-99999998-bbbbbb.jsonl`), '');
+  const drained: string[] = [];
+  const errors: string[] = [];
+  let notAdopted = -1;
+  const spool = new DebitSpool(undefined, owner, `${hostname()}-${process.pid}-ffffff`, 100, async (d) => {
+    drained.push(d.requestId);
+    return taken(d);
+  }, redisUnavailable, { ...none, notAdopted: (n) => (notAdopted = n) }, { error: (_o, msg) => errors.push(msg), warn() {} });
+  spool.start();
+  t.ok(await spool.flush(5_000));
+  await spool.stop();
+  t.same(drained, [], 'nothing drained');
+  t.equal(notAdopted, 1, 'the file with a debit is counted; the empty one is not');
+  t.match(errors, [/earlier version not adopted/]);
+  t.ok(existsSync(join(legacy, left)), 'left in place');
+});
+
 t.test('spool folders are 0700 and files 0600; a folder others may only read is narrowed, one they may change or of another user refused', async (t) => {
   const mode = (p: string) => (statSync(p).mode & 0o777).toString(8);
   const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'p:' };
@@ -221,9 +250,20 @@ t.test('spool folders are 0700 and files 0600; a folder others may only read is 
   for (const m of [0o777, 0o770, 0o702]) {
     const writable = mkdtempSync(join(dir, 'writable-'));
     chmodSync(writable, m);
+    // A group writes here that is not this process's (65534: nogroup), or anyone does.
+    if (process.getuid?.() === 0) chownSync(writable, 0, 65534);
+    if (m === 0o770 && process.getuid?.() !== 0) continue;
     t.throws(() => open(writable), new SpoolFolderRefused(writable, `group or others may write to it (mode 0${m.toString(8)})`), `mode 0${m.toString(8)} refused`);
     t.throws(() => open(writable), { message: new RegExp(`^debit spool folder ${writable}: group or others may write to it`) });
   }
+
+  // A volume made group-writable for this process's own group (Kubernetes' fsGroup): used, with a warning.
+  const grouped = mkdtempSync(join(dir, 'fsgroup-'));
+  chmodSync(grouped, 0o2770);
+  const ownGroupWarned: string[] = [];
+  await open(grouped, { error() {}, warn: (_o, msg) => void ownGroupWarned.push(msg) }).stop();
+  t.match(ownGroupWarned, [/writable by a group of this process/]);
+  t.equal(mode(grouped), '770', 'left as the volume was mounted');
 
   // Root gives a folder away; anyone else finds one of root's.
   const asRoot = process.getuid?.() === 0;
