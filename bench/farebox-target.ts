@@ -25,7 +25,7 @@ export async function startFarebox(simUrl: string, redisUrl: string, redisPrefix
   input.server = { host: '127.0.0.1', port: 0 };
   // Rate limits still count every call (their Redis round trip is part of the hot path) but never refuse one:
   // the defaults (3,000 requests/min per key, 6,000 video polls) would answer most of the load with 429.
-  input.limits = { default: { key: { rpm: 1e12 }, account: { rpm: 1e12 } }, video_polls: { key: { rpm: 1e12 } } };
+  input.limits = { default: { key: { rpm: 1e12 }, account: { rpm: 1e12 } }, video_polls: { key: { rpm: 1e12 }, account: { rpm: 1e12 } } };
   // Settlement runs in a `farebox settle` process beside it (bench/server.ts settle), as a production deployment
   // runs it: its CPU and garbage stay off the gateway's event loop. The bench counts its CPU with the gateway's.
   input.billing = { settler: false, watcher: false };

@@ -41,6 +41,8 @@ const DEFAULT_ACCOUNT_RPM = 6_000;
 // Python SDK's create_and_poll (500 at 5 s), bursts included; a poll costs the gateway one Redis round trip (~0.07 ms
 // of CPU, README "Videos"), so a key at its limit costs about 1% of a core, where unlimited polls reached 2,340/s.
 const DEFAULT_KEY_POLL_RPM = 6_000;
+/** An account's polls, whatever its keys: two keys at their limit, so more keys do not multiply what one account may poll. */
+const DEFAULT_ACCOUNT_POLL_RPM = 12_000;
 
 const defaultPair = (rpm: number | null) =>
   z.strictObject({ rpm: limit.default(rpm), tpm: limit.default(null) });
@@ -56,7 +58,10 @@ export const limitsConfigSchema = z.strictObject({
     })
     .prefault({}),
   families: z.partialRecord(z.enum(FAMILIES), familyScope).prefault({}),
-  video_polls: z.strictObject({ key: z.strictObject({ rpm: limit.default(DEFAULT_KEY_POLL_RPM) }).prefault({}) }).prefault({}),
+  video_polls: z.strictObject({
+    key: z.strictObject({ rpm: limit.default(DEFAULT_KEY_POLL_RPM) }).prefault({}),
+    account: z.strictObject({ rpm: limit.default(DEFAULT_ACCOUNT_POLL_RPM) }).prefault({}),
+  }).prefault({}),
 });
 
 /** The `limits` section as written. */

@@ -130,10 +130,13 @@ export class Admission {
     return { decision, hold, limits };
   }
 
-  /** Count a video poll or download against its key's poll limit, or throw its 429; nothing is held. */
+  /** Count a video poll or download against its key's and account's poll limits, or throw its 429; nothing is held. */
   async admitPoll(identity: KeyIdentity, protocol: Protocol): Promise<Decision> {
     const decision = await this.limiter.checkPoll(identity.account, identity.keyId);
-    if (!decision.allowed) throw rateLimitedError(decision, protocol, undefined, 'video polls per minute for this API key');
+    if (!decision.allowed) {
+      const whose = decision.which === 'account_requests' ? 'this account' : 'this API key';
+      throw rateLimitedError(decision, protocol, undefined, `video polls per minute for ${whose}`);
+    }
     return decision;
   }
 

@@ -175,14 +175,13 @@ export interface PreparedAdjust {
 const checkScript = new LuaScript(CHECK_LUA);
 const adjustScript = new LuaScript(ADJUST_LUA);
 
-/** The one limit of a video poll: requests of the key. */
-const POLL_IDS: readonly LimitId[] = ['key_requests'];
 
 /** Checks and charges the rate limits of calls, shared through Redis. */
 export class RateLimiter {
   private readonly plans = new Map<string, Plan | null>();
   private readonly fallback: Plan | null;
-  private readonly pollRpm: number | null;
+  /** The limits of a video poll: requests of the key, then of the account (those that are set). */
+  private readonly poll: { readonly ids: readonly LimitId[]; readonly limits: readonly number[] };
 
   constructor(
     private readonly redis: Redis,
@@ -191,17 +190,22 @@ export class RateLimiter {
     // Plans are built once: the per-call path only looks one up and fills in the ids.
     for (const family of FAMILIES) this.plans.set(family, plan(config, family));
     this.fallback = plan(config, '');
-    this.pollRpm = config.video_polls.key.rpm;
+    const polls: [LimitId, number | null][] = [['key_requests', config.video_polls.key.rpm], ['account_requests', config.video_polls.account.rpm]];
+    const set = polls.filter((p): p is [LimitId, number] => p[1] !== null);
+    this.poll = { ids: set.map((p) => p[0]), limits: set.map((p) => p[1]) };
   }
 
   /**
-   * Count one video poll or download against its key's poll limit (`limits.video_polls`), by the same script as a
-   * call's limits: one EVALSHA, which a route sends in the same turn as its job read, so both share a round trip.
+   * Count one video poll or download against its key's and its account's poll limits (`limits.video_polls`), by the
+   * same script as a call's limits: one EVALSHA, which a route sends in the same turn as its job read, so both share a
+   * round trip.
    */
   async checkPoll(account: string, keyId: string, now?: number): Promise<Decision> {
-    if (this.pollRpm === null) return UNLIMITED;
-    const reply = await checkScript.run<number[]>(this.redis, [keys.videoPollLimit(account, keyId)], [now ?? '', WINDOW_MS, this.pollRpm, 1]);
-    return buildDecision(POLL_IDS, [this.pollRpm], reply);
+    const { ids, limits } = this.poll;
+    if (ids.length === 0) return UNLIMITED;
+    const bucket = (id: LimitId) => (id === 'key_requests' ? keys.videoPollLimit(account, keyId) : keys.videoPollAccountLimit(account));
+    const reply = await checkScript.run<number[]>(this.redis, ids.map(bucket), [now ?? '', WINDOW_MS, ...limits.flatMap((l) => [l, 1])]);
+    return buildDecision(ids, limits, reply);
   }
 
   /** Decide on a call and, if every limit passes, charge it to all of them; a refusal charges nothing. */

@@ -83,6 +83,7 @@ export const keys = {
   rateLimits: (account: string, family: string) => `rl:{${account}}:${family}:`,
   /** One key's bucket of video polls and downloads (no family: a poll of an unknown id counts too). */
   videoPollLimit: (account: string, keyId: string) => `rl:{${account}}:video-polls:k:${keyId}`,
+  videoPollAccountLimit: (account: string) => `rl:{${account}}:video-polls:a`,
 
   video: (id: string) => `video:${id}`,
   videosOpen: 'videos-open',

@@ -29,11 +29,11 @@ t.test('resolveLimits: family entries override field by field, null = unlimited,
   for (const [family, want] of cases) t.same(resolveLimits(cfg, family), want, family);
 });
 
-t.test('video_polls: 6,000 polls a minute per key by default, any positive number or null (unlimited)', async (t) => {
-  t.same(limitsConfigSchema.parse({}).video_polls, { key: { rpm: 6000 } });
-  t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: 30 } } }).video_polls, { key: { rpm: 30 } });
-  t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: null } } }).video_polls, { key: { rpm: null } });
-  for (const bad of [{ key: { rpm: 0 } }, { key: { rpm: 1.5 } }, { key: { tpm: 5 } }, { account: { rpm: 5 } }]) {
+t.test('video_polls: 6,000 polls a minute per key and 12,000 per account by default, any positive number or null (unlimited)', async (t) => {
+  t.same(limitsConfigSchema.parse({}).video_polls, { key: { rpm: 6000 }, account: { rpm: 12000 } });
+  t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: 30 } } }).video_polls, { key: { rpm: 30 }, account: { rpm: 12000 } });
+  t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: null }, account: { rpm: 50 } } }).video_polls, { key: { rpm: null }, account: { rpm: 50 } });
+  for (const bad of [{ key: { rpm: 0 } }, { key: { rpm: 1.5 } }, { key: { tpm: 5 } }, { account: { tpm: 5 } }, { account: { rpm: -1 } }, { team: {} }]) {
     t.notOk(limitsConfigSchema.safeParse({ video_polls: bad }).success, JSON.stringify(bad));
   }
 });

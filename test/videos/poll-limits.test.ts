@@ -48,6 +48,17 @@ t.test('polls of unknown ids count against the key\'s poll limit: 404 up to it, 
   t.ok(e2 instanceof OpenAI.NotFoundError, 'another key: still 404');
 });
 
+t.test('an account\'s keys share its poll limit: more keys do not poll more', async (t) => {
+  const g = await startHarness({ edit: (c) => { c.limits = { video_polls: { key: { rpm: 100 }, account: { rpm: 3 } } }; } });
+  t.teardown(() => g.close());
+  const keys = await Promise.all([createKey(g.redis, g.account), createKey(g.redis, g.account), createKey(g.redis, g.account)]);
+  for (const k of keys) t.ok((await sdk(g, k.key).videos.retrieve(UNKNOWN).catch((x: unknown) => x)) instanceof OpenAI.NotFoundError, 'one poll a key: 404');
+  const fresh = await createKey(g.redis, g.account);
+  const e = await sdk(g, fresh.key).videos.retrieve(UNKNOWN).catch((x: unknown) => x);
+  t.ok(e instanceof OpenAI.RateLimitError, 'a fourth key of the account: 429');
+  t.match((e as InstanceType<typeof OpenAI.RateLimitError>).message, /video polls per minute for this account \(limit 3\)/);
+});
+
 t.test('the poll limit is its own: a key out of polls still submits, and its own job\'s poll carries the headers', async (t) => {
   const key = await createKey(h.redis, h.account);
   const openai = sdk(h, key.key);
