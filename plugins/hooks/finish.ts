@@ -36,7 +36,9 @@ export class Finisher {
       bill = FREE;
     }
     if (bill === null) return;
-    if (call.clientAborted && bill.price === 0n && call.admitted.hold) {
+    // Counted only where the provider was asked (an exchange began): a caller that left during the gate or prepare
+    // made no one work.
+    if (call.clientAborted && bill.price === 0n && call.admitted.hold && call.exchange !== undefined) {
       this.metrics.abandonedCalls.inc({ account: call.admitted.hold.account, endpoint: call.endpoint!.name });
     }
     const done: Promise<void> = this.admission.finish(call.admitted, bill).then(

@@ -1,10 +1,11 @@
 /**
  * Cancels of upstream video jobs nobody will pay for: a submit whose caller left before its job's id reached it, or
- * whose job could not be recorded. The provider renders such a job at the operator's cost, so it is asked to stop at
- * once, off the caller's path: the caller's answer never waits on it and nothing is charged, whatever it answers.
+ * whose job could not be recorded, and a job the poller failed at its deadline. The provider renders such a job at
+ * the operator's cost, so it is asked to stop at once, off the caller's path: the caller's answer never waits on it
+ * and nothing is charged, whatever it answers.
  *
  * A provider that cannot answer (transport, 429, 5xx) is asked again after CANCEL_WAITS_MS, then left, logged and
- * counted `failed`. Not handed to the poller: a submit whose caller left has no job record for it to follow, and a
+ * counted `failed`. Not queued for the poller: a submit whose caller left has no job record for it to follow, and a
  * cancel is worth something only while the render runs (minutes), so it goes now, from the instance that knows the
  * upstream id. An instance that stops meanwhile makes no further try.
  */
