@@ -1,7 +1,7 @@
 // The debit spool: what waits reaches Redis in order; a debit Redis refuses outright is set aside, not retried,
 // and the debits behind it still go through. A spool belongs to one Redis and prefix: its folder and files say
 // which, only this user may read or change them, and a gone process's file of another Redis is never adopted.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
@@ -154,6 +154,21 @@ t.test('a spool is named by the Redis its connection writes to: server and DB, o
   t.not(defaultSpoolDir({ redis: db0, prefix: 'other:' }, '/base'), a, 'another prefix: another folder');
 });
 
+/** Start a spool in `folder` (undefined: the default one) that adopts what it may, let it drain, stop it: what it did. */
+async function startAndDrain(t: Test, folder: string | undefined, owner: { redis: string; prefix: string }, tag: string) {
+  const drained: string[] = [];
+  const errors: string[] = [];
+  let notAdopted = -1;
+  const spool = new DebitSpool(folder, owner, `${hostname()}-${process.pid}-${tag}`, 100, async (d) => {
+    drained.push(d.requestId);
+    return taken(d);
+  }, redisUnavailable, { ...none, notAdopted: (n) => (notAdopted = n) }, { error: (_o, msg) => errors.push(msg), warn() {} });
+  spool.start();
+  t.ok(await spool.flush(5_000));
+  await spool.stop();
+  return { drained, errors, notAdopted };
+}
+
 t.test('a gone process\'s spool file is adopted only if its header names this Redis and prefix; another\'s, or none, stays, logged and counted', async (t) => {
   const folder = join(dir, 'adopt');
   mkdirSync(folder, { mode: 0o700 });
@@ -168,16 +183,7 @@ t.test('a gone process\'s spool file is adopted only if its header names this Re
   };
   const names = { other: `${dead}-aaaaaa.jsonl`, otherPrefix: `${dead}-bbbbbb.jsonl`, old: `${dead}-cccccc.jsonl`, ours: `${dead}-dddddd.jsonl` };
   for (const k of Object.keys(files) as (keyof typeof files)[]) writeFileSync(join(folder, names[k]), `${files[k].join('\n')}\n`, { mode: 0o600 });
-  const drained: string[] = [];
-  const errors: string[] = [];
-  let notAdopted = -1;
-  const spool = new DebitSpool(folder, owner, `${hostname()}-${process.pid}-eeeeee`, 100, async (d) => {
-    drained.push(d.requestId);
-    return taken(d);
-  }, redisUnavailable, { ...none, notAdopted: (n) => (notAdopted = n) }, { error: (_o, msg) => errors.push(msg), warn() {} });
-  spool.start();
-  t.ok(await spool.flush(5_000));
-  await spool.stop();
+  const { drained, errors, notAdopted } = await startAndDrain(t, folder, owner, 'eeeeee');
   t.same(drained, ['req_4', 'req_5'], 'only the file of this Redis and prefix is drained, in order');
   t.equal(notAdopted, 3, 'the others are counted');
   t.equal(errors.length, 3, 'and logged at error');
@@ -203,16 +209,7 @@ t.test('debits an earlier version left in its default folder (farebox-spool/<pre
   const left = `${hostname()}-99999999-aaaaaa.jsonl`;
   writeFileSync(join(legacy, left), `${JSON.stringify({ ...debit(1), price: '1' })}\n`);
   writeFileSync(join(legacy, `${hostname()}-99999998-bbbbbb.jsonl`), '');
-  const drained: string[] = [];
-  const errors: string[] = [];
-  let notAdopted = -1;
-  const spool = new DebitSpool(undefined, owner, `${hostname()}-${process.pid}-ffffff`, 100, async (d) => {
-    drained.push(d.requestId);
-    return taken(d);
-  }, redisUnavailable, { ...none, notAdopted: (n) => (notAdopted = n) }, { error: (_o, msg) => errors.push(msg), warn() {} });
-  spool.start();
-  t.ok(await spool.flush(5_000));
-  await spool.stop();
+  const { drained, errors, notAdopted } = await startAndDrain(t, undefined, owner, 'ffffff');
   t.same(drained, [], 'nothing drained');
   t.equal(notAdopted, 1, 'the file with a debit is counted; the empty one is not');
   t.match(errors, [/earlier version not adopted/]);

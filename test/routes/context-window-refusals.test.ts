@@ -9,6 +9,7 @@ import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
+import { CHAT, MESSAGE, refusal, text } from '../helpers/prompts.js';
 
 const h = await startHarness({ chains: true });
 t.teardown(async () => {
@@ -19,19 +20,6 @@ await h.fund('chain_a', 5_000_000n);
 
 const anthropic = new Anthropic({ baseURL: h.url, apiKey: h.key, maxRetries: 0 });
 const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
-
-/** A text of exactly `tokens` tokens by the simulator's count. */
-const text = (tokens: number) => 'word'.repeat(tokens);
-/** Tokens one user message adds to its text: its framing (Messages), and the reply's priming (Chat Completions). */
-const MESSAGE = 3;
-const CHAT = 6;
-
-/** The error a call rejects with (failing the test if it resolves). */
-async function refusal<E>(t: Test, p: Promise<unknown>, cls: abstract new (...a: never[]) => E): Promise<E> {
-  const err = await p.then(() => undefined, (e: unknown) => e);
-  t.type(err, cls, `refused with ${cls.name}`);
-  return err as E;
-}
 
 /** Runs `call`, then checks its record is free at 0 and the wallet is as it was. */
 async function costsNothing(t: Test, call: () => Promise<string | null | undefined>): Promise<void> {

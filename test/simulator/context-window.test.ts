@@ -3,29 +3,18 @@
 // own count (a text of 4k ASCII characters is k tokens), which count_tokens and the usage report alike.
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { embeddedDefault } from '../../plugins/config.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { modelLimits } from '../../plugins/simulator/models.js';
+import { CHAT, MESSAGE, refusal, text } from '../helpers/prompts.js';
 
 const sim = await startSimulator();
 t.teardown(() => sim.close());
 const anthropic = new Anthropic({ baseURL: sim.url, apiKey: 'x', maxRetries: 0 });
 const openai = new OpenAI({ baseURL: `${sim.url}/v1`, apiKey: 'x', maxRetries: 0 });
 
-/** A text of exactly `tokens` tokens by the simulator's count. */
-const text = (tokens: number) => 'word'.repeat(tokens);
-/** Tokens a Messages request with one user message adds to its text: the message's framing. */
-const MESSAGE = 3;
-/** Tokens a Chat Completions request with one user message adds: the message's framing and the reply's priming. */
-const CHAT = 6;
 
-/** The error a promise rejects with (failing the test if it resolves). */
-async function refusal<E>(t: Test, p: Promise<unknown>, cls: abstract new (...a: never[]) => E): Promise<E> {
-  const err = await p.then(() => undefined, (e: unknown) => e);
-  t.type(err, cls, `refused with ${cls.name}`);
-  return err as E;
-}
 
 t.test('Messages: one token over a 200,000-token window is refused as Anthropic words it; the window itself is served', async (t) => {
   const over = { model: 'alpha-haiku-4-5', max_tokens: 16, messages: [{ role: 'user' as const, content: text(200_001 - MESSAGE) }] };
