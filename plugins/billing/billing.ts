@@ -330,7 +330,9 @@ export class Billing {
 
   private async release(requestId: string, reason: 'expired' | 'instance_died', now: number | undefined): Promise<number> {
     const callId = callIdOf(requestId);
-    const [account, chain, owner, status] = await this.r.hmget(keys.call(callId), 'account', 'chain', 'owner', 'status');
+    // The record's compact layout (call-records.ts), or the first one of a hold placed before it.
+    const f = await this.r.hmget(keys.call(callId), 'a', 'c', 'o', 's', 'account', 'chain', 'owner', 'status');
+    const [account, chain, owner, status] = f[3] ? f : f.slice(4);
     if (!account || !chain || !owner || status !== 'held') {
       await this.r.zrem(keys.holds, requestId);
       return 0;

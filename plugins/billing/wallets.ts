@@ -3,9 +3,10 @@
  *
  * Keys (plugins/store/keys.ts): wallet:<account>:<chain> (synced = escrow balance as of the watcher, locked =
  * requested withdrawal, pending = debits not yet seen onchain, held = holds of running calls); call:<callId>, the
- * call's record from its hold to its charge (call_id = the request id, time, account, key_id, model, chain, held,
- * owner, expires, price, usage, status held|pending|settled|failed|free, tx, and capped = 1 when the price was cut
- * to the hold); holds and owner-holds:<owner> while held; debits:<chain>; usage-idx:<account>; cursor:<chain>.
+ * call's record from its hold to its charge, in the compact layout of call-records.ts (t time, a account, k key id,
+ * m model, c chain, h held, o owner and e expiry while held, p price, s status held|pending|settled|failed|free,
+ * usage counts, x tx, cap = 1 when the price was cut to the hold); holds and owner-holds:<owner> while held;
+ * debits:<chain>; usage-idx:<account>; cursor:<chain>.
  *
  * One record per call, keyed by its escrow call id (callIdOf), so the watcher finds a Charged event's call directly.
  * Its status is the money's state: `held` (the amount in the wallet's `held`), `pending` (the price in `pending`),
@@ -21,6 +22,8 @@
 import type { Redis } from 'ioredis';
 import type { ChainName } from '../chains/config.js';
 import { rateLimitLua, type PreparedAdjust } from './rate-limit.js';
+import { storedRequestId, upgradeRecordLua, USAGE_RECORD_FIELDS, usageArgs } from './call-records.js';
+import { USAGE_FIELDS } from '../../pricing/index.js';
 import { keys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
 
@@ -38,47 +41,53 @@ if ${name} == nil or ${name} < 0 or ${name} ~= math.floor(${name}) or ${name} > 
 end`;
 
 // Decide the call's rate limits and place its hold, in one step. KEYS[1..5]: wallet, call record, holds,
-// owner-holds, usage-idx; KEYS[6..]: rate-limit keys. ARGV[1..10]: request id, amount, ttl ms, owner, account, chain,
-// model, key id, retention ms, now ms ('' = Redis TIME); ARGV[11..]: the rate-limit arguments (rate-limit.ts). A call
+// owner-holds, usage-idx; KEYS[6..]: rate-limit keys. ARGV[1..11]: request id, amount, ttl ms, owner, account, chain,
+// model, key id, retention ms, now ms ('' = Redis TIME), the request id as the record keeps it ('' when the call id
+// spells it); ARGV[12..]: the rate-limit arguments (rate-limit.ts). A call
 // the limits refuse holds nothing ({-2, 0, ...}); a hold refused for funds or as a duplicate ({0|-1, available, ...})
 // charges no limit; a placed hold charges them ({1, available after, ...}). The rate-limit decision (rateLimitLua's
 // `out`) follows the first two values.
 // Request ids are the gateway's own, so a record already there with this owner and amount is this very call, run
 // again: ioredis resends a command whose reply a dropped connection lost. It answers as placed the first time,
 // with the decision as it stands, and changes nothing. The hold expires `ttl` after now unless its owner renews it
-// (renewHolds); the record outlives that by the retention, so a hold is never lost to the record's TTL.
+// (renewHolds); the record outlives that by the retention, so a hold is never lost to the record's TTL. A record of
+// the first layout (its `status`) under the id is a duplicate too.
 const HOLD = `
 local n = #KEYS - 5
 ${amountLua('v', 'ARGV[2]')}
-local prior = redis.call('HMGET', KEYS[2], 'owner', 'held', 'status')
+local prior = redis.call('HMGET', KEYS[2], 'o', 'h', 's', 'status')
 local again = prior[1] == ARGV[4] and prior[2] == ARGV[2] and prior[3] == 'held'
-${rateLimitLua.decide(5, 10, 'again')}
+${rateLimitLua.decide(5, 11, 'again')}
 if allowed == 0 then return {-2, 0, unpack(out)} end
 local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
 local avail = tonumber(w[1] or '0') - tonumber(w[2] or '0') - tonumber(w[3] or '0') - tonumber(w[4] or '0')
 if again then return {1, avail, unpack(out)} end
-if prior[3] then return {-1, avail, unpack(out)} end
+if prior[3] or prior[4] then return {-1, avail, unpack(out)} end
 if avail < v then return {0, avail, unpack(out)} end
 ${nowLua('ARGV[10]')}
 local expires = now + tonumber(ARGV[3])
 if v > 0 then redis.call('HINCRBY', KEYS[1], 'held', v) end
-redis.call('HSET', KEYS[2], 'call_id', ARGV[1], 'time', now, 'account', ARGV[5], 'key_id', ARGV[8], 'model', ARGV[7],
-  'chain', ARGV[6], 'held', ARGV[2], 'owner', ARGV[4], 'expires', expires, 'price', '0', 'status', 'held')
+redis.call('HSET', KEYS[2], 't', now, 'a', ARGV[5], 'k', ARGV[8], 'm', ARGV[7], 'c', ARGV[6], 'h', ARGV[2], 'o', ARGV[4],
+  'e', expires, 'p', '0', 's', 'held')
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'r', ARGV[11]) end
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[9]))
 redis.call('ZADD', KEYS[3], expires, ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[5], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[9]))
 redis.call('PEXPIRE', KEYS[5], ARGV[9])
-${rateLimitLua.charge(5, 10)}
+${rateLimitLua.charge(5, 11)}
 return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, owner-holds,
-// debits, instances; KEYS[7..]: token limits to correct to the call's actual tokens, with ARGV[12..] (rate-limit.ts),
-// in the same step and so only once. ARGV: request id, price, usage JSON, call id, account, chain, status when free,
-// retention ms, release reason ('' for a debit), now ms ('' = Redis TIME), instance timeout ms. Replies {amount
-// debited, capped, late}.
+// debits, instances; KEYS[7..]: token limits to correct to the call's actual tokens, with ARGV[20..] (rate-limit.ts),
+// in the same step and so only once. ARGV: request id, price, the request id as the record keeps it ('' when the
+// call id spells it), call id, account, chain, status when free, retention ms, release reason ('' for a debit), now
+// ms ('' = Redis TIME), instance timeout ms, image size class ('' none), then the usage counts in USAGE_FIELDS order
+// (ARGV[13..19], a count of 0 not written). Replies {amount debited, capped, late}.
+// - The record leaves the hold's owner and expiry behind (call-records.ts); one of the first layout is rewritten in
+//   the compact one first.
 // - The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet (capped
 //   = 1, kept in the record).
 // - A record no longer held is this debit run again (a resend after a lost reply, or a retry): it answers as the
@@ -91,8 +100,14 @@ return {1, avail - v, unpack(out)}
 //   wallet may then be committed beyond its balance; the escrow refuses what it cannot pay.
 // - A record released at 0, or none, answers {-1, 0, 0}.
 const DEBIT = `
+local USAGE = {${USAGE_FIELDS.map((f) => `'${USAGE_RECORD_FIELDS[f]}'`).join(', ')}}
+${upgradeRecordLua}
 ${amountLua('price', 'ARGV[2]')}
-local rec = redis.call('HMGET', KEYS[2], 'status', 'held', 'price', 'capped', 'released', 'late')
+local rec = redis.call('HMGET', KEYS[2], 's', 'h', 'p', 'cap', 'rel', 'late', 'status')
+if rec[7] then
+  upgradeRecord(KEYS[2], ARGV[3] ~= '')
+  rec = redis.call('HMGET', KEYS[2], 's', 'h', 'p', 'cap', 'rel', 'late')
+end
 local status = rec[1]
 local late = 0
 if status ~= 'held' then
@@ -108,7 +123,7 @@ if ARGV[9] ~= '' then
     local expires = redis.call('ZSCORE', KEYS[3], ARGV[1])
     if expires and tonumber(expires) > now then return {-1, 0, 0} end
   elseif ARGV[9] == 'instance_died' then
-    local beat = redis.call('ZSCORE', KEYS[6], redis.call('HGET', KEYS[2], 'owner') or '')
+    local beat = redis.call('ZSCORE', KEYS[6], redis.call('HGET', KEYS[2], 'o') or '')
     if beat and tonumber(beat) > now - tonumber(ARGV[11]) then return {-1, 0, 0} end
   end
 end
@@ -120,27 +135,33 @@ if late == 0 then
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('SREM', KEYS[4], ARGV[1])
 end
+local fields = {'s', price > 0 and 'pending' or ARGV[7], 'p', price}
+for i, f in ipairs(USAGE) do
+  if ARGV[12 + i] ~= '0' then fields[#fields + 1] = f; fields[#fields + 1] = ARGV[12 + i] end
+end
+if ARGV[12] ~= '' then fields[#fields + 1] = 'z'; fields[#fields + 1] = ARGV[12] end
 if price > 0 then
   redis.call('HINCRBY', KEYS[1], 'pending', price)
   redis.call('XADD', KEYS[5], '*', 'request_id', ARGV[1], 'call_id', ARGV[4], 'account', ARGV[5], 'amount', price)
-  redis.call('HSET', KEYS[2], 'status', 'pending', 'price', price, 'usage', ARGV[3])
-  if capped == 1 then redis.call('HSET', KEYS[2], 'capped', '1') end
-  if late == 1 then redis.call('HSET', KEYS[2], 'late', '1') end
-else
-  redis.call('HSET', KEYS[2], 'status', ARGV[7], 'price', '0', 'usage', ARGV[3])
-  if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'released', ARGV[9]) end
+  if capped == 1 then fields[#fields + 1] = 'cap'; fields[#fields + 1] = '1' end
+  if late == 1 then fields[#fields + 1] = 'late'; fields[#fields + 1] = '1' end
+elseif ARGV[9] ~= '' then
+  fields[#fields + 1] = 'rel'; fields[#fields + 1] = ARGV[9]
 end
+redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('HDEL', KEYS[2], 'o', 'e')
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
 if #KEYS > 6 then
   local n = #KEYS - 6
-  ${rateLimitLua.adjust(6, 11)}
+  ${rateLimitLua.adjust(6, 19)}
 end
 return {price, capped, late}
 `;
 
 // Push back the expiry of holds their owner still runs. KEYS: holds, then the call records; ARGV: ttl ms, retention
 // ms, now ms ('' = Redis TIME), then the request ids (one per record). A hold no longer in `holds` (debited, released)
-// is left alone. Returns how many were renewed.
+// is left alone. Returns how many were renewed. Only the instance that placed a hold renews it, so its record is in
+// this version's layout (e = expiry).
 const RENEW = `
 ${nowLua('ARGV[3]')}
 local ttl = tonumber(ARGV[1])
@@ -148,7 +169,7 @@ local renewed = 0
 for i = 4, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
     redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
-    redis.call('HSET', KEYS[i - 2], 'expires', now + ttl)
+    redis.call('HSET', KEYS[i - 2], 'e', now + ttl)
     redis.call('PEXPIRE', KEYS[i - 2], ttl + tonumber(ARGV[2]))
     renewed = renewed + 1
   end
@@ -203,6 +224,7 @@ export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonl
   if (limits) scriptKeys.push(...limits.keys);
   const args: (string | number)[] = [
     h.requestId, h.amount.toString(), wholeMs(h.ttlMs), h.owner, h.account, h.chain, h.model, h.keyId, wholeMs(h.retentionMs), h.now ?? '',
+    storedRequestId(h.requestId, h.callId),
   ];
   if (limits) args.push(...limits.args);
   else args.push('', 0);
@@ -222,6 +244,7 @@ export interface DebitInput {
   chain: ChainName;
   owner: string;
   price: bigint;
+  /** The call's usage as JSON (Usage, with `size` for an image): the spool keeps it so. */
   usageJson: string;
   /** Usage record status when nothing is charged: 'free'. */
   freeStatus?: string;
@@ -253,8 +276,8 @@ export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | 
     keys.wallet(d.account, d.chain), keys.call(d.callId), keys.holds, keys.ownerHolds(d.owner), keys.debits(d.chain), keys.instances,
   ];
   const args: (string | number)[] = [
-    d.requestId, d.price.toString(), d.usageJson, d.callId, d.account, d.chain, d.freeStatus ?? 'free', wholeMs(d.retentionMs),
-    d.release?.reason ?? '', d.release?.now ?? '', d.release?.instanceTimeoutMs ?? 0,
+    d.requestId, d.price.toString(), storedRequestId(d.requestId, d.callId), d.callId, d.account, d.chain, d.freeStatus ?? 'free',
+    wholeMs(d.retentionMs), d.release?.reason ?? '', d.release?.now ?? '', d.release?.instanceTimeoutMs ?? 0, ...usageArgs(d.usageJson),
   ];
   if (d.limits) {
     scriptKeys.push(...d.limits.keys);

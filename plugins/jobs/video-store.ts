@@ -88,7 +88,9 @@ const CREATE = new LuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[3])
-local expires = tonumber(redis.call('HGET', KEYS[3], 'expires') or '')
+-- The hold's expiry: e in the call record's layout (billing/call-records.ts), expires in the first one.
+local e = redis.call('HMGET', KEYS[3], 'e', 'expires')
+local expires = tonumber(e[1] or e[2] or '')
 if expires and expires - tonumber(ARGV[4]) < deadline then deadline = expires - tonumber(ARGV[4]) end
 redis.call('HSET', KEYS[1], 'created_at', now, 'deadline', deadline, 'status', 'in_progress', 'progress', 0, 'polls', 0, unpack(ARGV, 6))
 redis.call('PEXPIRE', KEYS[1], math.max(1, deadline - now + tonumber(ARGV[1])))
@@ -102,7 +104,8 @@ return {now, deadline}
 // false if it was not in progress (or is gone).
 const FINISH = new LuaScript(`
 if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return false end
-if ARGV[1] == 'completed' and ARGV[9] == '1' and redis.call('HGET', KEYS[2], 'status') ~= 'held' then
+local hold = redis.call('HMGET', KEYS[2], 's', 'status')
+if ARGV[1] == 'completed' and ARGV[9] == '1' and (hold[1] or hold[2]) ~= 'held' then
   redis.call('HSET', KEYS[1], 'status', 'failed', 'completed_at', ARGV[2], 'progress', 0, 'error_code', 'deadline_exceeded',
     'error_message', 'The video finished after its hold had been released; it is not charged.')
   redis.call('PEXPIRE', KEYS[1], ARGV[8])

@@ -69,7 +69,9 @@ for i = 4, #ARGV, 7 do
       e.v = tonumber(a)
       if ck == 1 then
         e.call = ${luaKeys.call('callId')}
-        local d = redis.call('HMGET', e.call, 'status', 'price', 'account', 'chain')
+        -- The compact layout (billing/call-records.ts), or the first one (long names) of a record written before it.
+        local d = redis.call('HMGET', e.call, 's', 'p', 'a', 'c', 'status', 'price', 'account', 'chain')
+        if d[5] then d = {d[5], d[6], d[7], d[8]}; e.firstLayout = true end
         local price = d[2] and string.find(d[2], '^%d+$') and #d[2] <= 16 and tonumber(d[2])
         if not d[1] then
           e.unmatched = 'unknown_call'
@@ -119,7 +121,14 @@ for _, e in ipairs(plan) do
       if e.unmatched then
         notes[#notes + 1] = {'unmatched', e.unmatched, e.b, e.l, kind, e.tx, account, e.callId, e.a, string.format('%d', e.release)}
       else
-        redis.call('HSET', e.call, 'status', kind == 'charged' and 'settled' or 'failed', 'tx', e.tx)
+        local status = kind == 'charged' and 'settled' or 'failed'
+        if e.firstLayout then
+          redis.call('HSET', e.call, 'status', status, 'tx', e.tx)
+        else
+          -- Settled, the record keeps what its readers show and its money: the account was for the check above.
+          redis.call('HSET', e.call, 's', status, 'x', string.sub(e.tx, 3))
+          redis.call('HDEL', e.call, 'a')
+        end
       end
     elseif kind == 'withdrawal_requested' then
       redis.call('HSET', wallet, 'locked', e.a)

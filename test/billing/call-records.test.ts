@@ -9,11 +9,12 @@ import { newRequestId } from '../../plugins/call.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { debitHold, placeHold, readWallet, type HoldInput } from '../../plugins/billing/wallets.js';
 import { applyEventBatch } from '../../plugins/settlement/apply-events.js';
-import { countOpenHolds, countQueuedDebits, getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
+import { countOpenHolds, countQueuedDebits, getCallRecord, getCallRecordById, listCallRecords, listUsage } from '../../plugins/billing/call-records.js';
 import { keys } from '../../plugins/store/keys.js';
 import { makeUsage } from '../../pricing/index.js';
 import { testRedis } from '../helpers/harness.js';
 import { setSyncedBalance } from '../helpers/money.js';
+import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
 
 const { redis, prefix } = await testRedis(t);
 const RETENTION = 3_600_000;
@@ -189,13 +190,13 @@ t.test('a hold whose release Redis refuses is logged and passed over: the sweep 
   const fine = hold(account, 20_000n, { owner: billing.instance, now: now - 5_000, ttlMs: 1_000 });
   for (const h of [broken, fine]) t.ok((await placeHold(redis, h)).placed);
   // A record no script can read (a bug, or a hand edit): its release fails inside Redis.
-  await redis.hset(keys.call(broken.callId), 'held', 'not a number');
+  await redis.hset(keys.call(broken.callId), 'h', 'not a number');
   t.equal(await billing.sweep(now), 1, 'the other expired hold is released');
   t.match(await getCallRecord(redis, fine.requestId), { status: 'free', released: 'expired' });
   t.match(errors, [/releasing a hold failed/]);
   t.equal(await billing.sweep(now + 1), 0, 'the next sweep passes it over again');
   t.equal(errors.length, 2, 'and logs it again');
-  await redis.hset(keys.call(broken.callId), 'held', '10000');
+  await redis.hset(keys.call(broken.callId), 'h', '10000');
   await debit(broken, 0n);
 });
 
@@ -254,4 +255,134 @@ t.test('a release whose reason no longer holds when it runs (the owner renewed, 
   t.match(await getCallRecord(redis, a.requestId), { status: 'free', released: 'instance_died' });
   t.equal((await readWallet(redis, account, 'chain_a')).held, 0n);
   await redis.zrem(keys.instances, owner);
+});
+
+// The compact layout (call-records.ts): a settled record is one listpack, and a record the scripts before it wrote
+// (the first layout, test/helpers/record-layouts.ts) reads and moves as the same call would in the new one.
+const RECORD_BOUND = 400; // bytes of MEMORY USAGE, key included (under this file's 26-character key prefix)
+const USAGE_JSON = JSON.stringify(makeUsage({ input_tokens: 1_234, output_tokens: 567, cache_read_tokens: 8_901 }));
+
+/** The record's field names, sorted. */
+const fieldsOf = async (h: HoldInput) => (await redis.hkeys(keys.call(h.callId))).sort();
+
+t.test(`a settled call's record is one listpack under ${RECORD_BOUND} bytes, with only what its readers show and its money`, async (t) => {
+  const account = fresh();
+  await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
+  const h = hold(account, 300_000n, { model: 'alpha-sonnet-4-6', keyId: 'key_5ff2f2d1cef982e2', owner: 'gw-host-1234-abcdef' });
+  await placeHold(redis, h);
+  t.same(await fieldsOf(h), ['a', 'c', 'e', 'h', 'k', 'm', 'o', 'p', 's', 't'], 'held: the hold, its owner and expiry');
+  await debitHold(redis, { ...h, price: 12_345n, usageJson: USAGE_JSON });
+  t.same(await fieldsOf(h), ['a', 'c', 'cr', 'h', 'in', 'k', 'm', 'out', 'p', 's', 't'], 'pending: no owner or expiry; counts of 0 not kept');
+  const e = charged(h, 12_345n, 5_000n);
+  await applyEventBatch(redis, 'chain_a', [e]);
+  t.same(await fieldsOf(h), ['c', 'cr', 'h', 'in', 'k', 'm', 'out', 'p', 's', 't', 'x'], 'settled: no account either; the tx');
+  const w = await weigh(redis, keys.call(h.callId));
+  t.equal(w.encoding, 'listpack');
+  t.ok(w.bytes <= RECORD_BOUND, `${w.bytes} bytes`);
+  t.match(await getCallRecord(redis, h.requestId), {
+    call_id: h.requestId, status: 'settled', tx: e.txHash, priceAtomic: 12_345n, held: 300_000n, owner: '', expires: null,
+    usage: { input_tokens: 1_234, output_tokens: 567, cache_read_tokens: 8_901, cache_write_5m_tokens: 0, images: 0 },
+  });
+});
+
+/** Readers' answers for one call, its id left out (the two layouts' twins have two ids). */
+async function readAll(h: HoldInput) {
+  const byRequest = await getCallRecord(redis, h.requestId);
+  const byId = await getCallRecordById(redis, h.callId);
+  const listed = (await listCallRecords(redis, h.account, 1_000)).find((r) => r.call_id === h.requestId);
+  const usage = (await listUsage(redis, h.account, 1_000)).find((r) => r.call_id === h.requestId);
+  const drop = <T extends { call_id: string }>(r: T | null | undefined) => (r ? { ...r, call_id: 'the id' } : r);
+  return { byRequest: drop(byRequest), byId: drop(byId), listed: drop(listed), usage: drop(usage), ids: [byRequest?.call_id, byId?.call_id, listed?.call_id, usage?.call_id] };
+}
+
+t.test('a record of the first layout reads as the same call in the compact layout, in every state and through every reader', async (t) => {
+  const account = fresh();
+  await setSyncedBalance(redis, account, 'chain_a', 10_000_000n);
+  const now = Date.now() - 60_000;
+  const tx = `0x${randomBytes(32).toString('hex')}`;
+  const cases: { name: string; requestId?: string; price?: bigint; usage?: object; size?: string; release?: boolean; event?: 'charged' | 'charge_refused' }[] = [
+    { name: 'held' },
+    { name: 'pending', price: 12_345n, usage: { input_tokens: 1_234, output_tokens: 567, cache_read_tokens: 8_901 } },
+    { name: 'settled', price: 12_345n, usage: { output_tokens: 9, cache_write_1h_tokens: 4_096 }, event: 'charged' },
+    { name: 'failed', price: 20_000n, usage: { input_tokens: 3 }, event: 'charge_refused' },
+    { name: 'capped', price: 400_000n, usage: { output_tokens: 100_000 } },
+    { name: 'an image', price: 40_000n, usage: { images: 1 }, size: '1K' },
+    { name: 'a video', price: 90_000n, usage: { video_seconds: 8 } },
+    { name: 'free: released', release: true },
+    { name: 'a request id not the gateway\'s', requestId: `client-${randomBytes(4).toString('hex')}`, price: 7n, usage: { output_tokens: 1 } },
+  ];
+  for (const [i, c] of cases.entries()) {
+    const compact = hold(account, 300_000n, { now: now + i, ttlMs: 1_000, owner: 'gw-1', ...(c.requestId ? { requestId: c.requestId, callId: callIdOf(c.requestId) } : {}) });
+    t.ok((await placeHold(redis, compact)).placed);
+    const usage = makeUsage(c.usage ?? {});
+    const usageJson = JSON.stringify(c.size === undefined ? usage : { ...usage, size: c.size });
+    let price = 0n;
+    if (c.release) {
+      await debitHold(redis, { ...compact, price: 0n, usageJson: JSON.stringify(makeUsage({})), release: { reason: 'expired', instanceTimeoutMs: 10_000, now: now + 5_000 } });
+    } else if (c.price !== undefined) {
+      price = (await debitHold(redis, { ...compact, price: c.price, usageJson }))!.debited;
+    }
+    if (c.event) await applyEventBatch(redis, 'chain_a', [{ ...charged(compact, price, 10_000n + BigInt(i), c.event), txHash: tx as Hex }]);
+    t.equal((await weigh(redis, keys.call(compact.callId))).encoding, 'listpack', `${c.name}: compact`);
+
+    // Its twin as the first layout's scripts left it, from the same inputs.
+    const twinId = c.requestId ? `${c.requestId}-first` : newRequestId();
+    const twin = { ...compact, requestId: twinId, callId: callIdOf(twinId) };
+    const status = c.release ? 'free' : c.event ? (c.event === 'charged' ? 'settled' : 'failed') : c.price !== undefined ? 'pending' : 'held';
+    await writeFirstLayout(redis, {
+      requestId: twinId, account, keyId: compact.keyId, model: compact.model, chain: 'chain_a', held: 300_000n, owner: 'gw-1',
+      time: now + i, expires: now + i + 1_000, status, price, ...(c.price !== undefined || c.release ? { usage: c.usage ?? {} } : {}),
+      ...(c.size ? { size: c.size } : {}), ...(c.event ? { tx } : {}), ...(price < (c.price ?? 0n) ? { capped: true } : {}),
+      ...(c.release ? { released: 'expired' } : {}),
+    }, RETENTION);
+
+    const [a, b] = [await readAll(compact), await readAll(twin)];
+    t.same(a.ids, [compact.requestId, compact.requestId, compact.requestId, compact.requestId], `${c.name}: every reader names the call`);
+    t.same(b.ids, [twinId, twinId, twinId, twinId]);
+    t.ok(a.byRequest && a.listed && a.usage, `${c.name}: read`);
+    t.same({ ...a, ids: null }, { ...b, ids: null }, `${c.name}: the same record`);
+    if (status === 'held') await debit(compact, 0n); // no sweep of a later test finds it expired
+  }
+});
+
+t.test('records of the first layout move on after an upgrade: a hold is debited (then compact), settled, released; a pending debit settles', async (t) => {
+  const account = fresh();
+  await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
+  const metrics = createMetrics();
+  const billing = new Billing(redis, { retentionMs: RETENTION, holdTtlMs: 1_000, instanceTimeoutMs: 10_000 }, metrics, { error() {}, warn() {} });
+  const now = Date.now();
+  /** A call the first layout's scripts left in `status`, with the wallet's amounts and indexes as they moved them. */
+  const before = async (status: 'held' | 'pending', amount: bigint, o: Partial<HoldInput> = {}) => {
+    const h = hold(account, amount, o);
+    await writeFirstLayout(redis, {
+      requestId: h.requestId, account, keyId: h.keyId, model: h.model, chain: 'chain_a', held: amount, owner: h.owner, time: now - 10_000,
+      expires: now - 10_000 + h.ttlMs, status, ...(status === 'pending' ? { price: amount / 2n, usage: { output_tokens: 5 } } : {}),
+    }, RETENTION);
+    if (status === 'held') {
+      await redis.multi().hincrby(keys.wallet(account, 'chain_a'), 'held', amount.toString()).zadd(keys.holds, now - 10_000 + h.ttlMs, h.requestId).sadd(keys.ownerHolds(h.owner), h.requestId).exec();
+    } else {
+      await redis.hincrby(keys.wallet(account, 'chain_a'), 'pending', (amount / 2n).toString());
+    }
+    return h;
+  };
+  const debited = await before('held', 100_000n, { ttlMs: 120_000 });
+  const pending = await before('pending', 60_000n);
+  const expired = await before('held', 40_000n, { owner: billing.instance, ttlMs: 1_000 });
+
+  t.match(await placeHold(redis, debited), { placed: false, duplicate: true }, 'its id is taken: no second hold');
+  t.same(await debitHold(redis, { ...debited, price: 30_000n, usageJson: USAGE_JSON }), { debited: 30_000n, capped: false, late: false });
+  t.equal((await weigh(redis, keys.call(debited.callId))).encoding, 'listpack', 'debited, the record is rewritten compact');
+  t.ok((await redis.pttl(keys.call(debited.callId))) > RETENTION - 60_000, 'kept for the retention');
+  t.match(await getCallRecord(redis, debited.requestId), { status: 'pending', priceAtomic: 30_000n, held: 100_000n, model: 'gamma-k3', key_id: 'key_records', usage: { input_tokens: 1_234 } });
+  t.same(await debitHold(redis, { ...debited, price: 30_000n, usageJson: USAGE_JSON }), { debited: 30_000n, capped: false, late: false }, 'run again: the same answer');
+
+  t.equal(await billing.sweep(now), 1, 'the sweeper releases an expired hold of the first layout');
+  t.match(await getCallRecord(redis, expired.requestId), { status: 'free', released: 'expired', priceAtomic: 0n });
+
+  const events = [charged(debited, 30_000n, 20_000n), charged(pending, 30_000n, 20_001n)];
+  t.same((await applyEventBatch(redis, 'chain_a', events)).unmatched, [], 'both calls found');
+  t.match(await getCallRecord(redis, debited.requestId), { status: 'settled', tx: events[0].txHash });
+  t.match(await getCallRecord(redis, pending.requestId), { status: 'settled', tx: events[1].txHash, priceAtomic: 30_000n, usage: { output_tokens: 5 } });
+  const w = await readWallet(redis, account, 'chain_a');
+  t.same({ held: w.held, pending: w.pending, synced: w.synced }, { held: 0n, pending: 0n, synced: 1_000_000n - 60_000n });
 });

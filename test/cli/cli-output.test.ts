@@ -1,7 +1,7 @@
 /**
  * The farebox command as a Unix citizen: a large document through a pipe whose reader is slow arrives whole before
  * the process exits (both entry points: bin/cli.ts and the bin/farebox.js that npx runs); a reader that leaves early
- * (`| head`) gets no stack trace.
+ * (`| head`) gets no stack trace; `usage --json` reads the records of a Redis upgraded in place as new ones.
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
@@ -10,6 +10,14 @@ import { createAccount } from '../../plugins/accounts/accounts.js';
 import { callIdOf } from '../../plugins/chains/port.js';
 import { keys } from '../../plugins/store/keys.js';
 import { testRedis } from '../helpers/harness.js';
+import { newRequestId } from '../../plugins/call.js';
+import { debitHold, placeHold } from '../../plugins/billing/wallets.js';
+import { applyEventBatch } from '../../plugins/settlement/apply-events.js';
+import type { Hex } from '../../plugins/chains/port.js';
+import { makeUsage } from '../../pricing/index.js';
+import { setSyncedBalance } from '../helpers/money.js';
+import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
+import { runCli } from '../helpers/wait.js';
 
 const { redis, prefix } = await testRedis(t);
 const RECORDS = 3_000;
@@ -78,4 +86,32 @@ t.test('a reader that leaves early (| head -c 100) ends the command quietly', as
   });
   t.equal(r.stderr, '', 'no stack trace');
   t.equal(r.code, 0);
+});
+
+t.test('usage --json prints a compact record and its first-layout twin (a Redis upgraded in place) as one document shape', async (t) => {
+  const who = (await createAccount(redis, {})).address;
+  await setSyncedBalance(redis, who, 'chain_a', 1_000_000n);
+  const at = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
+  const compact = newRequestId();
+  const h = { requestId: compact, callId: callIdOf(compact), account: who, chain: 'chain_a' as const, owner: 'gw-1', retentionMs: 3_600_000 };
+  await placeHold(redis, { ...h, amount: 50_000n, ttlMs: 60_000, model: 'gamma-k3', keyId: 'key_cli', now: at });
+  await debitHold(redis, { ...h, price: 1_234n, usageJson: JSON.stringify(makeUsage({ input_tokens: 12, output_tokens: 34 })) });
+  const tx = `0x${'cd'.repeat(32)}` as Hex;
+  await applyEventBatch(redis, 'chain_a', [{ kind: 'charged', account: who as Hex, amount: 1_234n, callId: h.callId, blockNumber: 7n, logIndex: 0, txHash: tx }]);
+  t.equal((await weigh(redis, keys.call(h.callId))).encoding, 'listpack', 'written compact');
+  const first = `req_${'e'.repeat(32)}`;
+  await writeFirstLayout(redis, {
+    requestId: first, account: who, keyId: 'key_cli', model: 'gamma-k3', chain: 'chain_a', held: 50_000n, owner: 'gw-1', time: at - 1,
+    expires: at + 59_999, status: 'settled', price: 1_234n, usage: { input_tokens: 12, output_tokens: 34 }, tx,
+  }, 3_600_000);
+
+  const r = await runCli(['usage', '--account', who, '--json'], { FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' });
+  t.equal(r.code, 0, r.stderr);
+  const row = (call_id: string, time: string) => ({
+    call_id, time, key_id: 'key_cli', model: 'gamma-k3', chain: 'chain_a',
+    usage: { input_tokens: 12, output_tokens: 34, cache_read_tokens: 0, cache_write_5m_tokens: 0, cache_write_1h_tokens: 0, images: 0, video_seconds: 0 },
+    price: '0.001234', status: 'settled', tx,
+  });
+  // Compared as text: the same keys in the same order, for either layout.
+  t.equal(r.stdout, `${JSON.stringify([row(compact, '2026-01-02T03:04:05.678Z'), row(first, '2026-01-02T03:04:05.677Z')])}\n`);
 });

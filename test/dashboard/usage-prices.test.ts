@@ -1,16 +1,20 @@
 /**
  * Usage and Prices against a real gateway: an account's calls newest first in pages, with price, state and a link
  * to the settlement on the explorer the operator configured; the CSV export; spend per day; nothing of another
- * account. The public price page carries the numbers of `farebox prices --json`. Every page has the headers of the
- * dashboard's security policy.
+ * account; a call recorded before the compact layout shown as a new one. The public price page carries the numbers
+ * of `farebox prices --json`. Every page has the headers of the dashboard's security policy.
  */
 import t from 'tap';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createKey } from '../../plugins/accounts/accounts.js';
-import { listUsage } from '../../plugins/billing/call-records.js';
+import { getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
+import { newRequestId } from '../../plugins/call.js';
+import { callIdOf } from '../../plugins/chains/port.js';
+import { keys } from '../../plugins/store/keys.js';
 import { DEV_CHAIN_IDS } from '../../plugins/chains/dev-chains.js';
 import { CONTENT_SECURITY_POLICY } from '../../plugins/dashboard/index.js';
 import { formatUsd, parseUsd, USAGE_FIELDS } from '../../pricing/index.js';
+import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
 import { runCli, until } from '../helpers/wait.js';
 import { csrfOf, send, signIn, type TestBrowser } from './browser-session.js';
 import { startDashboardGateway } from './dashboard-gateway.js';
@@ -164,4 +168,27 @@ t.test('every page: the security headers; assets: our own, cached by content ver
   t.match(script.body, /eth_signTypedData_v4/);
   t.match((await h.app.inject(css)).headers['content-type'], /^text\/css/);
   t.ok(csrf);
+});
+
+t.test('a call recorded before the upgrade (the first layout) shows on the Usage page and in the CSV as its compact twin', async (t) => {
+  const id = aliceCalls[0]!;
+  const rec = await until('the first call to settle', async () => {
+    const r = await getCallRecord(h.redis, id);
+    return r?.status === 'settled' ? r : null;
+  });
+  t.equal((await weigh(h.redis, keys.call(callIdOf(id)))).encoding, 'listpack', 'the gateway wrote it compact');
+  const twin = newRequestId();
+  await writeFirstLayout(h.redis, {
+    requestId: twin, account: alice.account, keyId: rec.key_id, model: rec.model, chain: rec.chain, held: rec.held, owner: 'gw-before',
+    time: Date.parse(rec.time), expires: Date.parse(rec.time) + 60_000, status: 'settled', price: rec.priceAtomic, usage: rec.usage,
+    tx: rec.tx!,
+  }, 3_600_000);
+  const same = (text: string, pattern: (id: string) => RegExp) => {
+    const [a, b] = [pattern(id).exec(text)?.[1], pattern(twin).exec(text)?.[1]];
+    t.ok(a, 'the call is there');
+    t.equal(b?.replaceAll(twin, id), a, 'its twin, the same');
+  };
+  const page = (await send(alice.b, 'GET', '/usage?page=2')).text;
+  same(page, (call) => new RegExp(`<tr data-call-id="${call}">(.*?)</tr>`, 's'));
+  same((await send(alice.b, 'GET', '/usage.csv')).text, (call) => new RegExp(`^(.*,${call},.*)$`, 'm'));
 });
