@@ -229,11 +229,15 @@ interface Service {
   ports?: string[];
 }
 
-t.test('redis.conf: AOF on, never evicts', async (t) => {
+t.test('redis.conf: AOF on, never evicts, hashes small enough stay listpacks', async (t) => {
   const lines = read('redis.conf').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
   t.ok(lines.includes('appendonly yes'), 'appendonly yes');
   t.ok(lines.some((l) => /^appendfsync (everysec|always)$/.test(l)), 'appendfsync everysec or always');
   t.ok(lines.includes('maxmemory-policy noeviction'), 'maxmemory-policy noeviction');
+  // Call records are sized for Redis's default listpack limits of hashes (billing/call-records.ts): never lower.
+  const setting = (name: string) => Number(lines.find((l) => l.startsWith(`${name} `))?.split(/\s+/)[1] ?? NaN);
+  t.ok(setting('hash-max-listpack-value') >= 64, 'hash-max-listpack-value at least 64');
+  t.ok(setting('hash-max-listpack-entries') >= 32, 'hash-max-listpack-entries at least 32');
 });
 
 t.test('compose.yaml: Redis with redis.conf, gateways and a settle process on one Redis, Prometheus and Grafana wired', async (t) => {
