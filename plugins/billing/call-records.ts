@@ -117,6 +117,11 @@ export interface UsageRecord {
   tx: string | null;
   /** Image calls: the size class of the delivered image. */
   size?: string;
+  /**
+   * Present when the record was rebuilt from the escrow's event after Redis lost the call's writes
+   * (settlement/apply-events.ts): price, chain, status and tx are the chain's; model, key and usage are unknown.
+   */
+  rebuilt?: true;
 }
 
 /** A call's record with its money state: what was held, by whom, until when, and how the debit went. */
@@ -162,6 +167,7 @@ function fromCompact(h: Record<string, string>, callId: string, requestId: strin
     capped: h.cap === '1',
     late: h.late === '1',
     released: h.rel ?? null,
+    ...(h.rb === '1' ? { rebuilt: true as const } : {}),
     ...(h.z === undefined ? {} : { size: h.z }),
   };
 }
@@ -191,6 +197,7 @@ function fromFirstLayout(h: Record<string, string>): CallRecord {
     capped: h.capped === '1',
     late: h.late === '1',
     released: h.released ?? null,
+    ...(h.rebuilt === '1' ? { rebuilt: true as const } : {}),
     ...(typeof parsed.size === 'string' ? { size: parsed.size } : {}),
   };
 }
@@ -221,8 +228,9 @@ export async function listCallIds(redis: Redis, account: string, limit = 100, of
 /** The account's most recent records, newest first, as `farebox usage` prints them. */
 export async function listUsage(redis: Redis, account: string, limit = 100, offset = 0): Promise<UsageRecord[]> {
   const records = await listCallRecords(redis, account, limit, offset);
-  return records.map(({ call_id, time, key_id, model, chain, usage, price, status, tx, size }) => ({
+  return records.map(({ call_id, time, key_id, model, chain, usage, price, status, tx, size, rebuilt }) => ({
     call_id, time, key_id, model, chain, usage, ...(size === undefined ? {} : { size }), price, status, tx,
+    ...(rebuilt ? { rebuilt } : {}),
   }));
 }
 

@@ -197,14 +197,17 @@ export class SettlementError extends Error {
 }
 
 const GATEWAY_REQUEST_ID = /^req_[0-9a-f]{32}$/;
+const CALL_ID = /^0x[0-9a-f]{64}$/;
 
 /**
  * The escrow call id of a gateway call (x-request-id). A request id of the gateway's own (`req_` and 32 hex digits,
  * newRequestId) is a 128-bit number and that number is the call id: an instance's consecutive calls then share the
- * escrow's status words. Any other string: its sha256, which falls below 2^128 with odds of 2^-128, so the two
- * kinds never meet.
+ * escrow's status words. A call id itself (0x and 64 hex digits) is its own: a record rebuilt from a charge of a call
+ * id not of this form is listed under it (settlement/apply-events.ts). Any other string: its sha256, which falls below
+ * 2^128 with odds of 2^-128, so the kinds never meet.
  */
 export function callIdOf(requestId: string): Hex {
   if (GATEWAY_REQUEST_ID.test(requestId)) return `0x${'0'.repeat(32)}${requestId.slice(4)}`;
+  if (CALL_ID.test(requestId)) return requestId as Hex;
   return `0x${hash('sha256', requestId, 'hex')}`; // one-shot hash: no Hash object
 }

@@ -50,7 +50,7 @@ export function createMetrics(opts: { defaults?: boolean } = {}) {
     chainLogRange: new Gauge({ name: 'farebox_chain_log_range_blocks', help: 'Blocks the watcher asks of one eth_getLogs now (halved on a node\'s range limit, grown back after successes).', labelNames: ['chain'] as const, registers: r }),
     chainLogRangeSplits: new Counter({ name: 'farebox_chain_log_range_splits_total', help: 'eth_getLogs ranges halved after a node refused them as too large or too many results.', labelNames: ['chain'] as const, registers: r }),
     chainAnomalies: new Counter({ name: 'farebox_chain_anomalies_total', help: 'Escrow events not applied (an amount of 2^53 atomic units or more), by chain and kind; kept in chain-anomalies:<chain>.', labelNames: ['chain', 'kind'] as const, registers: r }),
-    unmatchedCharges: new Counter({ name: 'farebox_chain_unmatched_charges_total', help: 'Charge outcomes applied without a pending call record: unknown_call (expired or not ours; its amount left pending) or call_not_pending.', labelNames: ['chain', 'reason'] as const, registers: r }),
+    unmatchedCharges: new Counter({ name: 'farebox_chain_unmatched_charges_total', help: 'Charge outcomes applied without a pending call record: unknown_call (no record: lost with Redis\'s last writes, expired, or not ours; rebuilt from the event), call_not_debited (a record held or released free, its debit lost; settled from the event) or call_not_pending (settled already, or another wallet\'s; left as it is).', labelNames: ['chain', 'reason'] as const, registers: r }),
     escrowAdminEvents: new Counter({ name: 'farebox_escrow_admin_events_total', help: 'Escrow role, ownership and charge-cap events seen by the watcher, by chain and kind (proposals announce changes to who can take callers\' money).', labelNames: ['chain', 'kind'] as const, registers: r }),
     reconcileLastRound: new Gauge({ name: 'farebox_reconcile_last_round_timestamp_seconds', help: 'When the reconciler last finished a round of the chain (unix seconds). Reported by the lease holder.', labelNames: ['chain'] as const, registers: r }),
     settlementFeeCapped: new Counter({ name: 'farebox_settlement_fee_capped_total', help: 'Times fees above the chain\'s max_fee_per_gas held a charge batch back (before its first send, or instead of a replacement).', labelNames: ['chain'] as const, registers: r }),
@@ -74,7 +74,7 @@ export function initSeries(m: Metrics, chains: readonly string[], models: readon
   for (const chain of chains) {
     for (const c of [m.holdsPlaced, m.lateDebits, m.settlementFailures, m.drift, m.driftCorrections, m.chainErrors, m.chainNodeBehind, m.settlementFeeCapped]) c.inc({ chain }, 0);
     for (const outcome of ['charged', 'refused', 'over_cap', 'already_charged', 'already_refused']) m.settlementCharges.inc({ chain, outcome }, 0);
-    for (const reason of ['unknown_call', 'call_not_pending']) m.unmatchedCharges.inc({ chain, reason }, 0);
+    for (const reason of ['unknown_call', 'call_not_debited', 'call_not_pending']) m.unmatchedCharges.inc({ chain, reason }, 0);
   }
   for (const reason of ['instance_died', 'expired']) m.holdsReleased.inc({ reason }, 0);
   for (const model of models) m.priceAboveHold.inc({ model }, 0);

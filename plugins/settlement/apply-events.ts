@@ -12,13 +12,22 @@
  *   transaction, reported to the watcher (metric farebox_chain_anomalies_total, an error log, an alert), and the
  *   cursor moves past it so the events after it are applied. The wallet then differs from the escrow until an
  *   operator settles it by hand.
- * - A Charged, ChargeRefused or ChargeOverCap event whose call record is gone (it expired: records live
- *   billing.retention_days after the call, and the charge came later) or was never made here releases its amount
- *   from the wallet's `pending`, at most what is pending. The escrow charges a debit's exact amount and only our
- *   settler keys may charge, so that amount is the debit's; leaving it would keep that money out of `available`
- *   for good. A record that exists but is not pending (or names another account or chain) releases nothing. Both
- *   cases are reported (farebox_chain_unmatched_charges_total and a warning): a charge for an unknown call id is
- *   also what a settler outside this deployment would produce.
+ * - A Charged, ChargeRefused or ChargeOverCap event of a call Redis does not hold as pending. Redis writes its log
+ *   to disk every second and replicates asynchronously, so a crash or a failover can lose a call's last writes (its
+ *   hold, its debit) after a settler read the debit and charged it. The event then rebuilds that call's record from
+ *   itself, and never touches another call's amounts:
+ *   - no record (lost; or expired, as records live billing.retention_days): one is made from the event (chain,
+ *     price = the amount, tx, block, status settled or failed, rebuilt; model, key and usage unknown) and listed in
+ *     the usage of the event's account. Nothing leaves `pending`: a lost debit took its pending amount with it (one
+ *     script wrote both), so what is pending is other calls'. (A record that expired before its charge leaves its
+ *     amount in `pending`: the wallet shows less available, never more.)
+ *   - a record still `held`, or released `free` (its debit was lost): settled or failed from the event, rebuilt = 1,
+ *     its own hold released if still held.
+ *   - a record of another account or chain, or already settled: nothing changes.
+ *   Each is reported (farebox_chain_unmatched_charges_total by reason, and a warning): a charge for an unknown call id
+ *   is also what a settler outside this deployment would produce.
+ *
+ * `pending` and `held` never go below 0: a decrement that would is stopped at 0.
  */
 import type { Redis } from 'ioredis';
 import type { Address, ChainName } from '../chains/config.js';
@@ -29,13 +38,13 @@ import { LuaScript } from '../store/redis-script.js';
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
 
 // Apply escrow events in order, each once: events at or before the cursor were applied already. KEYS: cursor,
-// anomalies list. ARGV: prefix, chain, now (ms), then 7 per event (block, logIndex, kind, amount, account, callId,
-// txHash), all decimal or hex text. The keys of each event follow from its fields, so they are built here from the
-// prefix (one round trip per APPLY_CHUNK events; a Redis Cluster deployment needs them declared instead, see
-// deploy/README.md). Returns {kinds applied, notes}; a note is {'anomaly'|'unmatched', reason, block, logIndex,
-// kind, tx, account, callId, amount, released}.
+// anomalies list. ARGV: prefix, chain, now (ms), retention of a rebuilt record (ms), then 7 per event (block,
+// logIndex, kind, amount, account, callId, txHash), all decimal or hex text. The keys of each event follow from its
+// fields, so they are built here from the prefix (one round trip per APPLY_CHUNK events; a Redis Cluster deployment
+// needs them declared instead, see deploy/README.md). Returns {kinds applied, notes}; a note is
+// {'anomaly'|'unmatched', reason, block, logIndex, kind, tx, account, callId, amount, rebuilt ('1' or '0')}.
 const APPLY = `
-local prefix, chain, now = ARGV[1], ARGV[2], ARGV[3]
+local prefix, chain, now, retention = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local MAX = 9007199254740991
 local cur = redis.call('GET', KEYS[1])
 local pb, pl = -1, -1
@@ -50,15 +59,23 @@ local KINDS = {deposited = 0, charged = 1, charge_refused = 1, charge_over_cap =
 local HEX40 = '^0x' .. string.rep('%x', 40) .. '$'
 local HEX64 = '^0x' .. string.rep('%x', 64) .. '$'
 
+-- The request id a gateway call id stands for (callIdOf in chains/port.ts: 'req_' and the low 128 bits); any other
+-- call id stands for itself.
+local function requestIdOf(callId)
+  local id = string.lower(callId)
+  if string.sub(id, 3, 34) == string.rep('0', 32) then return 'req_' .. string.sub(id, 35) end
+  return id
+end
+
 -- Pass 1, reads only: every event is checked and planned before the first write, so no refusal can leave the chunk
 -- half applied (a Lua error does not undo the writes before it).
 local plan = {}
-for i = 4, #ARGV, 7 do
+for i = 5, #ARGV, 7 do
   local bs, ls, kind, a, account, callId, tx = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local ck = KINDS[kind]
   if not (ck and string.find(bs, '^%d+$') and string.find(ls, '^%d+$') and string.find(a, '^%d+$')
       and string.find(account, HEX40) and string.find(tx, HEX64) and (ck == 0 or string.find(callId, HEX64))) then
-    return redis.error_reply('event ' .. ((i - 4) / 7 + 1) .. ' of the chunk is malformed; nothing applied')
+    return redis.error_reply('event ' .. ((i - 5) / 7 + 1) .. ' of the chunk is malformed; nothing applied')
   end
   local b, l = tonumber(bs), tonumber(ls)
   if b > pb or (b == pb and l > pl) then
@@ -69,14 +86,25 @@ for i = 4, #ARGV, 7 do
       e.v = tonumber(a)
       if ck == 1 then
         e.call = ${luaKeys.call('callId')}
-        -- The compact layout (billing/call-records.ts), or the first one (long names) of a record written before it.
-        local d = redis.call('HMGET', e.call, 's', 'p', 'a', 'c', 'status', 'price', 'account', 'chain')
-        if d[5] then d = {d[5], d[6], d[7], d[8]}; e.firstLayout = true end
+        -- The compact layout (billing/call-records.ts; its request id is r, or the one its call id spells), or the
+        -- first one (long names) of a record written before it.
+        local d = redis.call('HMGET', e.call, 's', 'p', 'a', 'c', 'h', 'o', 'r', 'status', 'price', 'account', 'chain', 'held', 'owner', 'call_id')
+        if d[8] then
+          d = {d[8], d[9], d[10], d[11], d[12], d[13], d[14]}
+          e.firstLayout = true
+        elseif d[1] and not d[7] then
+          d[7] = requestIdOf(callId)
+        end
         local price = d[2] and string.find(d[2], '^%d+$') and #d[2] <= 16 and tonumber(d[2])
+        local ours = (not d[3] or string.lower(d[3]) == account) and (not d[4] or d[4] == chain)
         if not d[1] then
-          e.unmatched = 'unknown_call'
-        elseif d[1] == 'pending' and price and (not d[3] or string.lower(d[3]) == account) and (not d[4] or d[4] == chain) then
+          e.unmatched, e.rebuild = 'unknown_call', 'new'
+        elseif ours and d[1] == 'pending' and price then
           e.release = price
+        elseif ours and (d[1] == 'held' or d[1] == 'free') and d[7] then
+          -- Its debit was lost: the hold's amount is this call's own to release.
+          e.unmatched, e.rebuild, e.requestId, e.owner = 'call_not_debited', d[1], d[7], d[6]
+          e.held = d[1] == 'held' and tonumber(d[5] or '0') or 0
         else
           e.unmatched = 'call_not_pending'
         end
@@ -95,6 +123,10 @@ end
 local function sub(key, field, v)
   if v > 0 then redis.call('HINCRBY', key, field, string.format('%d', -v)) end
 end
+-- pending and held count what this deployment still expects: never below 0, whatever a lost write left.
+local function release(key, field, v)
+  if v > 0 and redis.call('HINCRBY', key, field, string.format('%d', -v)) < 0 then redis.call('HSET', key, field, '0') end
+end
 local applied, notes, listed = {}, {}, {}
 for _, e in ipairs(plan) do
   local kind, account = e.kind, e.account
@@ -112,23 +144,40 @@ for _, e in ipairs(plan) do
     if kind == 'deposited' then
       add(wallet, 'synced', e.v)
     elseif e.call then
+      local state = kind == 'charged' and 'settled' or 'failed'
       if kind == 'charged' then sub(wallet, 'synced', e.v) end
-      if e.unmatched == 'unknown_call' then
-        local p = tonumber(redis.call('HGET', wallet, 'pending') or '0') or 0
-        e.release = math.max(0, math.min(e.v, p))
-      end
-      sub(wallet, 'pending', e.release)
-      if e.unmatched then
-        notes[#notes + 1] = {'unmatched', e.unmatched, e.b, e.l, kind, e.tx, account, e.callId, e.a, string.format('%d', e.release)}
-      else
-        local status = kind == 'charged' and 'settled' or 'failed'
+      release(wallet, 'pending', e.release)
+      local rebuilt = e.rebuild and e.v > 0
+      if rebuilt and e.rebuild == 'new' then
+        local id = requestIdOf(e.callId)
+        -- The compact layout, settled: no account; the reader names it by the request id its call id spells (or the
+        -- call id itself), as the index does.
+        redis.call('HSET', e.call, 't', now, 'c', chain, 'h', '0', 'p', e.a, 's', state, 'x', string.sub(e.tx, 3), 'blk', e.b, 'rb', '1')
+        redis.call('PEXPIRE', e.call, retention)
+        local index = ${luaKeys.usageIndex('account')}
+        redis.call('ZADD', index, now, id)
+        redis.call('PEXPIRE', index, retention)
+      elseif rebuilt then
+        if e.held > 0 then release(wallet, 'held', e.held) end
+        redis.call('ZREM', ${luaKeys.holds}, e.requestId)
+        if e.owner then redis.call('SREM', ${luaKeys.ownerHolds('e.owner')}, e.requestId) end
         if e.firstLayout then
-          redis.call('HSET', e.call, 'status', status, 'tx', e.tx)
+          redis.call('HSET', e.call, 'price', e.a, 'status', state, 'tx', e.tx, 'block', e.b, 'rebuilt', '1')
+        else
+          redis.call('HSET', e.call, 'p', e.a, 's', state, 'x', string.sub(e.tx, 3), 'blk', e.b, 'rb', '1')
+          redis.call('HDEL', e.call, 'a', 'o', 'e')
+        end
+      elseif not e.unmatched then
+        if e.firstLayout then
+          redis.call('HSET', e.call, 'status', state, 'tx', e.tx)
         else
           -- Settled, the record keeps what its readers show and its money: the account was for the check above.
-          redis.call('HSET', e.call, 's', status, 'x', string.sub(e.tx, 3))
+          redis.call('HSET', e.call, 's', state, 'x', string.sub(e.tx, 3))
           redis.call('HDEL', e.call, 'a')
         end
+      end
+      if e.unmatched then
+        notes[#notes + 1] = {'unmatched', e.unmatched, e.b, e.l, kind, e.tx, account, e.callId, e.a, rebuilt and '1' or '0'}
       end
     elseif kind == 'withdrawal_requested' then
       redis.call('HSET', wallet, 'locked', e.a)
@@ -179,8 +228,11 @@ export interface Anomaly {
 
 /** A charge outcome that found no pending call record to settle (see the rule at the head of this file). */
 export interface UnmatchedCharge {
-  /** unknown_call: no record (expired, or never made here); call_not_pending: a record not pending, or another wallet's. */
-  reason: 'unknown_call' | 'call_not_pending';
+  /**
+   * unknown_call: no record (lost, expired, or never made here); call_not_debited: a record still held or released
+   * free (its debit lost); call_not_pending: a record already settled, or another wallet's.
+   */
+  reason: 'unknown_call' | 'call_not_debited' | 'call_not_pending';
   blockNumber: bigint;
   logIndex: number;
   kind: EscrowEventKind;
@@ -188,8 +240,8 @@ export interface UnmatchedCharge {
   account: string;
   callId: Hex;
   amount: bigint;
-  /** What left the wallet's `pending` (unknown_call only). */
-  released: bigint;
+  /** The call's record was rebuilt from the event (unknown_call and call_not_debited, unless the amount is 0). */
+  rebuilt: boolean;
 }
 
 /** What applyEventBatch did: the kinds applied, in order, and the events that did not fit. */
@@ -199,23 +251,31 @@ export interface ApplyReport {
   unmatched: UnmatchedCharge[];
 }
 
-type Note = [type: 'anomaly' | 'unmatched', reason: string, block: string, logIndex: string, kind: string, tx: string, account: string, callId: string, amount: string, released: string];
+type Note = [type: 'anomaly' | 'unmatched', reason: string, block: string, logIndex: string, kind: string, tx: string, account: string, callId: string, amount: string, rebuilt: string];
 
-/** Apply escrow events (in chain order) to the synced state, each exactly once; reports what did not fit. */
-export async function applyEventBatch(r: Redis, chain: ChainName, events: readonly EscrowEvent[]): Promise<ApplyReport> {
+/** How long a record rebuilt from an event is kept when the caller names no retention: billing.retention_days' default. */
+export const DEFAULT_RETENTION_MS = 30 * 86_400_000;
+
+/**
+ * Apply escrow events (in chain order) to the synced state, each exactly once; reports what did not fit. A call
+ * record rebuilt from an event is kept `retentionMs` (billing.retention_days).
+ */
+export async function applyEventBatch(r: Redis, chain: ChainName, events: readonly EscrowEvent[], opts: { retentionMs?: number } = {}): Promise<ApplyReport> {
   const prefix = (r.options.keyPrefix as string | undefined) ?? '';
   const report: ApplyReport = { applied: [], anomalies: [], unmatched: [] };
+  // Whole ms: PEXPIRE refuses a fraction (retention_days 0.7).
+  const retention = String(Math.ceil(opts.retentionMs ?? DEFAULT_RETENTION_MS));
   for (let i = 0; i < events.length; i += APPLY_CHUNK) {
-    const args: string[] = [prefix, chain, String(Date.now())];
+    const args: string[] = [prefix, chain, String(Date.now()), retention];
     for (const e of events.slice(i, i + APPLY_CHUNK)) {
       args.push(e.blockNumber.toString(), String(e.logIndex), e.kind, e.amount.toString(), e.account.toLowerCase(), e.callId ?? '', e.txHash);
     }
     const [applied, notes] = await applyScript.run<[string[], Note[]]>(r, [keys.cursor(chain), keys.chainAnomalies(chain)], args);
     report.applied.push(...applied);
-    for (const [type, reason, block, logIndex, kind, tx, account, callId, amount, released] of notes) {
+    for (const [type, reason, block, logIndex, kind, tx, account, callId, amount, rebuilt] of notes) {
       const at = { blockNumber: BigInt(block), logIndex: Number(logIndex), kind: kind as EscrowEventKind, txHash: tx as Hex, account, amount: BigInt(amount) };
       if (type === 'anomaly') report.anomalies.push({ reason: 'amount_out_of_range', ...at, callId: (callId || null) as Hex | null });
-      else report.unmatched.push({ reason: reason as UnmatchedCharge['reason'], ...at, callId: callId as Hex, released: BigInt(released) });
+      else report.unmatched.push({ reason: reason as UnmatchedCharge['reason'], ...at, callId: callId as Hex, rebuilt: rebuilt === '1' });
     }
   }
   return report;

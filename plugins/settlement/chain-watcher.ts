@@ -38,6 +38,8 @@ export interface WatcherSettings {
   reconcileRate?: number;
   /** Block each chain's scan starts at when nothing was scanned yet (the escrow's deploy block). */
   startBlocks: Partial<Record<ChainName, bigint>>;
+  /** How long a call record rebuilt from a charge event is kept (billing.retention_days; default 30 days). */
+  retentionMs?: number;
 }
 
 /** Why a chain's bookkeeping stopped: the JSON of chain-halt:<chain>. */
@@ -264,7 +266,7 @@ export class ChainWatcher {
       this.behind.delete(name);
       this.metrics.chainLogRange.set({ chain: name }, scan.span);
       if (scan.splits > 0) this.metrics.chainLogRangeSplits.inc({ chain: name }, scan.splits);
-      const report = await applyEventBatch(this.r, name, scan.events);
+      const report = await applyEventBatch(this.r, name, scan.events, { retentionMs: this.settings.retentionMs });
       countBy(report.applied, (kind, n) => this.metrics.chainEvents.inc({ chain: name, kind }, n));
       applied += report.applied.length;
       for (const a of report.anomalies) {
@@ -273,7 +275,8 @@ export class ChainWatcher {
       }
       for (const u of report.unmatched) {
         this.metrics.unmatchedCharges.inc({ chain: name, reason: u.reason });
-        this.log.warn({ chain: name, ...stringified(u) }, 'charge outcome without a pending call record');
+        const msg = u.rebuilt ? 'charge outcome of a call Redis had lost: its record rebuilt from the event' : 'charge outcome without a pending call record';
+        this.log.warn({ chain: name, ...stringified(u) }, msg);
       }
       for (const e of scan.admin) {
         this.metrics.escrowAdminEvents.inc({ chain: name, kind: e.kind });

@@ -50,6 +50,7 @@ export class Settlement {
         pollMs: Math.min(...CHAIN_NAMES.map((n) => chainsConfig[n].poll_interval_ms)),
         reconcileMs: billing.reconcile_interval_ms,
         startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(chainsConfig[n].deploy_block)])),
+        retentionMs: billing.retention_days * 86_400_000,
       }, metrics, log);
     }
     if (billing.settler) {

@@ -23,8 +23,10 @@
  *                                    settled), k key id, m model, c chain, h held, o owner and e expiry (while held),
  *                                    p price, s status, x tx (its 64 hex digits), r request id (only when the call id
  *                                    does not spell it), in out cr cw5 cw1 img vs (usage counts above 0), z image size
- *                                    class, cap late rel (capped, debited after release, release reason). A record
- *                                    written before this layout has long names and its usage as JSON.
+ *                                    class, cap late rel (capped, debited after release, release reason), rb blk
+ *                                    (rebuilt from the escrow's event after Redis lost the call's writes, and that
+ *                                    event's block: apply-events.ts). A record written before this layout has long
+ *                                    names and its usage as JSON.
  *   holds                    zset    request id by hold expiry (ms)
  *   owner-holds:<owner>      set     request ids held by one owner (a gateway instance or a job)
  *   instances                zset    gateway instance by last heartbeat (ms)
@@ -118,6 +120,9 @@ export const luaKeys = {
   wallet: (account: string, chain: string) => `prefix .. 'wallet:' .. ${account} .. ':' .. ${chain}`,
   wallets: (chain: string) => `prefix .. 'wallets:' .. ${chain}`,
   call: (callId: string) => `prefix .. 'call:' .. ${callId}`,
+  usageIndex: (account: string) => `prefix .. 'usage-idx:' .. ${account}`,
+  holds: `prefix .. 'holds'`,
+  ownerHolds: (owner: string) => `prefix .. 'owner-holds:' .. ${owner}`,
 } as const;
 
 /** Patterns of the keys that describe one set of chains: cleared when the embedded default's dev chains restart. */

@@ -119,7 +119,7 @@ for (const days of [0.7, 36_500]) {
   });
 }
 
-t.test("the watcher's events settle or fail the record once; an event of no record moves only synced", async (t) => {
+t.test("the watcher's events settle or fail the record once; an event of no record rebuilds it and moves synced, no one's pending", async (t) => {
   const account = fresh();
   await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
   const a = hold(account, 200_000n);
@@ -136,7 +136,7 @@ t.test("the watcher's events settle or fail the record once; an event of no reco
   t.same((await applyEventBatch(redis, 'chain_a', [eA, eB, stranger])).applied, ['charged', 'charge_refused', 'charged']);
   t.match(await getCallRecord(redis, a.requestId), { status: 'settled', tx: eA.txHash, priceAtomic: 60_000n });
   t.match(await getCallRecord(redis, b.requestId), { status: 'failed', tx: eB.txHash, priceAtomic: 70_000n });
-  t.equal(await getCallRecord(redis, strangerId), null, 'no record made for an unknown call id');
+  t.match(await getCallRecord(redis, strangerId), { status: 'settled', priceAtomic: 5_000n, tx: stranger.txHash, rebuilt: true }, 'rebuilt from its event');
   const w = await readWallet(redis, account, 'chain_a');
   t.same({ synced: w.synced, pending: w.pending }, { synced: 1_000_000n - 60_000n - 5_000n, pending: 0n });
   // The same events once more under a later position (a re-scan past a lost cursor): the records say they are done.
