@@ -9,8 +9,9 @@
  * layout each passed 64; bench/record-bytes.ts measures both). Names are short, counts are numbers Redis keeps as
  * integers, a count of 0 is not written, the tx is its 64 hex digits, and the request id is left out when the call
  * id spells it (callIdOf). What
- * only the hold needs (owner, expiry) goes at the debit and the account at the charge's event: a settled record is
- * what the readers show and its money (status, price, hold, tx), nothing more.
+ * only the hold needs goes at the debit (its expiry; its owner unless a video job, whose id names the call's job) and
+ * the account at the charge's event: a settled record is what the readers show and its money (status, price, hold,
+ * tx), nothing more.
  *
  * Records of the first layout (long names, `usage` as JSON) are still read as they are; the debit script rewrites one
  * it finds in this layout (upgradeRecordLua) and the watcher settles one in its own. A Redis upgraded in place keeps
@@ -81,8 +82,11 @@ local function upgradeRecord(key, keepRequestId)
   end
   local old = {}
   for i = 1, #flat, 2 do old[flat[i]] = flat[i + 1] end
-  -- What the compact layout drops at the debit (owner, expiry) and at the charge's event (account) is left behind.
-  if old.status ~= 'held' then old.owner = nil; old.expires = nil end
+  -- What the compact layout drops at the debit (expiry; owner unless a job) and at the charge's event (account).
+  if old.status ~= 'held' then
+    old.expires = nil
+    if string.sub(old.owner or '', 1, 4) ~= 'job:' then old.owner = nil end
+  end
   if old.status == 'settled' or old.status == 'failed' then old.account = nil end
   for i = 1, #OLD_NAMES, 2 do put(OLD_NAMES[i + 1], old[OLD_NAMES[i]]) end
   if keepRequestId then put('r', old.call_id) end
@@ -130,7 +134,7 @@ export interface CallRecord extends UsageRecord {
   held: bigint;
   /** The price debited, atomic units. */
   priceAtomic: bigint;
-  /** While held: the hold's owner, a gateway instance or `job:<id>` ('' once debited or released). */
+  /** The hold's owner: a gateway instance while held (then ''), or `job:<id>`, kept: the call's video job. */
   owner: string;
   /** While held: when the hold expires unless renewed (ms, Redis's clock). */
   expires: number | null;
@@ -162,7 +166,7 @@ function fromCompact(h: Record<string, string>, callId: string, requestId: strin
     tx: h.x ? `0x${h.x}` : null,
     held: BigInt(h.h ?? '0'),
     priceAtomic,
-    owner: status === 'held' ? (h.o ?? '') : '',
+    owner: h.o ?? '',
     expires: status === 'held' && h.e ? Number(h.e) : null,
     capped: h.cap === '1',
     late: h.late === '1',
@@ -191,8 +195,8 @@ function fromFirstLayout(h: Record<string, string>): CallRecord {
     tx: h.tx ?? null,
     held: BigInt(h.held ?? '0'),
     priceAtomic,
-    // Kept after the debit in this layout, but only a held record's mean anything: read as the compact one does.
-    owner: status === 'held' ? (h.owner ?? '') : '',
+    // Kept after the debit in this layout; read as the compact layout keeps them.
+    owner: status === 'held' || h.owner?.startsWith('job:') ? (h.owner ?? '') : '',
     expires: status === 'held' && h.expires ? Number(h.expires) : null,
     capped: h.capped === '1',
     late: h.late === '1',

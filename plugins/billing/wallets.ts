@@ -4,7 +4,7 @@
  * Keys (plugins/store/keys.ts): wallet:<account>:<chain> (synced = escrow balance as of the watcher, locked =
  * requested withdrawal, pending = debits not yet seen onchain, held = holds of running calls); call:<callId>, the
  * call's record from its hold to its charge, in the compact layout of call-records.ts (t time, a account, k key id,
- * m model, c chain, h held, o owner and e expiry while held, p price, s status held|pending|settled|failed|free,
+ * m model, c chain, h held, o owner (while held, or a job's), e expiry while held, p price, s status,
  * usage counts, x tx, cap = 1 when the price was cut to the hold); holds and owner-holds:<owner> while held;
  * debits:<chain>; usage-idx:<account>; cursor:<chain>.
  *
@@ -81,12 +81,13 @@ return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, owner-holds,
-// debits, instances; KEYS[7..]: token limits to correct to the call's actual tokens, with ARGV[20..] (rate-limit.ts),
+// debits, instances; KEYS[7..]: token limits to correct to the call's actual tokens, with ARGV[21..] (rate-limit.ts),
 // in the same step and so only once. ARGV: request id, price, the request id as the record keeps it ('' when the
 // call id spells it), call id, account, chain, status when free, retention ms, release reason ('' for a debit), now
 // ms ('' = Redis TIME), instance timeout ms, image size class ('' none), then the usage counts in USAGE_FIELDS order
-// (ARGV[13..19], a count of 0 not written). Replies {amount debited, capped, late}.
-// - The record leaves the hold's owner and expiry behind (call-records.ts); one of the first layout is rewritten in
+// (ARGV[13..19], a count of 0 not written), '1' when the owner is a job. Replies {amount debited, capped, late}.
+// - The record leaves the hold's expiry behind, and its owner unless a job (call-records.ts: the job's id names the
+//   call's job for good, an instance's name nothing once the hold is gone); one of the first layout is rewritten in
 //   the compact one first.
 // - The price is capped at the hold: a worst case that was too low is a bug that must never overdraw a wallet (capped
 //   = 1, kept in the record).
@@ -149,11 +150,11 @@ elseif ARGV[9] ~= '' then
   fields[#fields + 1] = 'rel'; fields[#fields + 1] = ARGV[9]
 end
 redis.call('HSET', KEYS[2], unpack(fields))
-redis.call('HDEL', KEYS[2], 'o', 'e')
+if ARGV[20] == '1' then redis.call('HDEL', KEYS[2], 'e') else redis.call('HDEL', KEYS[2], 'o', 'e') end
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
 if #KEYS > 6 then
   local n = #KEYS - 6
-  ${rateLimitLua.adjust(6, 19)}
+  ${rateLimitLua.adjust(6, 20)}
 end
 return {price, capped, late}
 `;
@@ -278,6 +279,7 @@ export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | 
   const args: (string | number)[] = [
     d.requestId, d.price.toString(), storedRequestId(d.requestId, d.callId), d.callId, d.account, d.chain, d.freeStatus ?? 'free',
     wholeMs(d.retentionMs), d.release?.reason ?? '', d.release?.now ?? '', d.release?.instanceTimeoutMs ?? 0, ...usageArgs(d.usageJson),
+    d.owner.startsWith('job:') ? '1' : '',
   ];
   if (d.limits) {
     scriptKeys.push(...d.limits.keys);

@@ -165,7 +165,8 @@ for _, e in ipairs(plan) do
           redis.call('HSET', e.call, 'price', e.a, 'status', state, 'tx', e.tx, 'block', e.b, 'rebuilt', '1')
         else
           redis.call('HSET', e.call, 'p', e.a, 's', state, 'x', string.sub(e.tx, 3), 'blk', e.b, 'rb', '1')
-          redis.call('HDEL', e.call, 'a', 'o', 'e')
+          -- As the debit leaves it (wallets.ts): a job's id stays, naming the call's job.
+          if string.sub(e.owner or '', 1, 4) == 'job:' then redis.call('HDEL', e.call, 'a', 'e') else redis.call('HDEL', e.call, 'a', 'o', 'e') end
         end
       elseif not e.unmatched then
         if e.firstLayout then

@@ -300,19 +300,19 @@ t.test('a record of the first layout reads as the same call in the compact layou
   await setSyncedBalance(redis, account, 'chain_a', 10_000_000n);
   const now = Date.now() - 60_000;
   const tx = `0x${randomBytes(32).toString('hex')}`;
-  const cases: { name: string; requestId?: string; price?: bigint; usage?: object; size?: string; release?: boolean; event?: 'charged' | 'charge_refused' }[] = [
+  const cases: { name: string; requestId?: string; owner?: string; price?: bigint; usage?: object; size?: string; release?: boolean; event?: 'charged' | 'charge_refused' }[] = [
     { name: 'held' },
     { name: 'pending', price: 12_345n, usage: { input_tokens: 1_234, output_tokens: 567, cache_read_tokens: 8_901 } },
     { name: 'settled', price: 12_345n, usage: { output_tokens: 9, cache_write_1h_tokens: 4_096 }, event: 'charged' },
     { name: 'failed', price: 20_000n, usage: { input_tokens: 3 }, event: 'charge_refused' },
     { name: 'capped', price: 400_000n, usage: { output_tokens: 100_000 } },
     { name: 'an image', price: 40_000n, usage: { images: 1 }, size: '1K' },
-    { name: 'a video', price: 90_000n, usage: { video_seconds: 8 } },
+    { name: 'a video (its job owns the hold, and is kept)', owner: `job:video_${randomBytes(16).toString('hex')}`, price: 90_000n, usage: { video_seconds: 8 } },
     { name: 'free: released', release: true },
     { name: 'a request id not the gateway\'s', requestId: `client-${randomBytes(4).toString('hex')}`, price: 7n, usage: { output_tokens: 1 } },
   ];
   for (const [i, c] of cases.entries()) {
-    const compact = hold(account, 300_000n, { now: now + i, ttlMs: 1_000, owner: 'gw-1', ...(c.requestId ? { requestId: c.requestId, callId: callIdOf(c.requestId) } : {}) });
+    const compact = hold(account, 300_000n, { now: now + i, ttlMs: 1_000, owner: c.owner ?? 'gw-1', ...(c.requestId ? { requestId: c.requestId, callId: callIdOf(c.requestId) } : {}) });
     t.ok((await placeHold(redis, compact)).placed);
     const usage = makeUsage(c.usage ?? {});
     const usageJson = JSON.stringify(c.size === undefined ? usage : { ...usage, size: c.size });
@@ -330,7 +330,7 @@ t.test('a record of the first layout reads as the same call in the compact layou
     const twin = { ...compact, requestId: twinId, callId: callIdOf(twinId) };
     const status = c.release ? 'free' : c.event ? (c.event === 'charged' ? 'settled' : 'failed') : c.price !== undefined ? 'pending' : 'held';
     await writeFirstLayout(redis, {
-      requestId: twinId, account, keyId: compact.keyId, model: compact.model, chain: 'chain_a', held: 300_000n, owner: 'gw-1',
+      requestId: twinId, account, keyId: compact.keyId, model: compact.model, chain: 'chain_a', held: 300_000n, owner: compact.owner,
       time: now + i, expires: now + i + 1_000, status, price, ...(c.price !== undefined || c.release ? { usage: c.usage ?? {} } : {}),
       ...(c.size ? { size: c.size } : {}), ...(c.event ? { tx } : {}), ...(price < (c.price ?? 0n) ? { capped: true } : {}),
       ...(c.release ? { released: 'expired' } : {}),
@@ -341,6 +341,7 @@ t.test('a record of the first layout reads as the same call in the compact layou
     t.same(b.ids, [twinId, twinId, twinId, twinId]);
     t.ok(a.byRequest && a.listed && a.usage, `${c.name}: read`);
     t.same({ ...a, ids: null }, { ...b, ids: null }, `${c.name}: the same record`);
+    t.equal(a.byRequest?.owner, status === 'held' || c.owner ? compact.owner : '', `${c.name}: the owner while held, or a job's`);
     if (status === 'held') await debit(compact, 0n); // no sweep of a later test finds it expired
   }
 });
