@@ -91,6 +91,13 @@ const billingSchema = z.strictObject({
   claim_idle_ms: z.number().int().positive().default(60_000),
   /** How often the reconciler compares synced balances with the chain. */
   reconcile_interval_ms: z.number().int().positive().default(60_000),
+  /**
+   * Admission stops placing holds on a chain whose oldest unsettled debit is this fraction of its escrow's
+   * withdrawal delay old, and resumes once it is under half of that (plugins/billing/admission.ts has why 0.5).
+   */
+  backlog_stop_ratio: z.number().gt(0).max(1).default(0.5),
+  /** How often each gateway reads the chains' oldest debits and the escrows' terms (one Redis round trip). */
+  backlog_check_ms: z.number().int().min(50).default(1_000),
 });
 
 /** Video jobs (plugins/jobs/): how long one may render, how its upstream job is followed, how long it is answered. */

@@ -186,7 +186,9 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   }
   const keys = new KeyResolver(redis);
   keys.listen((err) => log.warn({ err }, 'key invalidation channel'));
-  const admission = new Admission(new RateLimiter(redis, config.limits), billing, log, redis);
+  const admission = new Admission(new RateLimiter(redis, config.limits), billing, log, redis, {
+    stopRatio: config.billing.backlog_stop_ratio, checkMs: config.billing.backlog_check_ms,
+  }, metrics);
   const finisher = new Finisher(admission, config.prices, log, metrics);
   const videos = new VideoJobs({ redis, config, upstreams, admission, metrics, log, instance: billing?.instance });
   // The settler and the chain watcher beside the call path, unless this instance leaves them to others

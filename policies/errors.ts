@@ -47,6 +47,7 @@ export const ERROR_CODES = {
   internal_error: { status: 500, message: 'Internal error.' },
   upstream_error: { status: 502, message: 'The model provider failed to answer.' },
   service_unavailable: { status: 503, message: 'The gateway cannot serve requests right now.' },
+  chain_settlement_behind: { status: 503, message: "Settlement on the call's billing chain is behind; it takes no new calls until its debits are charged." },
   upstream_overloaded: { status: 503, message: 'The model provider is overloaded; retry later.' },
   upstream_timeout: { status: 504, message: 'The model provider did not answer in time.' },
 } as const satisfies Record<string, { status: number; message: string }>;

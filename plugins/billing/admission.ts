@@ -3,6 +3,24 @@
  * wallet covers its quote. One Redis script decides both (wallets.ts HOLD), so a call refused by either holds nothing
  * and counts against no limit. When the call is over, `finish` debits its hold and corrects its token limits to the
  * tokens billed, in one script too (wallets.ts DEBIT), so a resent or retried script counts once.
+ *
+ * A chain whose settlement falls behind takes no new calls. A caller may ask the escrow for its money back at any
+ * moment and take it `withdrawalDelay` later (an hour on the dev chains; a day as the README deploys an escrow); a
+ * debit not charged by then may find the money gone, and the call was served for free. Nothing else bounds the debit queue, so
+ * admission refuses new holds on a chain (503 chain_settlement_behind, naming it; never a silent move to another
+ * chain) once its oldest unsettled debit is billing.backlog_stop_ratio of the delay old, 0.5 by default, and admits
+ * again once it is under half of that. Half, because the other half is what the debits already queued have left:
+ * time for the settler to charge them and for their blocks to confirm once the chain moves again, for calls still
+ * running to end, and for the watcher to see a withdrawal request made meanwhile; a stop nearer the delay would
+ * leave minutes for a backlog that took half an hour to form. Not lower, because a stop is an outage of the chain
+ * for its callers, and half an hour of backlog is far past any healthy settlement (seconds to minutes at 12
+ * confirmations); FareboxDebitQueueStale warns at a quarter. Resuming at half the stop point keeps a settler working
+ * its backlog down near that point from turning the chain on and off at every check.
+ *
+ * The hot path pays nothing for it: every billing.backlog_check_ms (1 s) each instance reads the escrows' terms the
+ * watcher publishes and each chain's oldest debit in one Redis round trip, and admit() reads the verdict from memory.
+ * The oldest debit is read from the queue itself, not from the settler, so a settler that is down stops its chain
+ * too.
  */
 import type { KeyIdentity } from '../accounts/accounts.js';
 import type { Redis } from 'ioredis';
@@ -12,6 +30,7 @@ import { GatewayError, type Protocol } from '../../policies/errors.js';
 import { UNLIMITED, type Decision } from '../../policies/limits.js';
 import type { Usage } from '../../pricing/index.js';
 import { formatUsd } from '../../pricing/index.js';
+import type { Metrics } from '../metrics/metrics.js';
 import { FREE, type Bill, type Billing, type Hold, type Quote } from './billing.js';
 import { RateLimiter, rateLimitedError, type RateLimitInput } from './rate-limit.js';
 
@@ -59,10 +78,33 @@ export function chooseChain(identity: KeyIdentity, header: string | string[] | u
 
 type Log = { warn(obj: object, msg: string): void };
 
+/** How admission bounds each chain's debit backlog (billing.backlog_stop_ratio, billing.backlog_check_ms). */
+export interface BacklogSettings {
+  /** Stop a chain's new holds once its oldest debit is this fraction of the withdrawal delay old. Default 0.5. */
+  stopRatio?: number;
+  /** How often the backlogs and the escrows' terms are read. Default 1,000 ms. */
+  checkMs?: number;
+}
+
+/** A chain that takes no new calls: its oldest debit's age and its escrow's delay at the last check. */
+interface Behind {
+  ageMs: number;
+  delayS: number;
+}
+
+/** Stream entry ids start with their creation time in ms (Redis's clock). */
+function entryTime(id: string): number {
+  return Number(id.slice(0, id.indexOf('-')));
+}
+
 /** Admits calls and finishes them. Without billing (no chains configured) it keeps the rate limits only. */
 export class Admission {
   /** Each chain's per-charge cap, as the watcher published it (refreshed in the background, never per call). */
   private readonly caps = new Map<string, bigint>();
+  /** Chains that take no new calls (see the head of this file), as of the last check. */
+  private readonly behind = new Map<ChainName, Behind>();
+  private readonly stopRatio: number;
+  private readonly checkMs: number;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -70,13 +112,18 @@ export class Admission {
     readonly billing: Billing | undefined,
     private readonly log: Log,
     private readonly redis?: Redis,
-  ) {}
+    backlog: BacklogSettings = {},
+    private readonly metrics?: Metrics,
+  ) {
+    this.stopRatio = backlog.stopRatio ?? 0.5;
+    this.checkMs = backlog.checkMs ?? 1_000;
+  }
 
-  /** Read the escrows' per-charge caps now and every `everyMs`. */
-  async start(everyMs = 30_000): Promise<void> {
-    const refresh = () => this.refreshCaps().catch((err) => this.log.warn({ err }, 'reading the escrows\' caps failed'));
+  /** Read the escrows' terms and the debit backlogs now and every billing.backlog_check_ms. */
+  async start(): Promise<void> {
+    const refresh = () => this.refresh().catch((err) => this.log.warn({ err }, "reading the escrows' terms and the debit backlogs failed"));
     await refresh();
-    this.timer = setInterval(refresh, everyMs);
+    this.timer = setInterval(refresh, this.checkMs);
     this.timer.unref();
   }
 
@@ -84,18 +131,48 @@ export class Admission {
     clearInterval(this.timer);
   }
 
-  /** Read the caps the watcher published (keys.escrowCap). */
-  async refreshCaps(): Promise<void> {
+  /**
+   * Read what the watcher published of each escrow (keys.escrowCap, keys.escrowDelay) and each chain's oldest debit,
+   * in one round trip, and decide which chains take new calls. A chain whose delay is not known yet is never stopped.
+   */
+  async refresh(): Promise<void> {
     if (!this.redis || !this.billing) return;
-    const values = await this.redis.mget(...CHAIN_NAMES.map((c) => keys.escrowCap(c)));
+    const r = this.redis;
+    const [terms, [s, us], ...heads] = await Promise.all([
+      r.mget(...CHAIN_NAMES.flatMap((c) => [keys.escrowCap(c), keys.escrowDelay(c)])),
+      // Redis's clock: the one the stream's entry ids were made on.
+      r.time(),
+      ...CHAIN_NAMES.map((c) => r.xrange(keys.debits(c), '-', '+', 'COUNT', 1)),
+    ]);
+    const now = Number(s) * 1000 + Math.floor(Number(us) / 1000);
     CHAIN_NAMES.forEach((c, i) => {
-      const v = values[i];
-      if (v && /^\d+$/.test(v)) this.caps.set(c, BigInt(v));
+      const cap = terms[2 * i];
+      if (cap && /^\d+$/.test(cap)) this.caps.set(c, BigInt(cap));
       else this.caps.delete(c);
+      const delay = terms[2 * i + 1];
+      const head = (heads[i] as [string, string[]][])[0];
+      this.judge(c, head ? Math.max(0, now - entryTime(head[0])) : 0, delay && /^\d+$/.test(delay) ? Number(delay) : undefined);
     });
   }
 
-  /** Admit a call, or throw its refusal: 400 bad chain, 429 rate limited, 402 insufficient funds. */
+  /** Stop or resume `chain`'s new holds by the age of its oldest debit (the head of this file has the rule). */
+  private judge(chain: ChainName, ageMs: number, delayS: number | undefined): void {
+    const stopMs = delayS === undefined ? Infinity : this.stopRatio * delayS * 1000;
+    const was = this.behind.has(chain);
+    if (delayS !== undefined && (was ? ageMs >= stopMs / 2 : ageMs >= stopMs)) {
+      this.behind.set(chain, { ageMs, delayS });
+      if (!was) {
+        const at = { chain, oldest_debit_s: Math.floor(ageMs / 1000), withdrawal_delay_s: delayS };
+        this.log.warn(at, 'settlement behind: the chain takes no new calls until its debits are charged');
+      }
+    } else if (was) {
+      this.behind.delete(chain);
+      this.log.warn({ chain, oldest_debit_s: Math.floor(ageMs / 1000) }, 'settlement caught up: the chain takes new calls again');
+    }
+    this.metrics?.chainAdmissionStopped.set({ chain }, this.behind.has(chain) ? 1 : 0);
+  }
+
+  /** Admit a call, or throw its refusal: 400 bad chain or over the cap, 503 chain behind, 429 rate limited, 402 insufficient funds. */
   async admit(req: AdmitRequest): Promise<Admitted> {
     const limits: RateLimitInput = { keyId: req.identity.keyId, account: req.identity.account, family: req.family, tokens: req.tokens };
     if (!this.billing || !req.quote) {
@@ -109,6 +186,15 @@ export class Admission {
       // The escrow would refuse the charge (ChargeOverCap), and the call would go free.
       throw new GatewayError('charge_cap_exceeded', {
         message: `This call may cost up to ${formatUsd(req.quote.amount)} USD, more than the ${formatUsd(cap)} USD one charge may take on ${chain}; lower max_tokens.`,
+        headers: { 'x-gw-billing-chain': chain },
+      });
+    }
+    const behind = this.behind.get(chain);
+    if (behind) {
+      const age = Math.floor(behind.ageMs / 1000);
+      throw new GatewayError('chain_settlement_behind', {
+        message: `Settlement on ${chain} is behind: its oldest unsettled debit is ${age} s old, and its escrow pays a withdrawal ${behind.delayS} s after it is asked. ` +
+          `${chain} takes no new calls until its debits are charged; retry later, or bill another chain with x-gw-billing-chain.`,
         headers: { 'x-gw-billing-chain': chain },
       });
     }

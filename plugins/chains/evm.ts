@@ -221,6 +221,10 @@ class EvmChain implements SettlementChain {
     return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'maxCharge' });
   }
 
+  withdrawalDelay(): Promise<bigint> {
+    return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'withdrawalDelay' });
+  }
+
   async latestBlock(): Promise<bigint> {
     const head = await this.client.getBlockNumber({ cacheTime: 0 });
     const confirmed = head - BigInt(this.config.confirmations - 1);

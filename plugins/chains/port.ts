@@ -158,6 +158,8 @@ export interface SettlementChain {
   callStatus(callId: Hex): Promise<CallStatus>;
   /** The escrow's per-charge cap now (a hold above it could never be charged in one charge). */
   maxCharge(): Promise<bigint>;
+  /** Seconds between a withdrawal request and the earliest withdraw: how long a debit may wait for its charge. */
+  withdrawalDelay(): Promise<bigint>;
   /** Latest block with the configured confirmations (head - confirmations + 1). */
   latestBlock(): Promise<bigint>;
   /** Escrow money events in [fromBlock, toBlock], ordered by block then log index. */

@@ -207,7 +207,7 @@ export class ChainWatcher {
           // A standby's last readings would go stale: the lease holder reports them.
           for (const g of [this.metrics.chainLagBlocks, this.metrics.chainHalted, this.metrics.chainLogRange]) g.remove({ chain: name });
         } else {
-          if (!this.capPublished.has(name)) await this.publishCap(name, chain);
+          if (!this.termsPublished.has(name)) await this.publishTerms(name, chain);
           // Polls mostly find the head where the last one left it: that costs one RPC request and no Redis.
           const head = await chain.latestBlock();
           if (head !== this.scannedHead.get(name)) {
@@ -322,7 +322,7 @@ export class ChainWatcher {
           this.metrics.reconcileLastRound.remove({ chain: name });
           continue;
         }
-        await this.publishCap(name, chain);
+        await this.publishTerms(name, chain);
         await this.reconcile(name, chain);
       } catch (err) {
         this.metrics.chainErrors.inc({ chain: name });
@@ -331,17 +331,20 @@ export class ChainWatcher {
     }
   }
 
-  /** Chains whose cap this watcher has published since it started. */
-  private readonly capPublished = new Set<ChainName>();
+  /** Chains whose escrow terms this watcher has published since it started. */
+  private readonly termsPublished = new Set<ChainName>();
 
   /**
-   * Publish the escrow's per-charge cap, so gateways refuse a call whose worst case it could not charge (that call
-   * would be refused onchain, and so go free). Read at the first lease and every reconciliation round.
+   * Publish the escrow's terms gateways admit calls by, read at the first lease and every reconciliation round: its
+   * per-charge cap, so they refuse a call whose worst case it could not charge (that call would be refused onchain,
+   * and so go free); and its withdrawal delay, which bounds how long a debit may wait for its charge (admission.ts
+   * stops a chain's new holds as its backlog nears it; the alerts read it as farebox_escrow_withdrawal_delay_seconds).
    */
-  async publishCap(name: ChainName, chain: SettlementChain): Promise<void> {
-    const cap = await chain.maxCharge();
-    await this.r.set(keys.escrowCap(name), cap.toString());
-    this.capPublished.add(name);
+  async publishTerms(name: ChainName, chain: SettlementChain): Promise<void> {
+    const [cap, delay] = await Promise.all([chain.maxCharge(), chain.withdrawalDelay()]);
+    await this.r.mset(keys.escrowCap(name), cap.toString(), keys.escrowDelay(name), delay.toString());
+    this.metrics.escrowWithdrawalDelay.set({ chain: name }, Number(delay));
+    this.termsPublished.add(name);
   }
 
   /**

@@ -52,6 +52,8 @@
  *   chain-halt:<chain>       string  JSON: why the watcher stopped applying the chain's events (a deep reorg),
  *                                    until an operator resumes it (chain-watcher.ts, resumeChain)
  *   escrow-cap:<chain>       string  the escrow's maxCharge, as the watcher last read it
+ *   escrow-delay:<chain>     string  the escrow's withdrawalDelay (seconds), as the watcher last read it: admission
+ *                                    stops new holds on a chain whose debits wait near it (admission.ts)
  *   chain-anomalies:<chain>  list    JSON per escrow event the watcher could not apply (apply-events.ts); kept
  *   watcher-lease:<chain>    string  the instance watching the chain
  * Images (plugins/store/image-store.ts)
@@ -104,6 +106,8 @@ export const keys = {
   chainHalt: (chain: string) => `chain-halt:${chain}`,
   /** The escrow's per-charge cap (atomic units), as the watcher last read it: holds above it are refused. */
   escrowCap: (chain: string) => `escrow-cap:${chain}`,
+  /** The escrow's withdrawal delay (seconds), as the watcher last read it: what bounds a chain's debit backlog. */
+  escrowDelay: (chain: string) => `escrow-delay:${chain}`,
   chainAnomalies: (chain: string) => `chain-anomalies:${chain}`,
   watcherLease: (chain: string) => `watcher-lease:${chain}`,
 

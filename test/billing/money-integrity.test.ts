@@ -258,7 +258,7 @@ t.test("a call whose worst case is above the escrow's per-charge cap is refused 
   const log = { error() {}, warn() {} };
   const billing = new Billing(h.redis, { retentionMs: 60_000, holdTtlMs: 60_000, instanceTimeoutMs: 60_000 }, metrics, log);
   const admission = new Admission(new RateLimiter(h.redis, limitsConfigSchema.parse({})), billing, log, h.redis);
-  await admission.refreshCaps();
+  await admission.refresh();
   const identity = { keyId: h.keyId, keyHash: 'x', account: h.account, status: 'active' as const, defaultChain: 'chain_a' };
   const ask = (amount: bigint) => admission.admit({ requestId: newRequestId(), protocol: 'openai', identity, family: 'gamma', tokens: 0, quote: { model: 'gamma-k3', amount } });
   const refused = await ask(1_000_000_001n).catch((e: unknown) => e);

@@ -279,6 +279,7 @@ function flaky(inner: SettlementChain) {
     pendingWithdrawal: (...args) => inner.pendingWithdrawal(...args),
     blockHash: (n) => inner.blockHash(n),
     maxCharge: () => inner.maxCharge(),
+    withdrawalDelay: () => inner.withdrawalDelay(),
     callStatus: (id) => inner.callStatus(id),
     latestBlock: headOf,
     readEvents: (from, to) => (state.events ? outage() : inner.readEvents(from, to)),
