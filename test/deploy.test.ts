@@ -123,8 +123,13 @@ t.test('alerts.yml: well-formed rules over metrics the gateway exports', async (
     'farebox_holds_released_total{reason="instance_died"}', 'farebox_price_above_hold_total', 'redis_up', 'probe_success',
     'farebox_chain_halted', 'farebox_chain_anomalies_total', 'farebox_escrow_admin_events_total', 'farebox_settlement_fee_capped_total',
     'farebox_chain_unmatched_charges_total', 'farebox_chain_node_behind_total', 'farebox_reconcile_last_round_timestamp_seconds',
+    'farebox_escrow_withdrawal_delay_seconds', 'farebox_chain_admission_stopped',
   ]) {
     t.ok(all.includes(m), `an alert reads ${m}`);
+  }
+  // The backlog's alerts follow the escrow's withdrawal delay, not fixed ages.
+  for (const r of rules.filter((x) => x.expr.includes('farebox_debit_queue_oldest_seconds'))) {
+    t.match(r.expr, /farebox_debit_queue_oldest_seconds\)\s*\/\s*on \(chain\)[^>]*farebox_escrow_withdrawal_delay_seconds\)\s*>\s*0?\.\d+\s*$/, `${r.alert}: a ratio of the backlog's age to the withdrawal delay`);
   }
   t.match(all, /farebox_requests_total\{status=~"5\.\."\}/, 'a 5xx rate rule');
 });
@@ -187,7 +192,7 @@ t.test('grafana-dashboard.json: parses, a Prometheus datasource variable, every 
     'farebox_upstream_duration_seconds_bucket', 'farebox_upstream_errors_total', 'farebox_tokens_total', 'farebox_charged_usd_total',
     'farebox_rejections_total', 'farebox_holds_open', 'farebox_debit_queue_depth', 'farebox_debit_queue_oldest_seconds',
     'farebox_settlement_lag_seconds_bucket', 'farebox_settlement_failures_total', 'farebox_balance_drift_usd_total',
-    'farebox_chain_watcher_lag_blocks',
+    'farebox_chain_watcher_lag_blocks', 'farebox_escrow_withdrawal_delay_seconds', 'farebox_chain_admission_stopped',
   ]) {
     t.ok(all.includes(m), `a panel reads ${m}`);
   }
