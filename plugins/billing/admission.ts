@@ -121,7 +121,15 @@ export class Admission {
 
   /** Read the escrows' terms and the debit backlogs now and every billing.backlog_check_ms. */
   async start(): Promise<void> {
-    const refresh = () => this.refresh().catch((err) => this.log.warn({ err }, "reading the escrows' terms and the debit backlogs failed"));
+    // Logged once per stretch of failures (Redis away): not once a second.
+    let failing = false;
+    const refresh = () => this.refresh().then(
+      () => void (failing = false),
+      (err: unknown) => {
+        if (!failing) this.log.warn({ err }, "reading the escrows' terms and the debit backlogs failed; the last verdicts stand");
+        failing = true;
+      },
+    );
     await refresh();
     this.timer = setInterval(refresh, this.checkMs);
     this.timer.unref();
