@@ -102,6 +102,14 @@ export interface DevChainsOptions {
    * environment or config, because any client the JSON-RPC answers could then rewrite the chain.
    */
   testMethods?: boolean;
+  /**
+   * Mine a block every this many ms (interval mining, as a real chain: transactions wait in the mempool for the next
+   * block, and a sender's batches can wait side by side) instead of a block per transaction (automine, the default:
+   * each receipt at once, and a nonce gap refused). The contracts are deployed under automine first.
+   */
+  blockTimeMs?: number;
+  /** Blocks a log or receipt needs, in the chains' config (1, included, by default). */
+  confirmations?: number;
 }
 
 /** The dev escrows' per-charge cap: 1,000 USD. */
@@ -163,7 +171,8 @@ async function createDevProvider(chainId: number): Promise<Provider> {
       hardfork: l1HardforkToString(hardfork),
       initialBaseFeePerGas: 1_000_000_000n,
       minGasPrice: 0n,
-      // Automine: one block per tx, receipts at once. It rejects out-of-order nonces.
+      // Automine: one block per tx, receipts at once. It rejects out-of-order nonces. (blockTimeMs: switched to
+      // interval mining once the contracts are deployed.)
       mining: { autoMine: true, blockGasLimit: BLOCK_GAS_LIMIT, memPool: { order: MineOrdering.Priority } },
       network: { genesisBlockGasLimit: BLOCK_GAS_LIMIT },
       networkId: BigInt(chainId),
@@ -224,8 +233,19 @@ async function deployDev(name: ChainName, rpcUrl: string, delays: { withdrawalDe
   return { stablecoin: token.address, escrow: escrow.address, deployBlock: token.blockNumber };
 }
 
+/** Switch a provider from automine to a block every `ms` (EDR's evm_setAutomine and evm_setIntervalMining). */
+async function mineEvery(provider: Provider, ms: number): Promise<void> {
+  for (const [method, params] of [['evm_setAutomine', [false]], ['evm_setIntervalMining', [ms]]] as const) {
+    const res = await provider.handleRequest(JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }));
+    const data = (typeof res.data === 'string' ? JSON.parse(res.data) : res.data) as { error?: { message: string } };
+    if (data.error) throw new Error(`${method}: ${data.error.message}`);
+  }
+}
+
 /** Starts the four dev chains, deploys the contracts on each, and serves them over HTTP. */
 export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevChains> {
+  const blockTimeMs = opts.blockTimeMs;
+  if (blockTimeMs !== undefined && (!Number.isInteger(blockTimeMs) || blockTimeMs < 1)) throw new Error('blockTimeMs: a positive integer');
   const host = opts.host ?? '127.0.0.1';
   const basePort = opts.basePort ?? DEV_BASE_PORT;
   const withdrawalDelay = opts.withdrawalDelay ?? 3600n;
@@ -252,6 +272,7 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
       const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i, origins, { testMethods: opts.testMethods });
       servers.push(server);
       const d = await deployDev(name, url, delays);
+      if (blockTimeMs !== undefined) await mineEvery(provider, blockTimeMs);
       return {
         name,
         provider,
@@ -260,13 +281,15 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
         stablecoin: d.stablecoin,
         escrow: d.escrow,
         settler_key_env: DEV_SETTLER_KEY_ENV,
-        // One block: a dev chain has no reorgs but the ones a test makes.
-        confirmations: 1,
+        // One block by default: a dev chain has no reorgs but the ones a test makes.
+        confirmations: opts.confirmations ?? 1,
         max_fee_per_gas: DEV_MAX_FEE_PER_GAS,
         max_log_range: 2_000,
+        max_batch_gas: 16_777_216,
         deploy_block: Number(d.deployBlock),
         replace_after_ms: 10_000,
-        poll_interval_ms: 25,
+        // A quarter block under interval mining: a receipt is seen soon after its block, without polling idle blocks.
+        poll_interval_ms: blockTimeMs === undefined ? 25 : Math.max(25, Math.round(blockTimeMs / 4)),
       };
     }),
   );

@@ -2,13 +2,14 @@ import t from 'tap';
 import { execFile } from 'node:child_process';
 import { createServer } from 'node:net';
 import { promisify } from 'node:util';
-import { createPublicClient, encodeFunctionData, http } from 'viem';
+import { createPublicClient, createWalletClient, encodeFunctionData, http } from 'viem';
 import { mnemonicToAccount, privateKeyToAccount } from 'viem/accounts';
 import { deployEscrow } from '../../deploy/deploy-escrow.js';
 import { escrowAbi } from '../../plugins/chains/abi.js';
 import { CHAIN_NAMES, type Address } from '../../plugins/chains/config.js';
 import { DEV_CHAIN_IDS, DEV_KEYS, startDevChains } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
+import { until } from '../helpers/wait.js';
 
 const t0 = performance.now();
 const dc = await startDevChains({ basePort: 0 });
@@ -242,6 +243,35 @@ t.test('deploy-escrow CLI prints the config fields as JSON; bad input exits non-
   t.match(zero, { code: 1, stderr: /timelock must be > 0/ });
   const err = await run(process.execPath, argv, { env }).catch((e: { code: number; stderr: string }) => e);
   t.match(err, { code: 1, stderr: /missing --treasury/ });
+});
+
+t.test('blockTimeMs mines a block every interval, a sender\'s transactions waiting together for it; by default each is mined at once', async (t) => {
+  const key = DEV_KEYS.callers[2];
+  const send = (url: string, nonce: number) =>
+    createWalletClient({ transport: http(url), account: privateKeyToAccount(key.privateKey) }).sendTransaction({
+      chain: null, to: key.address, value: 0n, nonce, gas: 21_000n, maxFeePerGas: 100_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n,
+    });
+  const instant = createPublicClient({ transport: http(dc.chains.chain_a.rpc_url) });
+  const n = await instant.getTransactionCount({ address: key.address });
+  const head = await instant.getBlockNumber({ cacheTime: 0 });
+  await send(dc.chains.chain_a.rpc_url, n);
+  t.equal(await instant.getBlockNumber({ cacheTime: 0 }), head + 1n, 'the default: a block per transaction, mined before the send returns');
+  await t.rejects(send(dc.chains.chain_a.rpc_url, n + 2), 'and a nonce gap refused');
+
+  const timed = await startDevChains({ basePort: 0, blockTimeMs: 150, confirmations: 3 });
+  t.teardown(() => timed.close());
+  const c = timed.chains.chain_a;
+  t.match({ confirmations: c.confirmations, poll_interval_ms: c.poll_interval_ms }, { confirmations: 3, poll_interval_ms: 38 });
+  const pub = createPublicClient({ transport: http(c.rpc_url), pollingInterval: 20 });
+  const from = await pub.getBlockNumber({ cacheTime: 0 });
+  const started = performance.now();
+  await until('three blocks', async () => (await pub.getBlockNumber({ cacheTime: 0 })) >= from + 3n);
+  t.ok(performance.now() - started >= 300, 'blocks come on the interval, none sent');
+  const m = await pub.getTransactionCount({ address: key.address });
+  // The later nonces first: they wait in the mempool for the one before them.
+  const hashes = [await send(c.rpc_url, m + 2), await send(c.rpc_url, m + 1), await send(c.rpc_url, m)];
+  const receipts = await Promise.all(hashes.map((hash) => pub.waitForTransactionReceipt({ hash })));
+  t.equal(new Set(receipts.map((r) => r.blockNumber)).size, 1, 'the three mined together, in the next block');
 });
 
 t.test('close() stops every chain', async (t) => {
