@@ -83,8 +83,16 @@ const billingSchema = z.strictObject({
   settler: z.boolean().default(true),
   /** Whether this instance follows the escrow events and reconciles balances. */
   watcher: z.boolean().default(true),
-  /** Most debits in one charge batch. */
-  batch_size: z.number().int().min(1).max(400).default(200),
+  /**
+   * Most debits in one charge batch (a batch also stops where its gas bound would pass the chain's max_batch_gas).
+   * At most 1,200: a ~115 KB transaction, under the 128 KB nodes' pools take.
+   */
+  batch_size: z.number().int().min(1).max(1_200).default(1_000),
+  /**
+   * Charge batches per chain sent and not yet confirmed at once (each on the next nonce of the settler key). A chain
+   * settles up to batches_in_flight x batch_size charges per confirmation window.
+   */
+  batches_in_flight: z.number().int().min(1).max(1_000).default(64),
   /** How long the settler waits to fill a batch. */
   batch_wait_ms: z.number().int().min(0).default(250),
   /** Debits another instance took but left unacknowledged this long are taken over. */

@@ -62,6 +62,13 @@ export const chainConfigSchema = z.strictObject({
   max_log_range: z.number().int().min(1).max(1_000_000).default(2_000),
   /** Block the escrow was deployed in: where event scans start. */
   deploy_block: z.number().int().min(0).default(0),
+  /**
+   * Most gas one charge batch may have (its gas limit, an upper bound of what it uses: ~4,000 a charge of consecutive
+   * call ids, up to ~38,000 each taking a status word and an account of its own). At most 2^24, the per-transaction
+   * cap since EIP-7825. A block must have room for it, and while it is unmined the settler key's native balance must
+   * cover it at max_fee_per_gas: lower it on a chain of small blocks, or to reserve less.
+   */
+  max_batch_gas: z.number().int().min(200_000).max(16_777_216).default(16_777_216),
   /** A charge tx not mined after this long is re-sent with the same nonce and a higher fee. */
   replace_after_ms: z.number().int().positive().default(120_000),
   /** How often receipts and the head are polled: about the chain's block time. */

@@ -52,18 +52,48 @@ export interface EvmChainOptions {
   onFeeCapped?: () => void;
 }
 
-/** Most charges in one batch: its gas limit (gasLimitFor) stays under the EIP-7825 per-tx cap (2^24). */
-export const MAX_CHARGES_PER_BATCH = 400;
+/**
+ * Most charges in one batch: 96 bytes of calldata each, so a batch of 1,200 is a ~115 KB transaction, under the
+ * 128 KB that geth's and reth's pools take (TX_MAX_SIZE, 4 slots of 32 KB), with room. Its gas is bounded apart
+ * (gasLimitFor, chains.<name>.max_batch_gas).
+ */
+export const MAX_CHARGES_PER_BATCH = 1_200;
+
+/** Most gas one transaction may have since EIP-7825 (Osaka): 2^24. */
+export const TX_GAS_CAP = 16_777_216;
+
+// Gas bounds of chargeBatch (contracts/Escrow.sol), each above what the costliest case measured on the dev chain:
+// a charge ~3,500-4,000 (its calldata, ~0.9-1.5k, one event, the loop) whatever its outcome; a status word the batch
+// moves to ~22,100 (a cold SLOAD, an SSTORE from zero); an account charged ~5,000 (its balance slot cold, written);
+// the transaction, the escrow's settings and the treasury transfer ~62,000 (~79,000 when the treasury holds none).
+const GAS_PER_BATCH = 100_000n;
+const GAS_PER_CHARGE = 6_000n;
+const GAS_PER_WORD = 25_000n;
+const GAS_PER_ACCOUNT = 7_000n;
 
 /**
- * Gas limit of a batch of n charges: an upper bound, not an estimate, since state can change
- * before mining (a deposit turns cheap refusals into charges). Measured: ~4k per charge when
- * call ids are consecutive (the gateway's own: they share status words), ~26k when each takes
- * a status word of its own (~31k with every account cold), ~65k fixed incl. the treasury
- * transfer. Only gas used is paid.
+ * Gas limit of a batch: an upper bound of what it can use, not an estimate, since state can change before mining (a
+ * deposit turns cheap refusals into charges). It counts what costs: each charge, each status word the batch moves
+ * to (consecutive call ids, the gateway's own, share a word per 128: ~4k gas a charge; each id a word of its own:
+ * ~26k) and each account. Only gas used is paid; the limit is what a block must have room for, and what the
+ * sender's balance must cover at max_fee_per_gas while the batch is unmined.
  */
-export function gasLimitFor(n: number): bigint {
-  return 100_000n + 36_000n * BigInt(n);
+export function gasLimitFor(charges: readonly Charge[]): bigint {
+  let gas = GAS_PER_BATCH;
+  let word: bigint | undefined;
+  const accounts = new Set<string>();
+  for (const c of charges) {
+    gas += GAS_PER_CHARGE;
+    const w = BigInt(c.callId) >> 7n;
+    if (w !== word) gas += GAS_PER_WORD;
+    word = w;
+    const a = c.account.toLowerCase();
+    if (!accounts.has(a)) {
+      accounts.add(a);
+      gas += GAS_PER_ACCOUNT;
+    }
+  }
+  return gas;
 }
 
 // Replacement must beat the old fees by >= 10% (geth, EDR); 25% leaves room.
@@ -90,7 +120,21 @@ const RATE_LIMIT = /rate.?limit|too many requests|requests per|capacity|credits|
  */
 const BEYOND_HEAD = /beyond (the )?(current )?head|beyond the latest|extends beyond|header not found|unknown block|block not found|not (yet )?available|future block|after (the )?latest|greater than (the )?(latest|current|head)/i;
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** Waits `ms`; an abort ends the wait with the signal's reason. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
 
 /** Builds the SettlementChain of one configured chain. */
 export function createEvmChain(name: ChainName, config: ChainConfig, opts: EvmChainOptions = {}): SettlementChain {
@@ -135,6 +179,10 @@ class EvmChain implements SettlementChain {
   private readonly maxReplacements: number;
   /** Settlement fee ceiling, wei (config max_fee_per_gas, gwei). */
   private readonly maxFeePerGas: bigint;
+  /** Most gas one batch may have (config max_batch_gas). */
+  private readonly maxBatchGas: bigint;
+  /** The head as last read, shared by every batch awaiting its confirmations (one request a poll, not one a batch). */
+  private head: { at: number; number: Promise<bigint> } | undefined;
   private readonly onFeeCapped: (() => void) | undefined;
   /** eth_getLogs range now: halved on a node's range or result limit, doubled back after GROW_AFTER successes. */
   private span: number;
@@ -162,6 +210,7 @@ class EvmChain implements SettlementChain {
     this.pollMs = opts.pollIntervalMs ?? config.poll_interval_ms;
     this.maxReplacements = opts.maxReplacements ?? 5;
     this.maxFeePerGas = parseGwei(config.max_fee_per_gas);
+    this.maxBatchGas = BigInt(Math.min(config.max_batch_gas, TX_GAS_CAP));
     this.onFeeCapped = opts.onFeeCapped;
     this.span = config.max_log_range;
     const chain = defineChain({
@@ -381,13 +430,34 @@ class EvmChain implements SettlementChain {
     return (await this.submitCharges(charges)).wait();
   }
 
-  async submitCharges(charges: readonly Charge[]): Promise<PendingBatch> {
+  batchFits(charges: readonly Charge[]): number {
+    let gas = GAS_PER_BATCH;
+    let word: bigint | undefined;
+    const accounts = new Set<string>();
+    const most = Math.min(charges.length, MAX_CHARGES_PER_BATCH);
+    for (let i = 0; i < most; i++) {
+      const c = charges[i]!;
+      let next = gas + GAS_PER_CHARGE;
+      const w = BigInt(c.callId) >> 7n;
+      if (w !== word) next += GAS_PER_WORD;
+      const a = c.account.toLowerCase();
+      if (!accounts.has(a)) next += GAS_PER_ACCOUNT;
+      if (next > this.maxBatchGas) return i;
+      gas = next;
+      word = w;
+      accounts.add(a);
+    }
+    return most;
+  }
+
+  async submitCharges(charges: readonly Charge[], opts: { signal?: AbortSignal } = {}): Promise<PendingBatch> {
     const { account, queue } = this;
     if (!account || !queue) throw new SettlementError('not_configured', 'no settler key configured', this.name);
     this.validate(charges);
     const batch = [...charges];
     const data = encodeChargeBatch(batch);
-    const gas = gasLimitFor(batch.length);
+    const gas = gasLimitFor(batch);
+    if (gas > this.maxBatchGas) throw new SettlementError('invalid_batch', `gas limit ${gas} > max_batch_gas ${this.maxBatchGas}`, this.name);
     const failuresAtSend = this.failures;
     let tx: InFlight;
     try {
@@ -400,19 +470,17 @@ class EvmChain implements SettlementChain {
       if (!(err instanceof SettlementError && err.code === 'fee_capped')) this.failed();
       throw err;
     }
-    // Watched from now on, awaited or not, so a stuck batch gets replaced either way.
-    const settled = this.waitForBatch(tx)
-      .then((r) => this.toBatchReceipt(r, batch))
-      .then(
-        (receipt) => {
-          if (this.failures === failuresAtSend) this.simulateNext = false;
-          return receipt;
-        },
-        (err: unknown) => {
-          this.failed();
-          throw err;
-        },
-      );
+    // Watched from now on, awaited or not, so a stuck batch gets replaced either way. A batch mined without a revert
+    // shows the role and the token work: the batches after it go unsimulated, unless one failed since it was sent.
+    const minedOk = () => {
+      if (this.failures === failuresAtSend) this.simulateNext = false;
+    };
+    const settled = this.waitForBatch(tx, batch, minedOk, opts.signal)
+      .catch((err: unknown) => {
+        // A stop is no failure of the batch: it stays unacknowledged, watched again by whoever takes it over.
+        if (!opts.signal?.aborted) this.failed();
+        throw err;
+      });
     settled.catch(() => undefined); // reported through wait(); not an unhandled rejection
     return { nonce: tx.nonce, txHash: tx.hashes[0]!, wait: () => settled };
   }
@@ -472,22 +540,48 @@ class EvmChain implements SettlementChain {
     return this.client.request({ method: 'eth_sendRawTransaction', params: [serializedTransaction] });
   }
 
-  // Polls for a receipt of any of the batch's transactions. While none is mined, re-sends it
-  // every replace_after_ms with the same nonce and a higher fee (covers stuck and dropped txs).
-  private async waitForBatch(tx: InFlight): Promise<MinedBatch> {
+  /**
+   * Polls for a receipt of any of the batch's transactions. While none is mined, re-sends it every replace_after_ms
+   * with the same nonce and a higher fee (covers stuck and dropped txs). Once one is mined, only the shared head is
+   * polled until the receipt's block has its confirmations; then the block is checked to be still canonical. A
+   * receipt whose block was reorganised away is polled for again, as unmined: on the new branch it is mined again,
+   * or replaced. Batches of one key wait side by side: many in flight cost one head request a poll, and each keeps
+   * what its receipt says (its outcomes, or its revert), not the receipt's logs.
+   */
+  private async waitForBatch(tx: InFlight, batch: Charge[], onMinedOk: () => void, signal: AbortSignal | undefined): Promise<BatchReceipt> {
     let replacements = 0;
     let lastError: unknown;
     let deadline = Date.now() + this.config.replace_after_ms;
+    let mined: { at: MinedBatch; receipt: BatchReceipt | undefined; error: unknown } | null = null;
     for (;;) {
-      let mined = false;
-      for (const hash of [...tx.hashes]) {
-        const receipt = await this.receiptOf(hash);
-        if (!receipt) continue;
-        mined = true;
-        if (await this.confirmed(receipt)) return receipt;
+      signal?.throwIfAborted();
+      if (!mined) {
+        for (const hash of [...tx.hashes]) {
+          const r = await this.receiptOf(hash);
+          if (!r) continue;
+          try {
+            mined = { at: { ...r, logs: [] }, receipt: this.toBatchReceipt(r, batch), error: undefined };
+            onMinedOk();
+          } catch (err) {
+            mined = { at: { ...r, logs: [] }, receipt: undefined, error: err };
+          }
+          break;
+        }
       }
-      if (!mined && Date.now() >= deadline) {
+      if (mined) {
+        const state = await this.confirmation(mined.at);
+        if (state === 'confirmed') {
+          if (mined.receipt) return mined.receipt;
+          throw mined.error;
+        }
+        if (state === 'reorged') {
+          mined = null;
+          deadline = Date.now() + this.config.replace_after_ms;
+        }
+      } else if (Date.now() >= deadline) {
         if (replacements >= this.maxReplacements) {
+          // Its nonce may be a gap now (a node dropped it): the key's next transaction is to fill it.
+          this.queue?.resync();
           const msg = `batch ${tx.hashes[0]} (nonce ${tx.nonce}) not mined after ${replacements} replacements`;
           throw new SettlementError('timeout', msg, this.name, { cause: lastError });
         }
@@ -495,7 +589,7 @@ class EvmChain implements SettlementChain {
         lastError = await this.replace(tx).catch((err: unknown) => err);
         deadline = Date.now() + this.config.replace_after_ms;
       }
-      await sleep(this.pollMs);
+      await sleep(this.pollMs, signal);
     }
   }
 
@@ -558,13 +652,35 @@ class EvmChain implements SettlementChain {
     return undefined;
   }
 
-  // True once the receipt's block has the configured confirmations and is still canonical.
-  private async confirmed(receipt: MinedBatch): Promise<boolean> {
-    if (this.config.confirmations <= 1) return true;
-    const head = await this.client.getBlockNumber({ cacheTime: 0 });
-    if (head < receipt.blockNumber + BigInt(this.config.confirmations - 1)) return false;
-    const again = await this.receiptOf(receipt.transactionHash);
-    return again?.blockHash === receipt.blockHash;
+  /**
+   * Whether the receipt's block has the configured confirmations and is still the chain's block at its height
+   * (`reorged`: it is not). An RPC error reads as `waiting`: the next poll asks again.
+   */
+  private async confirmation(receipt: MinedBatch): Promise<'confirmed' | 'waiting' | 'reorged'> {
+    if (this.config.confirmations <= 1) return 'confirmed';
+    try {
+      const head = await this.headNumber();
+      if (head < receipt.blockNumber + BigInt(this.config.confirmations - 1)) return 'waiting';
+      const hash = await this.blockHash(receipt.blockNumber);
+      return hash?.toLowerCase() === receipt.blockHash.toLowerCase() ? 'confirmed' : 'reorged';
+    } catch {
+      return 'waiting';
+    }
+  }
+
+  /** The head, read at most once per half poll interval however many batches ask. */
+  private headNumber(): Promise<bigint> {
+    const now = Date.now();
+    if (!this.head || now - this.head.at >= this.pollMs / 2) {
+      const number = this.client.getBlockNumber({ cacheTime: 0 });
+      const head = { at: now, number };
+      this.head = head;
+      // A failed read is not kept: the next caller asks again.
+      number.catch(() => {
+        if (this.head === head) this.head = undefined;
+      });
+    }
+    return this.head.number;
   }
 
   // null while not mined, and on any RPC error (the caller polls again).

@@ -1,7 +1,7 @@
 /**
  * One serialized nonce sequence per (chain, sender): sends run one at a time in call order
  * with consecutive nonces, so concurrent batches never collide (automine and most mempools
- * reject a nonce gap or reuse). After a failed send the next job re-reads the nonce from the chain.
+ * reject a nonce gap or reuse). After a failed send, or a resync, the next job re-reads the nonce from the chain.
  */
 
 /** A serialized sender of nonce-ordered transactions. */
@@ -27,6 +27,17 @@ export class NonceQueue {
     });
     this.tail = job.catch(() => undefined);
     return job;
+  }
+
+  /**
+   * The next job re-reads the nonce from the chain. For a transaction that will never be mined (given up after its
+   * replacements, or dropped by the node): the chain's pending count then stops at its nonce, which the next send
+   * takes, instead of leaving a gap that would hold every later transaction of the key.
+   */
+  resync(): void {
+    this.tail = this.tail.then(() => {
+      this.next = undefined;
+    });
   }
 }
 

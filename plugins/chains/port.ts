@@ -129,7 +129,7 @@ export interface PendingBatch {
   nonce: number;
   /** Hash of the first transaction sent (replacements may follow). */
   txHash: Hex;
-  /** Resolves once mined and confirmed; re-sends with a higher fee if stuck. */
+  /** Resolves once mined and confirmed; re-sends with a higher fee if stuck; rejects when it reverted. */
   wait(): Promise<BatchReceipt>;
 }
 
@@ -170,8 +170,17 @@ export interface SettlementChain {
    * its height. Reads as many blocks as the node's eth_getLogs limits allow in one request.
    */
   scanEvents(fromBlock: bigint, toBlock: bigint, parent: BlockRef | null): Promise<ScanResult>;
-  /** Sends one chargeBatch transaction (serialized per settler key: never a nonce clash). */
-  submitCharges(charges: readonly Charge[]): Promise<PendingBatch>;
+  /**
+   * How many of `charges`, from the first, one batch can carry (its gas bound under the chain's max_batch_gas, its
+   * size under nodes' limits); absent: all of them.
+   */
+  batchFits?(charges: readonly Charge[]): number;
+  /**
+   * Sends one chargeBatch transaction (serialized per settler key: never a nonce clash; batches of one key may be in
+   * flight side by side, on consecutive nonces). `signal` stops watching it (its wait() rejects): a stopping settler
+   * leaves it unacknowledged, for whoever takes its debits over.
+   */
+  submitCharges(charges: readonly Charge[], opts?: { signal?: AbortSignal }): Promise<PendingBatch>;
   /** submitCharges, then wait. */
   charge(charges: readonly Charge[]): Promise<BatchReceipt>;
 }

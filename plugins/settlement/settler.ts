@@ -1,13 +1,17 @@
 /**
  * Settle onchain (DESIGN step 6): takes debits from each chain's Redis Stream as a consumer group, so any number
  * of gateway instances share the work, and charges them with the escrow's chargeBatch, one event per call id.
- * An entry is acknowledged only after its batch's receipt; until then it stays pending and is retried (by this
- * instance, or claimed by another after `claimIdleMs`). Retries are safe: the escrow skips a call id it has
- * seen. Pending amounts leave `pending` when the watcher applies the Charged event, not here.
+ * Batches are pipelined: each chain has up to `batchesInFlight` batches sent and awaiting their confirmations at
+ * once, on consecutive nonces of the settler key, so a chain's rate is bound by its blocks, not by one batch per
+ * confirmation window. An entry is acknowledged only after its batch's confirmed receipt; until then it stays
+ * pending. A batch that fails (reverted, never mined, its acknowledgement lost) has its debits sent again, the
+ * batches around it standing; debits of a settler that stopped are claimed by another after `claimIdleMs`. Retries
+ * are safe: the escrow skips a call id it has seen. Pending amounts leave `pending` when the watcher applies the
+ * Charged event, not here.
  */
 import type { Redis } from 'ioredis';
-import type { ChainName } from '../chains/config.js';
-import type { Charge, Hex, SettlementChain } from '../chains/port.js';
+import type { Address, ChainName } from '../chains/config.js';
+import type { Charge, Hex, PendingBatch, SettlementChain } from '../chains/port.js';
 import { countBy, type Metrics } from '../metrics/metrics.js';
 import { logRedisErrors } from '../store/redis.js';
 import { Sleeps } from './sleeps.js';
@@ -46,17 +50,39 @@ export interface SettlerSettings {
   batchWaitMs: number;
   /** Entries another consumer left unacknowledged this long are taken over. */
   claimIdleMs: number;
+  /** Batches per chain sent and not yet confirmed at once. Default DEFAULT_BATCHES_IN_FLIGHT. */
+  batchesInFlight?: number;
   /** Called once a batch of `chain` is mined (this process's watcher polls that chain at once). */
   onMined?: (chain: ChainName) => void;
 }
 
-type Entry = [id: string, fields: string[]];
+/**
+ * Batches per chain in flight when the settings name none: at 1,000 charges a batch, 64 keep up with ~2,500 charges
+ * a second through a confirmation window of 25 s (12 confirmations of 2 s blocks, and the wait for the first).
+ */
+export const DEFAULT_BATCHES_IN_FLIGHT = 64;
 
-function toCharge(fields: string[]): Charge | null {
+type Entry = [id: string, fields: string[] | null];
+
+/** A debit of the stream: its entry id and its charge. */
+interface Debit {
+  id: string;
+  charge: Charge;
+}
+
+const CALL_ID = /^0x[0-9a-fA-F]{64}$/;
+const ADDRESS = /^0x[0-9a-fA-F]{40}$/;
+const AMOUNT = /^\d{1,78}$/;
+const UINT256_MAX = 2n ** 256n - 1n;
+
+/** The charge of an entry; null when it could never be charged (a batch holding it would be refused whole). */
+function toCharge(fields: string[] | null): Charge | null {
+  if (!fields) return null; // deleted while pending (XAUTOCLAIM answers such entries with no fields)
   const f: Record<string, string> = {};
-  for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i]] = fields[i + 1];
+  for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
   if (!f.call_id || !f.account || !f.amount) return null;
-  return { callId: f.call_id as Hex, account: f.account as Hex, amount: BigInt(f.amount) };
+  if (!CALL_ID.test(f.call_id) || !ADDRESS.test(f.account) || !AMOUNT.test(f.amount) || BigInt(f.amount) > UINT256_MAX) return null;
+  return { callId: f.call_id as Hex, account: f.account as Address, amount: BigInt(f.amount) };
 }
 
 /**
@@ -75,13 +101,32 @@ function entryTime(id: string): number {
   return Number(id.slice(0, id.indexOf('-')));
 }
 
-/** Charges debits onchain, per chain, in batches. */
+/** One chain's settling: its stream, its connection and its batches in flight. */
+interface Lane {
+  name: ChainName;
+  chain: SettlementChain;
+  /** For the stream reads, which block. */
+  conn: Redis;
+  key: string;
+  /** Batches sent and not yet done with (confirmed and acknowledged, or failed). */
+  inFlight: Set<Promise<void>>;
+  /** Debits sent again before any other: those of failed batches, and those a batch could not carry. */
+  retry: Debit[];
+  /** Entry ids this lane holds: in a batch in flight, or in `retry`. */
+  held: Set<string>;
+  lastClaim: number;
+  /** Stops watching the batches in flight (a stop). */
+  abort: AbortController;
+}
+
+/** Charges debits onchain, per chain, in batches, several in flight per chain. */
 export class Settler {
   private running = false;
   private readonly loops: Promise<void>[] = [];
-  private readonly conns: Redis[] = [];
+  private readonly lanes: Lane[] = [];
   private timer: NodeJS.Timeout | undefined;
   private readonly sleeps = new Sleeps();
+  private readonly maxInFlight: number;
 
   constructor(
     private readonly redis: Redis,
@@ -90,7 +135,9 @@ export class Settler {
     private readonly settings: SettlerSettings,
     private readonly metrics: Metrics,
     private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
-  ) {}
+  ) {
+    this.maxInFlight = Math.max(1, settings.batchesInFlight ?? DEFAULT_BATCHES_IN_FLIGHT);
+  }
 
   /** Start one loop per chain that has a settler key. */
   async start(): Promise<void> {
@@ -99,8 +146,11 @@ export class Settler {
       if (!chain.canSettle) continue;
       // Blocking reads get a connection of their own: a BLOCK would stall every other command on a shared one.
       const conn = logRedisErrors(this.redis.duplicate(), (err) => this.log.warn({ err, chain: name }, 'settler redis connection'));
-      this.conns.push(conn);
-      this.loops.push(this.loop(name, chain, conn));
+      const lane: Lane = {
+        name, chain, conn, key: keys.debits(name), inFlight: new Set(), retry: [], held: new Set(), lastClaim: 0, abort: new AbortController(),
+      };
+      this.lanes.push(lane);
+      this.loops.push(this.loop(lane));
     }
     this.timer = setInterval(() => void this.measure().catch(() => {}), 5_000);
     this.timer.unref();
@@ -117,45 +167,29 @@ export class Settler {
     }
   }
 
-  private async loop(name: ChainName, chain: SettlementChain, conn: Redis): Promise<void> {
-    const key = keys.debits(name);
+  private async loop(lane: Lane): Promise<void> {
     let backoff = 0;
-    let lastClaim = 0;
     let grouped = false;
     while (this.running) {
       try {
         // Here, not in start(): a gateway starting while Redis is away still starts, and settles once it is back.
         if (!grouped) {
-          await this.ensureGroup(name);
+          await this.ensureGroup(lane.name);
           grouped = true;
         }
-        let entries: Entry[] = [];
-        // Own unacknowledged entries first (a batch that failed), then others' stale ones, then new ones.
-        const own = (await conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', this.settings.batchSize, 'STREAMS', key, '0')) as [string, Entry[]][] | null;
-        entries = own?.[0]?.[1] ?? [];
-        if (entries.length === 0 && Date.now() - lastClaim > this.settings.claimIdleMs / 2) {
-          lastClaim = Date.now();
-          const claimed = (await conn.xautoclaim(key, GROUP, this.consumer, this.settings.claimIdleMs, '0-0', 'COUNT', this.settings.batchSize)) as [string, Entry[]];
-          entries = claimed[1] ?? [];
-          await pruneConsumers(this.redis, name, this.settings.claimIdleMs);
+        if (lane.inFlight.size >= this.maxInFlight) {
+          await Promise.race(lane.inFlight); // each settles, never rejects (track)
+          continue;
         }
-        if (entries.length === 0) {
-          const fresh = (await conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', this.settings.batchSize, 'BLOCK', 1000, 'STREAMS', key, '>')) as [string, Entry[]][] | null;
-          entries = fresh?.[0]?.[1] ?? [];
-          if (entries.length > 0 && entries.length < this.settings.batchSize && this.settings.batchWaitMs > 0) {
-            await new Promise((r) => setTimeout(r, this.settings.batchWaitMs));
-            const more = (await conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', this.settings.batchSize - entries.length, 'STREAMS', key, '>')) as [string, Entry[]][] | null;
-            entries = entries.concat(more?.[0]?.[1] ?? []);
-          }
-        }
-        if (entries.length === 0) continue;
-        await this.settle(name, chain, conn, key, entries);
+        const debits = await this.next(lane);
+        if (debits.length === 0) continue;
+        await this.send(lane, debits);
         backoff = 0;
       } catch (err) {
         if (!this.running) break;
         if (String((err as Error).message).includes('NOGROUP')) grouped = false;
-        this.metrics.settlementFailures.inc({ chain: name });
-        this.log.error({ err, chain: name }, 'settlement batch failed; will retry');
+        this.metrics.settlementFailures.inc({ chain: lane.name });
+        this.log.error({ err, chain: lane.name }, 'settlement batch failed; will retry');
         // Capped low: a settler that waits long leaves debits pending (and balances locked) for that long.
         backoff = Math.min(5_000, backoff ? backoff * 2 : 500);
         // A stop ends the wait: a backoff never holds a shutdown.
@@ -164,33 +198,94 @@ export class Settler {
     }
   }
 
-  private async settle(name: ChainName, chain: SettlementChain, conn: Redis, key: string, entries: Entry[]): Promise<void> {
-    const charges: Charge[] = [];
-    const ids: string[] = [];
-    const malformed: string[] = [];
-    for (const [id, fields] of entries) {
-      const c = toCharge(fields);
-      if (c) {
-        charges.push(c);
-        ids.push(id);
-      } else {
-        malformed.push(id);
+  /**
+   * The debits of the next batch: those to send again first, then this consumer's own unacknowledged entries (left by
+   * an earlier run under its name; read only while nothing is in flight, since entries in flight are unacknowledged
+   * too), then others' stale ones, then new ones.
+   */
+  private async next(lane: Lane): Promise<Debit[]> {
+    const { batchSize, batchWaitMs, claimIdleMs } = this.settings;
+    if (lane.retry.length > 0) return lane.retry.splice(0, batchSize);
+    const read = async (count: number, from: string, block?: number): Promise<Entry[]> => {
+      const got = (block === undefined
+        ? await lane.conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', count, 'STREAMS', lane.key, from)
+        : await lane.conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', count, 'BLOCK', block, 'STREAMS', lane.key, from)) as [string, Entry[]][] | null;
+      return got?.[0]?.[1] ?? [];
+    };
+    let entries: Entry[] = [];
+    if (lane.inFlight.size === 0) entries = await read(batchSize, '0');
+    if (entries.length === 0 && Date.now() - lane.lastClaim > claimIdleMs / 2) {
+      lane.lastClaim = Date.now();
+      const claimed = (await lane.conn.xautoclaim(lane.key, GROUP, this.consumer, claimIdleMs, '0-0', 'COUNT', batchSize)) as [string, Entry[]];
+      // Ours in flight for longer than claimIdleMs come back too: they are being watched already.
+      entries = (claimed[1] ?? []).filter(([id]) => !lane.held.has(id));
+      await pruneConsumers(this.redis, lane.name, claimIdleMs);
+    }
+    if (entries.length === 0) {
+      entries = await read(batchSize, '>', 1000);
+      if (entries.length > 0 && entries.length < batchSize && batchWaitMs > 0) {
+        await new Promise((r) => setTimeout(r, batchWaitMs));
+        entries = entries.concat(await read(batchSize - entries.length, '>'));
       }
     }
-    if (malformed.length) {
-      this.log.error({ chain: name, ids: malformed }, 'malformed debit entries dropped');
-      await done(conn, key, malformed);
+    const debits: Debit[] = [];
+    const malformed: string[] = [];
+    for (const [id, fields] of entries) {
+      const charge = toCharge(fields);
+      if (charge) debits.push({ id, charge });
+      else malformed.push(id);
     }
-    if (charges.length === 0) return;
+    if (malformed.length) {
+      this.log.error({ chain: lane.name, ids: malformed }, 'malformed debit entries dropped');
+      await done(this.redis, lane.key, malformed);
+    }
+    return debits;
+  }
+
+  /** Send one batch of `debits` (what it cannot carry is kept for the next) and track it until confirmed. */
+  private async send(lane: Lane, debits: Debit[]): Promise<void> {
+    const fits = Math.max(1, Math.min(debits.length, lane.chain.batchFits?.(debits.map((d) => d.charge)) ?? debits.length));
+    const batch = debits.slice(0, fits);
+    for (const d of debits) lane.held.add(d.id);
+    lane.retry.unshift(...debits.slice(fits));
     const started = process.hrtime.bigint();
-    const receipt = await chain.charge(charges);
-    this.settings.onMined?.(name);
-    this.metrics.settlementDuration.observe({ chain: name }, Number(process.hrtime.bigint() - started) / 1e9);
-    this.metrics.settlementBatches.inc({ chain: name, result: 'mined' });
-    const now = Date.now();
-    countBy(receipt.results.map((r) => r.outcome), (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n));
-    for (const id of ids) this.metrics.settlementLag.observe({ chain: name }, Math.max(0, now - entryTime(id)) / 1000);
-    await done(conn, key, ids);
+    let pending: PendingBatch;
+    try {
+      pending = await lane.chain.submitCharges(batch.map((d) => d.charge), { signal: lane.abort.signal });
+    } catch (err) {
+      // Not sent (refused by its simulation, fees above the ceiling, the node away): sent again after the backoff.
+      lane.retry.unshift(...batch);
+      throw err;
+    }
+    const tracked = this.track(lane, pending, batch, started);
+    lane.inFlight.add(tracked);
+    void tracked.finally(() => lane.inFlight.delete(tracked));
+  }
+
+  /** Wait for a sent batch's confirmation, then acknowledge its debits; on a failure, queue them to be sent again. */
+  private async track(lane: Lane, pending: PendingBatch, batch: Debit[], started: bigint): Promise<void> {
+    const { name } = lane;
+    const ids = batch.map((d) => d.id);
+    try {
+      const receipt = await pending.wait();
+      this.settings.onMined?.(name);
+      this.metrics.settlementDuration.observe({ chain: name }, Number(process.hrtime.bigint() - started) / 1e9);
+      this.metrics.settlementBatches.inc({ chain: name, result: 'mined' });
+      const now = Date.now();
+      countBy(receipt.results.map((r) => r.outcome), (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n));
+      for (const id of ids) this.metrics.settlementLag.observe({ chain: name }, Math.max(0, now - entryTime(id)) / 1000);
+      // On the shared connection: the lane's own may be in a blocking read.
+      await done(this.redis, lane.key, ids);
+      for (const id of ids) lane.held.delete(id);
+    } catch (err) {
+      // A stop: the batch is left unacknowledged, for a settler to take over (the escrow skips what it charged).
+      if (lane.abort.signal.aborted) return;
+      // Reverted, never mined, or confirmed but not acknowledged: its debits go out again, ahead of new ones; the
+      // batches sent around it stand. A debit it did charge comes back already_charged.
+      lane.retry.unshift(...batch);
+      this.metrics.settlementFailures.inc({ chain: name });
+      this.log.error({ err, chain: name, nonce: pending.nonce, tx: pending.txHash }, 'settlement batch failed; will retry');
+    }
   }
 
   /** Queue depth and age of the oldest debit not yet charged, per chain. */
@@ -200,20 +295,28 @@ export class Settler {
       // Both read before either is set: a scrape never sees one gauge of a chain without the other.
       const [depth, first] = await Promise.all([this.redis.xlen(key), this.redis.xrange(key, '-', '+', 'COUNT', 1) as Promise<Entry[]>]);
       this.metrics.debitQueueDepth.set({ chain: name }, depth);
-      this.metrics.debitQueueOldest.set({ chain: name }, first.length ? Math.max(0, Date.now() - entryTime(first[0][0])) / 1000 : 0);
+      this.metrics.debitQueueOldest.set({ chain: name }, first.length ? Math.max(0, Date.now() - entryTime(first[0]![0])) / 1000 : 0);
     }
   }
 
-  /** Stop after the batches in flight, and leave the groups where nothing is left pending to this consumer. */
+  /**
+   * Stop: no batch is sent after it, and the batches in flight are no longer watched: their debits stay pending in
+   * the stream, taken over by another settler (or this one's restart), which charges nothing twice. Leaves the groups
+   * where nothing is left pending to this consumer.
+   */
   async stop(): Promise<void> {
     this.running = false;
     clearInterval(this.timer);
     this.sleeps.wakeAll();
-    for (const c of this.conns) c.disconnect();
+    for (const lane of this.lanes) {
+      lane.abort.abort();
+      lane.conn.disconnect();
+    }
     // A loop stuck on a command of a Redis that is away must not hold a shutdown: what it did not finish is
     // left pending in the stream, and taken over by another settler.
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.allSettled(this.loops), new Promise((r) => (timer = setTimeout(r, 5_000)))]);
+    const tracked = this.lanes.flatMap((l) => [...l.inFlight]);
+    await Promise.race([Promise.allSettled([...this.loops, ...tracked]), new Promise((r) => (timer = setTimeout(r, 5_000)))]);
     clearTimeout(timer);
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
       if (chain.canSettle) await pruneConsumers(this.redis, name, 0, this.consumer).catch(() => {});

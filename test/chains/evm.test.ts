@@ -1,12 +1,13 @@
 import t from 'tap';
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPublicClient, createTestClient, createWalletClient, http, type Hex } from 'viem';
-import { privateKeyToAccount } from 'viem/accounts';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi } from '../../plugins/chains/abi.js';
 import type { ChainConfig } from '../../plugins/chains/config.js';
 import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
-import { createEvmChain, MAX_CHARGES_PER_BATCH, type EvmChainOptions } from '../../plugins/chains/evm.js';
+import { createEvmChain, gasLimitFor, MAX_CHARGES_PER_BATCH, TX_GAS_CAP, type EvmChainOptions } from '../../plugins/chains/evm.js';
 import { callIdOf, SettlementError, type Charge, type ScanResult } from '../../plugins/chains/port.js';
 import { startRpcProxy } from './rpc-proxy.js';
 
@@ -210,11 +211,46 @@ t.test('malformed batches are refused before sending', async (t) => {
   t.equal(await code(chain.submitCharges(charges(MAX_CHARGES_PER_BATCH + 1))), 'invalid_batch');
 });
 
-t.test('the largest batch fits the per-transaction gas cap', async (t) => {
-  const r = await chain.charge(charges(MAX_CHARGES_PER_BATCH, alice.address, 1n));
-  t.equal(r.results.length, MAX_CHARGES_PER_BATCH);
-  t.ok(r.results.every((x) => x.outcome === 'charged'));
-  t.comment(`gas per charge at ${MAX_CHARGES_PER_BATCH}: ${r.gasUsed / BigInt(MAX_CHARGES_PER_BATCH)}`);
+t.test("a batch's gas limit covers what it uses in its costliest shapes, and stays near it for the gateway's call ids", async (t) => {
+  // The gateway's call ids: consecutive 128-bit numbers (callIdOf of req_ ids), 128 to a status word.
+  const base = randomBytes(12).toString('hex');
+  const consecutive = (n: number, account = alice.address, amount = 1n): Charge[] =>
+    Array.from({ length: n }, () => ({ callId: callIdOf(`req_${base}${(seq++).toString(16).padStart(8, '0')}`), account, amount }));
+  const largest = consecutive(MAX_CHARGES_PER_BATCH);
+  t.equal(chain.batchFits!(largest), MAX_CHARGES_PER_BATCH, 'the largest batch of consecutive ids fits one transaction');
+  const big = await chain.charge(largest);
+  t.ok(big.results.every((x) => x.outcome === 'charged'));
+  t.ok(big.gasUsed <= gasLimitFor(largest), `${big.gasUsed} used <= ${gasLimitFor(largest)}`);
+  t.ok(gasLimitFor(largest) < 2n * big.gasUsed, 'the limit within 2x of the gas used: blocks have room for many batches');
+  t.comment(`gas per charge at ${MAX_CHARGES_PER_BATCH} consecutive ids: ${big.gasUsed / BigInt(MAX_CHARGES_PER_BATCH)}`);
+
+  // The costliest shape: each charge a status word of its own and an account of its own, cold, funded.
+  const accounts = Array.from({ length: 6 }, () => privateKeyToAccount(generatePrivateKey()).address);
+  for (const a of accounts) await mintAndDeposit(c, a, 1_000n);
+  const scattered: Charge[] = accounts.map((account) => ({ callId: id(), account, amount: 10n }));
+  const costly = await chain.charge(scattered);
+  t.same(costly.results.map((r) => r.outcome), accounts.map(() => 'charged'));
+  t.ok(costly.gasUsed <= gasLimitFor(scattered), `${costly.gasUsed} used <= ${gasLimitFor(scattered)}`);
+  // Refusals, charges over the cap and skipped ids, each of its own word, in one batch.
+  const odd: Charge[] = [
+    ...accounts.map((account) => ({ callId: id(), account, amount: 10n ** 12n })),
+    ...accounts.map((account) => ({ callId: id(), account, amount: DEV_MAX_CHARGE + 1n })),
+    ...scattered,
+  ];
+  const refusals = await chain.charge(odd);
+  t.ok(refusals.gasUsed <= gasLimitFor(odd), `${refusals.gasUsed} used <= ${gasLimitFor(odd)}`);
+
+  // A batch of ids that share no word stops where its gas bound would pass max_batch_gas (2^24 by default).
+  const wide = charges(MAX_CHARGES_PER_BATCH, alice.address, 1n);
+  const n = chain.batchFits!(wide);
+  t.ok(n > 100 && n < MAX_CHARGES_PER_BATCH, `${n} of ${MAX_CHARGES_PER_BATCH} fit`);
+  t.ok(gasLimitFor(wide.slice(0, n)) <= BigInt(TX_GAS_CAP) && gasLimitFor(wide.slice(0, n + 1)) > BigInt(TX_GAS_CAP));
+  const cut = await chain.charge(wide.slice(0, n));
+  t.ok(cut.results.every((x) => x.outcome === 'charged'));
+  t.ok(cut.gasUsed <= gasLimitFor(wide.slice(0, n)));
+  t.equal(await code(chain.submitCharges(wide.slice(0, n + 1))), 'invalid_batch', 'one more is refused unsent');
+  const small = evm({ max_batch_gas: 1_000_000 });
+  t.ok(small.batchFits!(consecutive(MAX_CHARGES_PER_BATCH)) < 200, 'a lower max_batch_gas makes smaller batches');
 });
 
 t.test('latestBlock and receipts honour confirmations', async (t) => {
