@@ -92,7 +92,13 @@ const billingSchema = z.strictObject({
    * Charge batches per chain sent and not yet confirmed at once (each on the next nonce of the settler key). A chain
    * settles up to batches_in_flight x batch_size charges per confirmation window.
    */
-  batches_in_flight: z.number().int().min(1).max(1_000).default(64),
+  batches_in_flight: z.number().int().min(1).max(1_000).default(128),
+  /**
+   * Of those, how many may wait unmined at once: a node keeps only a few transactions of one sender in its mempool
+   * (geth guarantees 16 slots of 32 KB; a full batch takes 4). A chain settles up to batches_unmined x batch_size
+   * charges per block.
+   */
+  batches_unmined: z.number().int().min(1).max(1_000).default(8),
   /** How long the settler waits to fill a batch. */
   batch_wait_ms: z.number().int().min(0).default(250),
   /** Debits another instance took but left unacknowledged this long are taken over. */

@@ -472,17 +472,21 @@ class EvmChain implements SettlementChain {
     }
     // Watched from now on, awaited or not, so a stuck batch gets replaced either way. A batch mined without a revert
     // shows the role and the token work: the batches after it go unsimulated, unless one failed since it was sent.
-    const minedOk = () => {
-      if (this.failures === failuresAtSend) this.simulateNext = false;
+    let leftMempool!: () => void;
+    const mined = new Promise<void>((resolve) => (leftMempool = resolve));
+    const onMined = (ok: boolean) => {
+      leftMempool();
+      if (ok && this.failures === failuresAtSend) this.simulateNext = false;
     };
-    const settled = this.waitForBatch(tx, batch, minedOk, opts.signal)
+    const settled = this.waitForBatch(tx, batch, onMined, opts.signal)
       .catch((err: unknown) => {
         // A stop is no failure of the batch: it stays unacknowledged, watched again by whoever takes it over.
         if (!opts.signal?.aborted) this.failed();
         throw err;
-      });
+      })
+      .finally(leftMempool);
     settled.catch(() => undefined); // reported through wait(); not an unhandled rejection
-    return { nonce: tx.nonce, txHash: tx.hashes[0]!, wait: () => settled };
+    return { nonce: tx.nonce, txHash: tx.hashes[0]!, mined, wait: () => settled };
   }
 
   private failed(): void {
@@ -548,7 +552,7 @@ class EvmChain implements SettlementChain {
    * or replaced. Batches of one key wait side by side: many in flight cost one head request a poll, and each keeps
    * what its receipt says (its outcomes, or its revert), not the receipt's logs.
    */
-  private async waitForBatch(tx: InFlight, batch: Charge[], onMinedOk: () => void, signal: AbortSignal | undefined): Promise<BatchReceipt> {
+  private async waitForBatch(tx: InFlight, batch: Charge[], onMined: (ok: boolean) => void, signal: AbortSignal | undefined): Promise<BatchReceipt> {
     let replacements = 0;
     let lastError: unknown;
     let deadline = Date.now() + this.config.replace_after_ms;
@@ -561,10 +565,10 @@ class EvmChain implements SettlementChain {
           if (!r) continue;
           try {
             mined = { at: { ...r, logs: [] }, receipt: this.toBatchReceipt(r, batch), error: undefined };
-            onMinedOk();
           } catch (err) {
             mined = { at: { ...r, logs: [] }, receipt: undefined, error: err };
           }
+          onMined(mined.receipt !== undefined);
           break;
         }
       }

@@ -131,6 +131,11 @@ export interface PendingBatch {
   txHash: Hex;
   /** Resolves once mined and confirmed; re-sends with a higher fee if stuck; rejects when it reverted. */
   wait(): Promise<BatchReceipt>;
+  /**
+   * Resolves once a transaction of the batch is mined (confirmed or not, reverted or not), or the batch failed
+   * unmined; never rejects. Absent: known only through wait().
+   */
+  mined?: Promise<void>;
 }
 
 /** A requested withdrawal, payable from `readyAt` (unix seconds). */

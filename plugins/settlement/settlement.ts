@@ -58,6 +58,7 @@ export class Settlement {
       this.settler = new Settler(redis, chains, instance, {
         batchSize: billing.batch_size,
         batchesInFlight: billing.batches_in_flight,
+        batchesUnmined: billing.batches_unmined,
         batchWaitMs: billing.batch_wait_ms,
         claimIdleMs: billing.claim_idle_ms,
         // A mined batch is read back at once by this process's watcher (when it holds that chain's lease).

@@ -12,7 +12,7 @@ import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { ChainWatcher } from '../../plugins/settlement/chain-watcher.js';
-import { Settler } from '../../plugins/settlement/settler.js';
+import { Settler, type SettlerSettings } from '../../plugins/settlement/settler.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { dropPrefix, testPrefix } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
@@ -32,7 +32,7 @@ const quiet = { error() {}, warn() {} };
 const { settler: settlerKey, deployer: owner } = DEV_KEYS;
 
 /** One chain's clients, a Redis namespace, a watcher and a settler on it; all stopped and deleted at the end. */
-async function lane(t: Test, name: ChainName, patch: Partial<ChainConfig> = {}) {
+async function lane(t: Test, name: ChainName, patch: Partial<ChainConfig> = {}, over: Partial<SettlerSettings> = {}) {
   const config: ChainConfig = { ...dc.chains[name], confirmations: CONFIRMATIONS, replace_after_ms: 300, poll_interval_ms: 25, ...patch };
   const viemChain = devViemChain(name, config.chain_id, config.rpc_url);
   const transport = http(config.rpc_url);
@@ -58,7 +58,7 @@ async function lane(t: Test, name: ChainName, patch: Partial<ChainConfig> = {}) 
   }, metrics, quiet);
   const settler = new Settler(redis, { [name]: recorded }, `s-${name}`, {
     // A batch waits 50 ms to fill: the debits a test adds at once go out in batches of 20.
-    batchSize: 20, batchWaitMs: 50, claimIdleMs: 60_000, batchesInFlight: 16,
+    batchSize: 20, batchWaitMs: 50, claimIdleMs: 60_000, batchesInFlight: 16, ...over,
   }, metrics, quiet);
   t.teardown(async () => {
     await settler.stop();
@@ -155,6 +155,24 @@ t.test('batches go out while earlier ones await their confirmations: many per co
   t.ok(inFlight >= 4, `${inFlight} batches mined while the first awaited its confirmations`);
   const span = Number(blocks.at(-1)! - first) + 1;
   t.ok(span <= 2 * CONFIRMATIONS, `all 12 mined within ${span} blocks (${(span / CONFIRMATIONS).toFixed(1)} confirmation windows; one batch a window takes 12)`);
+});
+
+t.test('batches waiting unmined stop at batchesUnmined: the settler sends more as blocks take them', async (t) => {
+  const l = await lane(t, 'chain_a', {}, { batchesUnmined: 3 });
+  await mineEvery(l.test, 0);
+  const n0 = await l.nonce('latest');
+  await l.debit(200); // 10 batches of 20
+  await l.settler.start();
+  await sentUpTo(l, n0 + 3);
+  // Ten poll intervals of the chain (25 ms) and as many reads of the stream: nothing more goes out meanwhile.
+  await new Promise((r) => setTimeout(r, 250));
+  t.equal(await l.nonce('pending'), n0 + 3, 'three batches sent, none more while they wait unmined');
+  await l.test.mine({ blocks: 1 });
+  await sentUpTo(l, n0 + 6);
+  t.equal(await l.nonce('latest'), n0 + 3, 'once a block took them, three more sent before any was confirmed');
+  await mineEvery(l.test, BLOCK_MS);
+  await l.chargedOnce(t);
+  t.equal(l.sent.length, 10, 'ten batches in all');
 });
 
 t.test('a batch that reverts between batches in flight: its debits are charged by a later batch, the ones around it stand', async (t) => {
