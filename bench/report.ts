@@ -2,6 +2,7 @@
 import { cpus } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { imagesMarkdown, type ImageResults } from './images.js';
+import { settlementMarkdown, type SettlementResults } from './settlement.js';
 import type { LoadResult } from './load.js';
 import type { Scenario, TargetName } from './scenarios.js';
 import type { SequentialResult } from './sequential.js';
@@ -105,6 +106,8 @@ export interface BenchResults {
   };
   /** The image scenarios (bench/images.ts), run after the rest, so they leave the peaks above alone. */
   images?: ImageResults;
+  /** The settlement cell (bench/settlement.ts), run last, on dev chains of its own that mine on an interval. */
+  settlement?: SettlementResults;
   problems: string[];
 }
 
@@ -234,6 +237,7 @@ export function toMarkdown(r: BenchResults): string {
     '',
   );
   if (r.images) lines.push(...imagesMarkdown(r.images));
+  if (r.settlement) lines.push(...settlementMarkdown(r.settlement), '');
   if (r.problems.length) lines.push('## Problems', '', ...r.problems.map((x) => `- ${x}`), '');
   return lines.join('\n');
 }

@@ -21,6 +21,10 @@
  * Images (bench/images.ts): after the text cells, each image scenario on direct, farebox and the peer, at
  * BENCH_IMAGE_CONCURRENCY (20) for BENCH_IMAGE_DURATION s (10) each, then BENCH_IMAGE_SEQUENTIAL (30) calls one at a
  * time; BENCH_QUICK=images runs them alone (with any text scenarios named beside it) and prints their table.
+ * Settlement (bench/settlement.ts): last, farebox's settlement on dev chains of its own mining a block every
+ * BENCH_SETTLE_BLOCK_MS (2000) and settling at BENCH_SETTLE_CONFIRMATIONS (12): calls at the gateway's full rate on
+ * BENCH_SETTLE_CONNECTIONS (64) for BENCH_SETTLE_DURATION s (60; 0 leaves the cell out) over the four chains, then a
+ * backlog of BENCH_SETTLE_BACKLOG s (30) of calls drained by one settler key; BENCH_QUICK=settlement runs it alone.
  */
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
@@ -40,6 +44,7 @@ import { runLoad } from './load.js';
 import { summarizeProfile } from './profile.js';
 import { compare, machine, mib, toMarkdown, type BenchResults, type LoadCell, type MemoryPoint, type SequentialCell } from './report.js';
 import { IMAGE_SCENARIOS, imagesMarkdown, runImages } from './images.js';
+import { runSettlement, settlementMarkdown, type SettlementSettings } from './settlement.js';
 import {
   SCENARIOS, TARGETS, completeAnswer, requestFor, runsOn, setVideoJob, videoSubmitFor, type Scenario, type Target, type TargetName,
 } from './scenarios.js';
@@ -72,16 +77,25 @@ const PROFILE_PROCESS = (process.env.BENCH_PROFILE_PROCESS ?? 'farebox') as 'far
 const PROCESS_NAME = { farebox: 'farebox', settle: "farebox's settle process", chains: "farebox's chains process", sim: 'the simulator' }[PROFILE_PROCESS];
 const QUICK_NAMES = process.env.BENCH_QUICK ? process.env.BENCH_QUICK.split(',').map((x) => x.trim()) : undefined;
 const QUICK_IMAGES = QUICK_NAMES?.includes('images') ?? false;
-const QUICK = QUICK_NAMES?.filter((x) => x !== 'images') as Scenario[] | undefined;
+const QUICK_SETTLEMENT = QUICK_NAMES?.includes('settlement') ?? false;
+const QUICK = QUICK_NAMES?.filter((x) => x !== 'images' && x !== 'settlement') as Scenario[] | undefined;
 const IMAGE_CONCURRENCY = intEnv('BENCH_IMAGE_CONCURRENCY', 20);
 const IMAGE_DURATION = intEnv('BENCH_IMAGE_DURATION', 10);
 const IMAGE_SEQUENTIAL = intEnv('BENCH_IMAGE_SEQUENTIAL', 30);
 const REPEAT = intEnv('BENCH_REPEAT', 3);
+const SETTLE: SettlementSettings = {
+  blockMs: intEnv('BENCH_SETTLE_BLOCK_MS', 2000),
+  confirmations: intEnv('BENCH_SETTLE_CONFIRMATIONS', 12),
+  durationS: intEnv('BENCH_SETTLE_DURATION', 60),
+  backlogS: intEnv('BENCH_SETTLE_BACKLOG', 30),
+  connections: intEnv('BENCH_SETTLE_CONNECTIONS', 64),
+};
 const FAREBOX_NODE_ARGS = (process.env.BENCH_FAREBOX_NODE_ARGS ?? '').split(' ').filter(Boolean);
 if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1)) throw new Error('BENCH_CONCURRENCY: comma-separated positive integers');
 if (PROFILE !== undefined && !SCENARIOS.includes(PROFILE)) throw new Error(`BENCH_PROFILE must be one of ${SCENARIOS.join(', ')}`);
 if (!['farebox', 'settle', 'chains', 'sim'].includes(PROFILE_PROCESS)) throw new Error('BENCH_PROFILE_PROCESS must be farebox, settle, chains or sim');
-if (QUICK?.some((q) => !SCENARIOS.includes(q))) throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}, or images`);
+if (QUICK?.some((q) => !SCENARIOS.includes(q))) throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}, images or settlement`);
+if (SETTLE.blockMs < 1 || SETTLE.confirmations < 1 || SETTLE.connections < 4) throw new Error('BENCH_SETTLE_BLOCK_MS and _CONFIRMATIONS at least 1, _CONNECTIONS at least 4');
 if (!DURATION) throw new Error('BENCH_DURATION must be at least 1');
 
 const require = createRequire(import.meta.url);
@@ -338,6 +352,11 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
   process.stdout.write(lines.join('\n') + '\n');
 }
 
+/** The settlement cell on processes of its own. */
+function settlementCell() {
+  return runSettlement({ redisUrl: REDIS_URL, server: SERVER, loadCore: LOAD_CORE, serverCore: SERVER_CORE, settings: SETTLE, log });
+}
+
 /** The image scenarios on direct, farebox and (where it has the call) the peer. */
 function imageCells(s: Servers, key: string) {
   const targets: Target[] = [{ name: 'direct', url: s.simUrl, pid: s.sim.pid }, { name: 'farebox', url: s.fbUrl, pid: s.fb.pid }];
@@ -466,6 +485,11 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
     images: await imageCells(s, key),
     problems,
   };
+  if (SETTLE.durationS) {
+    // Its own processes: the text and image servers stop first, so that they take no CPU from it.
+    await stopAll();
+    results.settlement = await settlementCell();
+  }
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, 'latest.json'), JSON.stringify(results, null, 2) + '\n');
   const md = toMarkdown(results);
@@ -500,8 +524,13 @@ async function main(): Promise<number> {
     // The farebox child funds it on its dev chains (bench/farebox-target.ts).
     process.env.FAREBOX_BENCH_ACCOUNT = account.address;
     if (PROFILE) await profileOnly(PROFILE, prefix, key);
-    else if (QUICK) await quickRun(QUICK, prefix, key);
-    else await fullRun(prefix, key, redis);
+    else if (QUICK_NAMES) {
+      if (QUICK!.length || QUICK_IMAGES) await quickRun(QUICK!, prefix, key);
+      if (QUICK_SETTLEMENT) {
+        await stopAll();
+        process.stdout.write(settlementMarkdown(await settlementCell()).join('\n') + '\n');
+      }
+    } else await fullRun(prefix, key, redis);
     return 0;
   } finally {
     await cleanup();
@@ -528,11 +557,15 @@ function bail(code: number): void {
 const cells = SCENARIOS.length * CONCURRENCY.length * TARGETS.length;
 const quickCells = (QUICK?.length ?? 0) * CONCURRENCY.length;
 const imageS = IMAGE_SCENARIOS.length * 3 * (IMAGE_DURATION + Math.min(WARMUP, 2) + 2 + IMAGE_SEQUENTIAL * 2) + 60;
+// Start-up and funding (a deposit counts once confirmed), the two loads, and each phase's drain at its bound.
+const settleS = SETTLE.durationS
+  ? 120 + (SETTLE.confirmations * SETTLE.blockMs) / 1000 + SETTLE.durationS + SETTLE.backlogS + 2 * ((SETTLE.confirmations + 2) * SETTLE.blockMs / 1000 + 120) + 60
+  : 0;
 const budgetS = PROFILE
   ? DURATION + WARMUP + 120
   : QUICK
-    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) + 120 + (QUICK_IMAGES ? imageS : 0)
-    : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180 + imageS;
+    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) + 120 + (QUICK_IMAGES ? imageS : 0) + (QUICK_SETTLEMENT ? settleS : 0)
+    : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180 + imageS + settleS;
 const deadline = setTimeout(() => {
   log(`bench: over its ${Math.round(budgetS)} s budget; stopping`);
   bail(1);

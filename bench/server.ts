@@ -1,6 +1,7 @@
 /**
  * A server process of the benchmark, run compiled (dist/bench/server.js): `server.js sim`, `server.js chains
- * <redisUrl> <redisPrefix>` (the four dev chains, published in Redis as `farebox serve` publishes them), `server.js
+ * <redisUrl> <redisPrefix> [<blockMs> <confirmations>]` (the four dev chains, published in Redis as `farebox serve`
+ * publishes them; with a block time, mining on that interval and settled at that many confirmations), `server.js
  * settle <redisUrl> <redisPrefix>` (`farebox settle` on those chains; its url is its /metrics) or `server.js
  * farebox <simUrl> <redisUrl> <redisPrefix>`.
  * Prints one JSON line `{"url":"http://127.0.0.1:PORT"}` once listening; closes and exits 0 on SIGTERM.
@@ -17,11 +18,12 @@ if (kind === 'sim') {
   // Imported by kind: the simulator process loads none of the gateway.
   const { startSimulator } = await import('../plugins/simulator/index.js');
   running = await startSimulator({ host: '127.0.0.1', port: 0 });
-} else if (kind === 'chains' && args.length === 2) {
+} else if (kind === 'chains' && (args.length === 2 || args.length === 4)) {
   const { startDevChains } = await import('../plugins/chains/dev-chains.js');
   const { DEV_CHAINS_KEY, devChainsConfig } = await import('../plugins/serve.js');
   const { closeRedis, connectRedis } = await import('../plugins/store/redis.js');
-  const dev = await startDevChains({ host: '127.0.0.1', basePort: 0 });
+  const [blockTimeMs, confirmations] = args.length === 4 ? [Number(args[2]), Number(args[3])] : [undefined, undefined];
+  const dev = await startDevChains({ host: '127.0.0.1', basePort: 0, blockTimeMs, confirmations });
   const redis = connectRedis({ url: args[0]!, prefix: args[1]! });
   await redis.set(DEV_CHAINS_KEY, JSON.stringify(devChainsConfig(dev)));
   await closeRedis(redis);
@@ -43,7 +45,7 @@ if (kind === 'sim') {
   const { startFarebox } = await import('./farebox-target.js');
   running = await startFarebox(args[0]!, args[1]!, args[2]!);
 } else {
-  process.stderr.write('usage: server.js sim | chains <redisUrl> <redisPrefix> | settle <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n');
+  process.stderr.write('usage: server.js sim | chains <redisUrl> <redisPrefix> [<blockMs> <confirmations>] | settle <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n');
   process.exit(2);
 }
 
