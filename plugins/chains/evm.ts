@@ -756,9 +756,14 @@ function max(a: bigint, b: bigint): bigint {
   return a > b ? a : b;
 }
 
+/**
+ * The node refused the nonce as taken: mined already, or held in its mempool by another transaction, which a
+ * settler of the same key in another process sent on its own count ("replacement transaction underpriced", geth's
+ * and EDR's words, when ours does not outbid it).
+ */
 function isNonceConsumed(err: unknown): boolean {
   const text = err instanceof BaseError ? `${err.shortMessage} ${err.details}` : String(err);
-  return /nonce too low|already known|known transaction|nonce has already been used/i.test(text);
+  return /nonce too low|already known|known transaction|nonce has already been used|replacement transaction underpriced/i.test(text);
 }
 
 function revertDataOf(err: BaseError): Hex | undefined {

@@ -318,6 +318,22 @@ t.test('a transaction sent with the key outside the queue does not break it', as
   t.same((await chain.charge(charges(1))).results.map((r) => r.outcome), ['charged'], 'nonce resynced');
 });
 
+t.test('two settler processes on one key: a send onto the nonce the other holds in the mempool re-reads the count and takes the next', async (t) => {
+  // Another process: its own nonce queue (the queue is per process, keyed by the URL as configured).
+  const other = evm({ rpc_url: `${c.rpc_url}/` });
+  await chain.charge(charges(1)); // this process's queue holds the next nonce
+  const receipts = await withoutAutomine(async () => {
+    const n = await settlerNonce();
+    const theirs = [await other.submitCharges(charges(2)), await other.submitCharges(charges(2))];
+    t.same(theirs.map((p) => p.nonce), [n, n + 1], 'the other process sends on the count it reads');
+    const ours = await chain.submitCharges(charges(2)); // on its cached nonce n, held by the other's batch
+    t.equal(ours.nonce, n + 2, 'ours re-read the count and went on the next nonce');
+    await testClient.mine({ blocks: 1 });
+    return Promise.all([...theirs, ours].map((p) => p.wait()));
+  });
+  t.ok(receipts.every((r) => r.results.every((x) => x.outcome === 'charged')), 'all three batches charged');
+});
+
 t.test('a batch that reverts onchain (role revoked after it was sent) -> reverted', async (t) => {
   let p;
   await withoutAutomine(async () => {
