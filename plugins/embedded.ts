@@ -51,10 +51,14 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
     do {
       const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}call:*`, 'COUNT', 1000);
       cursor = next;
-      const statuses = await Promise.all(keys.map((key) => raw.hget(key, 'status')));
+      // `s` in the compact layout, `status` in the first (call-records.ts).
+      const statuses = await Promise.all(keys.map((key) => raw.hmget(key, 's', 'status')));
       await Promise.all(keys.map((key, i) => {
-        const to = statuses[i] === 'held' ? 'free' : statuses[i] === 'pending' ? 'failed' : null;
-        return to ? raw.hset(key, 'status', to) : null;
+        const [compact, first] = statuses[i];
+        const field = compact !== null ? 's' : 'status';
+        const status = compact ?? first;
+        const to = status === 'held' ? 'free' : status === 'pending' ? 'failed' : null;
+        return to ? raw.hset(key, field, to) : null;
       }));
     } while (cursor !== '0');
     await deleteKeys(redis, CHAIN_STATE_PATTERNS);
