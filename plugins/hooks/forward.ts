@@ -4,7 +4,7 @@
  * forward in order.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ForwardContext } from '../routes/endpoint.js';
+import type { ForwardContext } from '../call.js';
 
 /**
  * Forward a gated call: the endpoint answers the caller, later (the reply, answered by its upstream exchange), or

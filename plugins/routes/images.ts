@@ -7,7 +7,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { FREE, type Bill } from '../billing/billing.js';
-import type { Call } from '../call.js';
+import type { Call, ForwardContext, PoliceContext, Policed, Quoted } from '../call.js';
 import type { FareboxConfig } from '../config.js';
 import { geminiCallerFields, geminiImageRequest } from '../upstream/gemini-images.js';
 import type { ImageDelivery } from '../upstream/image-exchange.js';
@@ -18,7 +18,6 @@ import { GatewayError } from '../../policies/errors.js';
 import type { ImageRequest } from '../../policies/image-request.js';
 import { deliveredClass, documentedCapabilities, renderedPixels } from '../../policies/image-sizes.js';
 import { makeUsage, priceCall, worstCaseImage, type PriceTable } from '../../pricing/index.js';
-import type { ForwardContext, PoliceContext, Policed, Quoted } from './endpoint.js';
 
 /** A policed image request. */
 export interface ImagePoliced extends Policed {

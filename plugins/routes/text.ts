@@ -7,8 +7,9 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Bill } from '../billing/billing.js';
 import { FREE } from '../billing/billing.js';
-import type { Call, Exchange } from '../call.js';
+import type { Call, ForwardContext, Policed, Quoted } from '../call.js';
 import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
+import type { Exchange } from '../upstream/exchange.js';
 import { proxyCall } from '../upstream/proxy.js';
 import type { ModelRoute, ProviderConfig, TextModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
@@ -19,7 +20,6 @@ import {
   fromAnthropicUsage, fromOpenAIUsage, makeUsage, priceCall, worstCaseText, ZERO_USAGE,
   type CacheWriteTier, type PriceTable, type Usage,
 } from '../../pricing/index.js';
-import type { ForwardContext, Policed, Quoted } from './endpoint.js';
 
 const VERSION = '0.1.0';
 
