@@ -2,7 +2,7 @@
  * The import graph's rules (npm run depcheck, part of npm test). Type-only imports count as imports: a type that
  * makes a low layer name a high one is an arrow up, as a value import would be.
  *
- * Layers, top down: gateway.ts and serve.ts wire everything; hooks/ (the phases) and routes/ (the endpoint modules)
+ * Layers, top down: gateway.ts and serve.ts wire everything; phases/ (the phases) and routes/ (the endpoint modules)
  * run a call; call.ts declares the call and the endpoint contract; jobs/, billing/, settlement/ and upstream/ do the
  * work; store/, chains/, metrics/ and accounts/ below them; policies/ and pricing/ are pure and know no plugin.
  */
@@ -43,20 +43,20 @@ module.exports = {
       severity: 'error',
       comment: 'upstream/ is transport, metering and provider protocols: it names no call, phase, route, job or bill.',
       from: { path: '^plugins/upstream/' },
-      to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|hooks/|routes/|jobs/|billing/|settlement/)' },
+      to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|phases/|routes/|jobs/|billing/|settlement/)' },
     },
     {
       name: 'jobs-below-the-call',
       severity: 'error',
       comment: 'jobs/ (video jobs, their store and poller) is used by the call path and names none of it.',
       from: { path: '^plugins/jobs/' },
-      to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|hooks/|routes/)' },
+      to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|phases/|routes/)' },
     },
     {
       name: 'phases-know-no-endpoint-module',
       severity: 'error',
       comment: 'The phases reach an endpoint through the contract in call.ts, never a module of routes/.',
-      from: { path: '^plugins/hooks/' },
+      from: { path: '^plugins/phases/' },
       to: { path: '^plugins/routes/' },
     },
     {

@@ -1,6 +1,6 @@
 /**
  * A call and the contract it runs through: request ids; the state of one call as it moves through the phases
- * (plugins/hooks/); and what an endpoint module (plugins/routes/) declares, so that every kind of call runs the same
+ * (plugins/phases/); and what an endpoint module (plugins/routes/) declares, so that every kind of call runs the same
  * phases: its path and protocol, how it polices a request (schema, model route, rewrite), what the call may cost at
  * worst (quote), what it prepares once its hold is placed (optional), how it forwards the call and meters the
  * answer, and what the finished call is billed. Adding an endpoint adds a module to plugins/routes/, not a copy of the
@@ -54,7 +54,7 @@ export function newRequestId(): string {
 }
 
 /**
- * One call as it moves through the phases (plugins/hooks/): each phase writes its own field once, and reads the
+ * One call as it moves through the phases (plugins/phases/): each phase writes its own field once, and reads the
  * fields of the phases before it. Created by identify; final when the response closes.
  */
 export interface Call {

@@ -17,7 +17,7 @@ import { mintAndDeposit } from './chains/dev-fund.js';
 import { DEFAULT_DASHBOARD_PATH, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
-import { fareboxServerOptions } from './hooks/client-errors.js';
+import { fareboxServerOptions } from './phases/client-errors.js';
 import { createMetrics } from './metrics/metrics.js';
 import type { Simulator } from './simulator/index.js';
 import { keys } from './store/keys.js';
