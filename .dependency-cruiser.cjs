@@ -4,7 +4,8 @@
  *
  * Layers, top down: gateway.ts and serve.ts wire everything; phases/ (the phases) and routes/ (the endpoint modules)
  * run a call; call.ts declares the call and the endpoint contract; jobs/, billing/, settlement/ and upstream/ do the
- * work; store/, chains/, metrics/ and accounts/ below them; policies/ and pricing/ are pure and know no plugin.
+ * work (upstream/protocols/: one folder per provider protocol, picked through protocols/registry.ts); store/,
+ * chains/, metrics/ and accounts/ below them; policies/ and pricing/ are pure and know no plugin.
  */
 const PROJECT = '^(plugins|policies|pricing)/';
 
@@ -44,6 +45,20 @@ module.exports = {
       comment: 'upstream/ is transport, metering and provider protocols: it names no call, phase, route, job or bill.',
       from: { path: '^plugins/upstream/' },
       to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|phases/|routes/|jobs/|billing/|settlement/)' },
+    },
+    {
+      name: 'protocols-through-the-registry',
+      severity: 'error',
+      comment: 'A provider protocol (upstream/protocols/<name>/) is picked through protocols/registry.ts, never imported by name.',
+      from: { path: '^(plugins|policies|pricing|bin)/', pathNot: '^plugins/upstream/protocols/' },
+      to: { path: '^plugins/upstream/protocols/[^/]+/' },
+    },
+    {
+      name: 'protocols-apart',
+      severity: 'error',
+      comment: 'One protocol folder imports nothing of another: what they share is at upstream/ or protocols/ root.',
+      from: { path: '^plugins/upstream/protocols/([^/]+)/' },
+      to: { path: '^plugins/upstream/protocols/[^/]+/', pathNot: '^plugins/upstream/protocols/$1/' },
     },
     {
       name: 'jobs-below-the-call',
