@@ -2,10 +2,11 @@
  * The import graph's rules (npm run depcheck, part of npm test). Type-only imports count as imports: a type that
  * makes a low layer name a high one is an arrow up, as a value import would be.
  *
- * Layers, top down: gateway.ts and serve.ts wire everything; phases/ (the phases) and routes/ (the endpoint modules)
- * run a call; call.ts declares the call and the endpoint contract; jobs/, billing/, settlement/ and upstream/ do the
- * work (upstream/protocols/: one folder per provider protocol, picked through protocols/registry.ts); store/,
- * chains/, metrics/ and accounts/ below them; policies/ and pricing/ are pure and know no plugin.
+ * Layers, top down: gateway.ts and serve.ts wire everything; phases/ (identify to finish) and routes/ (the endpoint
+ * modules) run a call, the dashboard beside them; call.ts declares the call and the endpoint contract; jobs/,
+ * billing/, settlement/ and upstream/ do the work (upstream/protocols/: one folder per provider protocol, picked
+ * through protocols/registry.ts); store/, chains/, metrics/ and accounts/ below them; policies/ and pricing/ are pure
+ * and know no plugin.
  */
 const PROJECT = '^(plugins|policies|pricing)/';
 
@@ -61,11 +62,11 @@ module.exports = {
       to: { path: '^plugins/upstream/protocols/[^/]+/', pathNot: '^plugins/upstream/protocols/$1/' },
     },
     {
-      name: 'jobs-below-the-call',
+      name: 'below-the-call-path',
       severity: 'error',
-      comment: 'jobs/ (video jobs, their store and poller) is used by the call path and names none of it.',
-      from: { path: '^plugins/jobs/' },
-      to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|phases/|routes/)' },
+      comment: 'What the call path uses (jobs, billing, settlement, chains, accounts, metrics, store) names none of it: no call.ts, phase, route, dashboard or wiring.',
+      from: { path: '^plugins/(accounts|billing|chains|jobs|metrics|settlement|store)/' },
+      to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|embedded\\.ts|phases/|routes/|dashboard/)' },
     },
     {
       name: 'phases-know-no-endpoint-module',
