@@ -25,14 +25,16 @@ import { CHAIN_NAMES } from './chains/config.js';
 import { buildConfig, ConfigError, isBuiltConfig, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded } from './embedded.js';
 import { VideoJobs } from './jobs/video-jobs.js';
+import { bodyError, parseJsonBody } from './intake/json-body.js';
+import { protocolOf } from './intake/protocol.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
 import { answerExpectation } from './phases/client-errors.js';
 import { Finisher } from './phases/finish.js';
 import { forwardCall } from './phases/forward.js';
 import { gateCall } from './phases/gate.js';
-import { authenticate, identifyCall, protocolOf } from './phases/identify.js';
-import { parseJsonBody, policeCall } from './phases/police.js';
+import { authenticate, identifyCall } from './phases/identify.js';
+import { policeCall } from './phases/police.js';
 import { prepareCall } from './phases/prepare.js';
 import { runPhases } from './phases/run-phases.js';
 import { ENDPOINTS, healthRoute, imageContentRoute, imageUrlOrigin, videoJobRoutes, type Endpoint } from './routes/index.js';
@@ -98,15 +100,8 @@ export function checkOptions(opts: unknown): FareboxOptions {
 export function toGatewayError(err: unknown, contentType = 'application/json'): GatewayError {
   if (err instanceof GatewayError) return err;
   const e = err as { code?: string; statusCode?: number; name?: string; message?: string };
-  switch (e.code) {
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new GatewayError('request_too_large', { cause: err });
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new GatewayError('invalid_request', { message: `Content-Type must be ${contentType}.`, cause: err });
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-    case 'FST_ERR_CTP_INVALID_JSON_BODY':
-      return new GatewayError('invalid_json', { cause: err });
-  }
+  const refused = bodyError(e, contentType);
+  if (refused) return refused;
   if (e.name === 'MaxRetriesPerRequestError' || /ECONNREFUSED|Connection is closed|Stream isn't writeable/.test(e.message ?? '')) {
     return new GatewayError('service_unavailable', { cause: err });
   }

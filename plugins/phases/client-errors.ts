@@ -9,12 +9,9 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { newRequestId } from '../call.js';
-import { GatewayError, renderError, type ErrorCode, type Protocol } from '../../policies/errors.js';
+import { protocolOf, protocolOfRefused } from '../intake/protocol.js';
+import { GatewayError, renderError, type ErrorCode } from '../../policies/errors.js';
 
-/** The protocol of a request from its raw bytes, when the parser stopped before a URL was known. */
-function protocolOfRaw(packet: Buffer | undefined): Protocol {
-  return packet?.subarray(0, 256).includes(' /v1/messages') ? 'anthropic' : 'openai';
-}
 
 const CODE_OF: Record<string, ErrorCode> = {
   ERR_HTTP_REQUEST_TIMEOUT: 'request_timeout',
@@ -23,15 +20,22 @@ const CODE_OF: Record<string, ErrorCode> = {
 
 /** Node's `clientError`: answer, then close the connection (its stream cannot be trusted to continue). */
 export function clientErrorHandler(error: Error, socket: Socket): void {
-  const err = error as Error & { code?: string; rawPacket?: unknown };
+  const err = error as Error & { code?: string; rawPacket?: unknown; bytesParsed?: number };
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const ge = new GatewayError(CODE_OF[err.code ?? ''] ?? 'malformed_request', { cause: err });
-  const body = renderError(ge, protocolOfRaw(Buffer.isBuffer(err.rawPacket) ? err.rawPacket : undefined));
+  // A request whose headers were read (its body broke or took too long) has an answer pending with its URL.
+  const pending = (socket as { _httpMessage?: { req?: IncomingMessage } })._httpMessage?.req;
+  const url = pending && !pending.complete ? pending.url : undefined;
+  const protocol = protocolOfRefused(Buffer.isBuffer(err.rawPacket) ? err.rawPacket : undefined, err.bytesParsed, url);
+  const body = renderError(ge, protocol);
+  const id = newRequestId();
   const head = [
     `HTTP/1.1 ${ge.status} ${STATUS_CODES[ge.status] ?? 'Error'}`,
     'content-type: application/json',
     `content-length: ${Buffer.byteLength(body)}`,
-    `x-request-id: ${newRequestId()}`,
+    `x-request-id: ${id}`,
+    // The Anthropic SDK reads its own request-id header, as identify sets it.
+    ...(protocol === 'anthropic' ? [`request-id: ${id}`] : []),
     ...(ge.status === 408 ? [] : ['x-should-retry: false']),
     'connection: close',
   ];
@@ -45,12 +49,11 @@ export function clientErrorHandler(error: Error, socket: Socket): void {
 /** Fastify's router errors (a URL that does not decode), in our shape. */
 export function frameworkErrors(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
   const ge = new GatewayError(error.code === 'FST_ERR_BAD_URL' ? 'malformed_request' : 'invalid_request', { cause: error });
-  reply
-    .code(ge.status)
-    .header('content-type', 'application/json')
-    .header('x-request-id', newRequestId())
-    .header('x-should-retry', 'false')
-    .send(renderError(ge, request.url.startsWith('/v1/messages') ? 'anthropic' : 'openai'));
+  const protocol = protocolOf(request.url);
+  const id = newRequestId();
+  reply.code(ge.status).header('content-type', 'application/json').header('x-request-id', id).header('x-should-retry', 'false');
+  if (protocol === 'anthropic') reply.header('request-id', id);
+  reply.send(renderError(ge, protocol));
 }
 
 /**
@@ -59,9 +62,12 @@ export function frameworkErrors(error: FastifyError, request: FastifyRequest, re
  */
 export function answerExpectation(req: IncomingMessage, res: ServerResponse): void {
   const ge = new GatewayError('expectation_failed');
-  const body = renderError(ge, req.url?.startsWith('/v1/messages') ? 'anthropic' : 'openai');
+  const protocol = protocolOf(req.url ?? '');
+  const body = renderError(ge, protocol);
+  const id = newRequestId();
   res.writeHead(ge.status, {
-    'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-request-id': newRequestId(), 'x-should-retry': 'false',
+    'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-request-id': id, 'x-should-retry': 'false',
+    ...(protocol === 'anthropic' ? { 'request-id': id } : {}),
   });
   res.end(body);
 }

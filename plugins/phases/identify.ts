@@ -9,12 +9,8 @@ import { presentedKey } from '../accounts/key-resolver.js';
 import type { KeyIdentity } from '../accounts/accounts.js';
 import { newRequestId, type Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
-import { GatewayError, type Protocol } from '../../policies/errors.js';
-
-/** The protocol of a path under /v1: the messages endpoints speak Anthropic's, the rest OpenAI's. */
-export function protocolOf(url: string): Protocol {
-  return url.includes('/v1/messages') ? 'anthropic' : 'openai';
-}
+import { protocolOf } from '../intake/protocol.js';
+import { GatewayError } from '../../policies/errors.js';
 
 /** An onRequest hook in Fastify's callback style: nothing in it waits, so it costs the call no promise. */
 export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) => void;

@@ -14,6 +14,8 @@ const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
 const prefix = testPrefix();
 const input = embeddedDefault(sim.url);
 input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };
+// The app listens on an ephemeral port; its metrics server too, never on 9464.
+input.metrics = { port: 0 };
 const app = Fastify({ logger: false, ...fareboxServerOptions });
 await app.register(farebox, { config: input, env: { FAREBOX_SIM_KEY: 'sim-key' } });
 await app.listen({ port: 0, host: '127.0.0.1' });
@@ -30,10 +32,16 @@ t.teardown(async () => {
 
 interface Answer { status: number; headers: Record<string, string>; body: unknown }
 
-/** Send raw bytes and read the answer until the server closes the connection. */
-function raw(bytes: string): Promise<Answer> {
+/** Send raw bytes (each string of an array in a packet of its own) and read the answer until the server closes. */
+function raw(bytes: string | string[]): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const s = net.connect(port, '127.0.0.1', () => s.write(bytes));
+    const s = net.connect(port, '127.0.0.1', async () => {
+      for (const [i, packet] of [bytes].flat().entries()) {
+        // Written apart, after the server has parsed the one before.
+        if (i > 0) await new Promise((r) => setTimeout(r, 50));
+        s.write(packet);
+      }
+    });
     let out = '';
     s.on('data', (d) => (out += d));
     s.on('error', () => {});
@@ -98,4 +106,41 @@ t.test('an Expect other than 100-continue: 417 expectation_failed; HTTP/1.1 with
   t.match(noHost.body, { error: { message: 'An HTTP/1.1 request needs a Host header.' } });
   const old = await raw('GET /v1/health HTTP/1.0\r\n\r\n');
   t.equal(old.status, 200, 'HTTP/1.0 needs none');
+});
+
+const anthropicShape = (t: Test, a: Answer, status: number, code: string) => {
+  t.equal(a.status, status);
+  t.match(a.headers['x-request-id'], /^req_[0-9a-f]{32}$/, 'a request id');
+  t.equal(a.headers['request-id'], a.headers['x-request-id'], 'the request id where the Anthropic SDK reads it');
+  t.match(a.body, { type: 'error', error: { type: String, message: String, code } }, 'the Anthropic shape');
+  t.notOk((a.body as { error: { param?: unknown } }).error.param, 'no OpenAI param');
+};
+
+t.test('a refused request to /v1/messages is answered in the Anthropic shape, however the parser met it', async (t) => {
+  const bad = 'x-a: b\rc\r\n\r\n';
+  anthropicShape(t, await raw(`${'\r\n'.repeat(200)}POST /v1/messages HTTP/1.1\r\nhost: x\r\n${bad}`), 400, 'malformed_request');
+  anthropicShape(t, await raw(`POST /v1/messages\r\r\n\r\n HTTP/1.1\r\nhost: x\r\n\r\n`), 400, 'malformed_request');
+  anthropicShape(t, await raw(`POST /v1/messages?${'a'.repeat(400)} HTTP/1.1\r\nhost: x\r\n${bad}`), 400, 'malformed_request');
+  // Pipelined behind a request to another endpoint: the refused request's own path decides.
+  anthropicShape(t, await raw(`GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\nPOST /v1/messages HTTP/1.1\r\nhost: x\r\n${bad}`), 400, 'malformed_request');
+  // The request line in an earlier packet: the anthropic-version header every Anthropic SDK sends decides.
+  anthropicShape(t, await raw(['POST /v1/messages HTTP/1.1\r\nhost: x\r\n', `anthropic-version: 2023-06-01\r\n${bad}`]), 400, 'malformed_request');
+  // Headers read, the chunked body broken in a later packet: the pending request's path decides.
+  anthropicShape(t, await raw([
+    `POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`, 'zz\r\n',
+  ]), 400, 'malformed_request');
+  openaiShape(t, await raw([
+    `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`, 'zz\r\n',
+  ]), 400, 'malformed_request');
+  anthropicShape(t, await raw('POST /v1/messages/%E0%A4%A HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n'), 400, 'malformed_request');
+});
+
+t.test('a body that is not JSON, nests too deep or is sent as text: the Anthropic shape on /v1/messages', async (t) => {
+  const post = (path: string, type: string, body: string) =>
+    raw(`POST ${path} HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\ncontent-type: ${type}\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+  anthropicShape(t, await post('/v1/messages', 'application/json', '{not json'), 400, 'invalid_json');
+  anthropicShape(t, await post('/v1/messages/count_tokens', 'application/json', ''), 400, 'invalid_json');
+  anthropicShape(t, await post('/v1/messages', 'application/json', '['.repeat(200) + ']'.repeat(200)), 400, 'invalid_request');
+  anthropicShape(t, await post('/v1/messages', 'text/plain', 'hello'), 400, 'invalid_request');
+  openaiShape(t, await post('/v1/chat/completions', 'application/json', '{not json'), 400, 'invalid_json');
 });
