@@ -140,7 +140,7 @@ export interface Endpoint<P extends Policed = Policed> {
   readonly clientRule: ClientRuleEndpoint;
   /**
    * How the body arrives: JSON, parsed before police (the default); multipart/form-data only, which police reads; or
-   * either. Endpoints that take multipart are routed in a context with @fastify/multipart (upstream/reference-images.ts).
+   * either. Endpoints that take multipart are routed in a context with @fastify/multipart (intake/multipart.ts).
    */
   readonly body?: 'json' | 'multipart' | 'json-or-multipart';
   /** Validate the request against the endpoint's schema, route its model, rewrite it for the upstream (400s). */

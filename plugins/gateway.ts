@@ -26,6 +26,7 @@ import { buildConfig, ConfigError, isBuiltConfig, loadConfig, type ConfigEnv, ty
 import { startEmbedded } from './embedded.js';
 import { VideoJobs } from './jobs/video-jobs.js';
 import { bodyError, parseJsonBody } from './intake/json-body.js';
+import { closeUnreadUpload, isMultipartRequest, registerMultipart } from './intake/multipart.js';
 import { protocolOf } from './intake/protocol.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
@@ -43,7 +44,6 @@ import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
 import { upstreamUrl } from './upstream/protocols/registry.js';
-import { closeUnreadUpload, isMultipartRequest, registerMultipart } from './upstream/reference-images.js';
 import { ModelCatalog } from '../policies/catalog.js';
 import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
 

@@ -23,10 +23,11 @@ export const ERROR_CODES = {
   unsupported_video_size: { status: 400, message: 'The model does not take this video size.' },
   unsupported_video_seconds: { status: 400, message: 'The model does not take this video duration.' },
   missing_input_reference: { status: 400, message: 'The model needs an input_reference (a starting frame).' },
-  too_many_references: { status: 400, message: 'More input_reference images than the model takes.' },
+  too_many_references: { status: 400, message: 'More reference images than the endpoint or the model takes.' },
   invalid_last_reference: { status: 400, message: 'last_reference goes with exactly one input_reference, on a model that takes a last frame.' },
   invalid_reference_image: { status: 400, message: 'A reference image is not a PNG, JPEG or WebP image the gateway can read.' },
-  reference_too_large: { status: 400, message: 'Reference images are limited to 3.5 MB each and 4 MB in total.' },
+  // A byte limit passed is 413, as the body's own (request_too_large): see plugins/intake/multipart.ts.
+  reference_too_large: { status: 413, message: 'A reference image, or the reference images together, are over their size limit.' },
   missing_api_key: { status: 401, message: 'An API key is required: send x-api-key or Authorization: Bearer.' },
   invalid_api_key: { status: 401, message: 'The API key is not valid.' },
   insufficient_funds: { status: 402, message: 'The wallet does not cover the worst-case price of this call.' },

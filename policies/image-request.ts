@@ -5,7 +5,6 @@
  */
 import { z } from 'zod';
 import { IMAGE_SIZES, type ImageSize } from '../pricing/index.js';
-import { GatewayError } from './errors.js';
 import { parseBody } from './schemas.js';
 
 /** Aspect ratios of SPEC "Image generation request"; the first is the default. */
@@ -101,9 +100,4 @@ export function formValue(name: string, value: string): unknown {
   if (name === 'n' && /^\d{1,6}$/.test(value)) return Number(value);
   if (name === 'stream') return value === 'true' ? true : value === 'false' ? false : value;
   return value;
-}
-
-/** The 400 of an edit's reference image (param `image`). */
-export function imageError(message: string): GatewayError {
-  return new GatewayError('invalid_request', { param: 'image', message });
 }

@@ -14,33 +14,16 @@ import type { FastifyRequest } from 'fastify';
 import { FREE } from '../billing/billing.js';
 import type { Endpoint, Policed } from '../call.js';
 import { newVideoId, VIDEO_HOLD_MARGIN_MS } from '../jobs/video-store.js';
+import { decodeImage, decodeInOrder } from '../intake/images.js';
+import { VIDEO_UPLOAD } from '../intake/limits.js';
+import { isMultipartRequest, readUpload, type UploadedImage } from '../intake/multipart.js';
 import type { Exchange } from '../upstream/exchange.js';
-import {
-  MAX_IMAGE_PIXELS, decodeImage, decodeInOrder, isMultipartRequest, prepareImage, readImageParts,
-  type ImageFit, type ImagePartLimits, type PreparedImage, type UploadedImage,
-} from '../upstream/reference-images.js';
+import { prepareImage, type ImageFit, type PreparedImage } from '../upstream/reference-images.js';
 import type { ModelRoute, VideoModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import { MAX_VIDEO_REFERENCES, planVideo, type VideoFields, type VideoPlan } from '../../policies/videos.js';
 import { worstCaseVideo } from '../../pricing/index.js';
 import { videoObject } from './video-object.js';
-
-const MiB = 1024 * 1024;
-
-/**
- * Uploads of a submit (SPEC Limits): up to 30 input_reference files and a last_reference, 3.5 MB each and 4 MB in
- * all. `input_reference[]` is the name the official SDKs give a list of files.
- */
-export const VIDEO_UPLOAD_LIMITS: ImagePartLimits = Object.freeze({
-  files: { input_reference: 'input_reference', 'input_reference[]': 'input_reference', last_reference: 'last_reference' },
-  maxFiles: MAX_VIDEO_REFERENCES + 1,
-  maxFileBytes: 3.5 * MiB,
-  maxTotalBytes: 4 * MiB,
-  maxFields: 16,
-  // A prompt of 8,000 characters is at most 32,000 bytes of UTF-8.
-  maxFieldBytes: 64 * 1024,
-  maxPixels: MAX_IMAGE_PIXELS,
-});
 
 /** A policed submit. */
 export interface VideoPoliced extends Policed {
@@ -61,7 +44,7 @@ export interface VideoPoliced extends Policed {
 /** The scalar fields and files of a submit, from either body. */
 async function readSubmit(request: FastifyRequest): Promise<{ fields: VideoFields & { model?: unknown }; uploads: UploadedImage[] }> {
   if (isMultipartRequest(request)) {
-    const form = await readImageParts(request, VIDEO_UPLOAD_LIMITS);
+    const form = await readUpload(request, VIDEO_UPLOAD);
     return { fields: form.fields, uploads: form.files };
   }
   const body = request.body;
@@ -85,7 +68,7 @@ async function prepareReferences(p: VideoPoliced, observe: (seconds: number) => 
   const refs = plan.references;
   if (refs.kind === 'none') return {};
   const fit: ImageFit = refs.kind === 'subjects' ? { fit: 'none' } : { fit: refs.fit, width: plan.width, height: plan.height };
-  const prepared = await decodeInOrder([...p.inputs, ...p.lasts].map((img) => () => decodeImage(img).then((d) => prepareImage(d, fit))), observe, left);
+  const prepared = await decodeInOrder([...p.inputs, ...p.lasts].map((img) => () => decodeImage(img, VIDEO_UPLOAD.maxPixels).then((d) => prepareImage(d, fit))), observe, left);
   if (refs.kind === 'subjects') return { subjects: prepared };
   const [firstFrame, lastFrame] = prepared;
   return { firstFrame, lastFrame };

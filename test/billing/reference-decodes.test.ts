@@ -103,13 +103,13 @@ t.test('what the headers refuse is refused before the hold, naming the image, wi
   const badCrc = Buffer.from(small);
   badCrc[29] ^= 0xff;
   const edits: [Buffer[], RegExp][] = [
-    [[small, blackPng(8193, 8192)], /^Image 2 is 8193x8192: more than 8192 x 8192 pixels\.$/],
-    [[badCrc], /^Image 1 is not a whole PNG image/],
-    [[small.subarray(0, 30)], /^Image 1 is not a whole PNG image/],
+    [[small, blackPng(8193, 8192)], /^image 2: 8193x8192 is over 8192 x 8192 pixels\.$/],
+    [[badCrc], /^image 1: its PNG header cannot be read\.$/],
+    [[small.subarray(0, 30)], /^image 1: its PNG header cannot be read\.$/],
   ];
   for (const [images, message] of edits) {
     const e = await refusal(funded.images.edit({ model: 'img-2', prompt: 'p', image: await Promise.all(images.map((b) => toFile(b, 'a.png', { type: 'image/png' }))) } as never));
-    t.same([e.status, e.code, e.param], [400, 'invalid_request', 'image'], String(message));
+    t.same([e.status, e.code, e.param], [400, 'invalid_reference_image', 'image'], String(message));
     t.match((e.error as { message: string }).message, message);
   }
   const videos: [Buffer, RegExp][] = [
@@ -135,15 +135,15 @@ t.test('a corrupt image (a whole header, its data cut) from a funded account: 40
 
   const editDecodes = await decodes('image_edits');
   const edit = await refusal(funded.images.edit({ model: 'img-pro', prompt: 'p', size: '2K', image: [await toFile(png, 'a.png', { type: 'image/png' }), await toFile(cut, 'b.png', { type: 'image/png' })] } as never));
-  t.same([edit.status, edit.code, edit.param], [400, 'invalid_request', 'image']);
-  t.match((edit.error as { message: string }).message, /^Image 2 is not a whole PNG image: it is truncated or cannot be decoded\.$/);
+  t.same([edit.status, edit.code, edit.param], [400, 'invalid_reference_image', 'image']);
+  t.match((edit.error as { message: string }).message, /^image 2 is not a whole PNG image: it is truncated or cannot be decoded\.$/);
   t.equal(edit.headers!.get('x-gw-billing-chain'), 'chain_a', 'the hold had been placed');
   t.equal(await decodes('image_edits'), editDecodes + 2, 'both images decoded, after the hold');
   t.match(await closed(edit.headers!.get('x-request-id')!), { status: 'free', priceAtomic: 0n, held: parseUsd(listed.image['img-pro']!['2K']) }, 'held, then released');
   // The corrupt one first: its refusal ends the call's decodes, so the whole ones after it cost nothing.
   const first = await decodes('image_edits');
   const early = await refusal(funded.images.edit({ model: 'img-pro', prompt: 'p', image: [await toFile(cut, 'a.png', { type: 'image/png' }), ...await files(png, 5)] } as never));
-  t.match((early.error as { message: string }).message, /^Image 1 is not a whole PNG image/);
+  t.match((early.error as { message: string }).message, /^image 1 is not a whole PNG image/);
   t.equal(await decodes('image_edits'), first + 1, 'decoding stopped at the first bad image');
 
   const videoDecodes = await decodes('videos');

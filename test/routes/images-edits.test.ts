@@ -85,27 +85,27 @@ t.test('formats are decided by the bytes, not the file name or the declared type
   t.same(parts.map((p) => p.filename), ['image-1.jpg', 'image-2.webp']);
   const disguised = await post(form({ model: 'img-2', prompt: 'p' }, [['image', gif, 'cat.png', 'image/png']]));
   t.equal(disguised.status, 400);
-  t.match(disguised.body.error, { code: 'invalid_request', param: 'image', message: /Image 1 is not a PNG, JPEG or WebP image/ });
+  t.match(disguised.body.error, { code: 'invalid_reference_image', param: 'image', message: /^image 1 is not a PNG, JPEG or WebP image/ });
 });
 
 t.test('refused, the upstream never called: 0 or 15 images, another format, truncated or undecodable images, bad fields, no multipart', async (t) => {
   const before = h.sim.received.length;
   const cases: [string, FormData | string, string | undefined, string, RegExp][] = [
     ['no image', form({ model: 'img-pro', prompt: 'p' }), undefined, 'image', /No reference image/],
-    ['15 images', form({ model: 'img-pro', prompt: 'p' }, Array.from({ length: 15 }, (_, i) => ['image[]', png, `${i}.png`, 'image/png'] as [string, Buffer, string, string])), undefined, 'image', /More than 14/],
+    ['15 images', form({ model: 'img-pro', prompt: 'p' }, Array.from({ length: 15 }, (_, i) => ['image[]', png, `${i}.png`, 'image/png'] as [string, Buffer, string, string])), undefined, 'image', /At most 14 image files/],
     ['a GIF', form({ model: 'img-pro', prompt: 'p' }, [['image', gif, 'a.gif', 'image/gif']]), undefined, 'image', /not a PNG, JPEG or WebP/],
-    ['a truncated PNG', form({ model: 'img-pro', prompt: 'p' }, [['image', png, 'a.png', 'image/png'], ['image', png.subarray(0, png.length - 40), 'b.png', 'image/png']]), undefined, 'image', /Image 2 is not a whole PNG image/],
+    ['a truncated PNG', form({ model: 'img-pro', prompt: 'p' }, [['image', png, 'a.png', 'image/png'], ['image', png.subarray(0, png.length - 40), 'b.png', 'image/png']]), undefined, 'image', /^image 2 is not a whole PNG image/],
     ['a truncated JPEG', form({ model: 'img-2', prompt: 'p' }, [['image', jpeg.subarray(0, Math.floor(jpeg.length / 2)), 'a.jpg', 'image/jpeg']]), undefined, 'image', /not a whole JPEG/],
-    ['garbage after a PNG signature', form({ model: 'img-2', prompt: 'p' }, [['image', Buffer.concat([png.subarray(0, 16), Buffer.alloc(500, 7)]), 'a.png', 'image/png']]), undefined, 'image', /cannot be decoded/],
+    ['garbage after a PNG signature', form({ model: 'img-2', prompt: 'p' }, [['image', Buffer.concat([png.subarray(0, 16), Buffer.alloc(500, 7)]), 'a.png', 'image/png']]), undefined, 'image', /^image 1: its PNG header cannot be read/],
     ['an empty file', form({ model: 'img-2', prompt: 'p' }, [['image', Buffer.alloc(0), 'a.png', 'image/png']]), undefined, 'image', /empty/],
-    ['a mask', form({ model: 'img-2', prompt: 'p' }, [['image', png, 'a.png', 'image/png'], ['mask', png, 'm.png', 'image/png']]), undefined, 'mask', /unexpected file part/],
+    ['a mask', form({ model: 'img-2', prompt: 'p' }, [['image', png, 'a.png', 'image/png'], ['mask', png, 'm.png', 'image/png']]), undefined, 'mask', /Unexpected file field "mask"/],
     ['no prompt', form({ model: 'img-pro' }, [['image', png, 'a.png', 'image/png']]), undefined, 'prompt', /prompt: is required/],
     ['a bad size', form({ model: 'img-pro', prompt: 'p', size: '3K' }, [['image', png, 'a.png', 'image/png']]), undefined, 'size', /1K, 2K, 4K/],
     ['n of 2', form({ model: 'img-pro', prompt: 'p', n: '2' }, [['image', png, 'a.png', 'image/png']]), undefined, 'n', /must be 1/],
     ['a JSON body', JSON.stringify({ model: 'img-pro', prompt: 'p' }), 'application/json', 'body', /multipart\/form-data/],
     ['a text body', 'model=img-pro', 'text/plain', 'body', /take a multipart\/form-data body/],
     ['a body of no known type', '<model/>', 'application/xml', '', /Content-Type must be multipart\/form-data/],
-    ['a broken multipart body', '--x\r\nContent-Disposition: form-data; name="model"\r\n\r\nimg-pro\r\n--x\r\nContent-Disp', 'multipart/form-data; boundary=x', 'body', /malformed/],
+    ['a broken multipart body', '--x\r\nContent-Disposition: form-data; name="model"\r\n\r\nimg-pro\r\n--x\r\nContent-Disp', 'multipart/form-data; boundary=x', 'body', /multipart\/form-data body could not be read/],
   ];
   for (const [what, body, type, param, message] of cases) {
     const r = await post(body, type);
@@ -162,7 +162,7 @@ function upload(size: number, fields = 'img-pro'): Promise<{ status: number; bod
 t.test('an oversized image is refused while it is read (413), the rest of the upload never read', async (t) => {
   const big = await upload(200 * 1024 * 1024);
   t.equal(big.status, 413);
-  t.match(JSON.parse(big.body).error, { code: 'request_too_large', param: 'image', message: /Image 1 is over 7 MB/ });
+  t.match(JSON.parse(big.body).error, { code: 'reference_too_large', param: 'image', message: /^image 1 is over 7 MB/ });
   t.ok(big.written < 60 * 1024 * 1024, `answered after ${(big.written / 1048576).toFixed(1)} MiB of a 200 MiB upload`);
   const total = await post(form({ model: 'img-2', prompt: 'p' }, [
     ['image[]', Buffer.concat([png, Buffer.alloc(5_000_000)]), 'a.png', 'image/png'],
@@ -170,7 +170,7 @@ t.test('an oversized image is refused while it is read (413), the rest of the up
     ['image[]', Buffer.concat([png, Buffer.alloc(5_000_000)]), 'c.png', 'image/png'],
   ]));
   t.equal(total.status, 413);
-  t.match(total.body.error, { code: 'request_too_large', param: 'image', message: /over 14 MB in total/ });
+  t.match(total.body.error, { code: 'reference_too_large', param: 'image', message: /over 14 MB \(14,000,000 bytes\) in total/ });
   // The connection of a refused upload is cut a while after the answer, however much is still to come.
   const cut = await new Promise<boolean>((resolve) => {
     const boundary = 'b';

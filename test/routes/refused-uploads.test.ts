@@ -1,8 +1,8 @@
 // An upload refused while it is read (its size, its count of images, its format) is answered with `connection:
-// close` and its connection closed right behind the answer (upstream/reference-images.ts closeUnreadUpload), so the
+// close` and its connection closed right behind the answer (intake/multipart.ts closeUnreadUpload), so the
 // caller's next request goes on a new connection and is answered at once; a refusal after the body was read whole
-// keeps the connection. Both readers: image edits (routes/image-form.ts) and video submits (readImageParts). Over a
-// raw socket and through the official openai SDK.
+// keeps the connection. One reader (intake/multipart.ts readUpload) with each endpoint's limits: image edits and video
+// submits. Over a raw socket and through the official openai SDK.
 import t from 'tap';
 import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
@@ -99,13 +99,13 @@ const EDIT = { model: 'img-2', prompt: 'dusk' };
 
 /** Uploads refused while they are read, each endpoint's: [what, path, body, status, error code]. */
 const refused: [string, string, { body: Buffer; type: string }, number, string][] = [
-  ['a video reference over 3.5 MB', '/v1/videos', multipart(VIDEO, [['input_reference', padded(5.5 * 1024 * 1024)]]), 400, 'reference_too_large'],
-  ['video references over 4 MB in all', '/v1/videos', multipart(VIDEO, [['input_reference[]', padded(3_000_000)], ['input_reference[]', padded(3_000_000)]]), 400, 'reference_too_large'],
+  ['a video reference over 3.5 MB', '/v1/videos', multipart(VIDEO, [['input_reference', padded(5.5 * 1024 * 1024)]]), 413, 'reference_too_large'],
+  ['video references over 4 MB in all', '/v1/videos', multipart(VIDEO, [['input_reference[]', padded(3_000_000)], ['input_reference[]', padded(3_000_000)]]), 413, 'reference_too_large'],
   ['more video files than taken', '/v1/videos', multipart(VIDEO, Array.from({ length: 33 }, () => ['input_reference[]', padded(100_000)] as [string, Buffer])), 400, 'too_many_references'],
   ['a video reference that is no image, more to come', '/v1/videos', multipart(VIDEO, [['input_reference[]', Buffer.alloc(200_000, 7)], ['input_reference[]', padded(1_000_000)]]), 400, 'invalid_reference_image'],
-  ['an edit image over 7 MB', '/v1/images/edits', multipart(EDIT, [['image', padded(7_500_000)]]), 413, 'request_too_large'],
-  ['more than 14 edit images', '/v1/images/edits', multipart(EDIT, Array.from({ length: 16 }, () => ['image[]', padded(200_000)] as [string, Buffer])), 400, 'invalid_request'],
-  ['an edit image that is no image, more to come', '/v1/images/edits', multipart(EDIT, [['image[]', Buffer.alloc(200_000, 7)], ['image[]', padded(1_000_000)]]), 400, 'invalid_request'],
+  ['an edit image over 7 MB', '/v1/images/edits', multipart(EDIT, [['image', padded(7_500_000)]]), 413, 'reference_too_large'],
+  ['more than 14 edit images', '/v1/images/edits', multipart(EDIT, Array.from({ length: 16 }, () => ['image[]', padded(200_000)] as [string, Buffer])), 400, 'too_many_references'],
+  ['an edit image that is no image, more to come', '/v1/images/edits', multipart(EDIT, [['image[]', Buffer.alloc(200_000, 7)], ['image[]', padded(1_000_000)]]), 400, 'invalid_reference_image'],
 ];
 
 t.test('raw socket: an upload refused while it is read is answered with connection: close, then closed', async (t) => {
@@ -139,7 +139,7 @@ t.test('SDK: a refused videos.create, then videos.retrieve is answered at once',
   const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0, timeout: 5_000 });
   for (const [what, input] of [['over 3.5 MB', [padded(5.5 * 1024 * 1024)]], ['over 4 MB in all', [padded(3_000_000), padded(3_000_000)]]] as const) {
     const e = await openai.videos.create({ ...VIDEO, input_reference: await Promise.all(input.map((b) => toFile(b, 'ref.png', { type: 'image/png' }))) } as never).catch((x: unknown) => x);
-    t.ok(e instanceof OpenAI.BadRequestError && e.code === 'reference_too_large', `${what}: 400 reference_too_large`);
+    t.ok(e instanceof OpenAI.APIError && e.status === 413 && e.code === 'reference_too_large', `${what}: 413 reference_too_large`);
     const next = await openai.videos.retrieve('video_unknown').catch((x: unknown) => x);
     t.ok(next instanceof OpenAI.NotFoundError, `${what}: the next poll is answered (404), not ${String(next)}`);
     const made = await openai.videos.create(VIDEO);
@@ -150,9 +150,9 @@ t.test('SDK: a refused videos.create, then videos.retrieve is answered at once',
 t.test('SDK: a refused images.edit, then the next edit is answered at once', async (t) => {
   const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0, timeout: 5_000 });
   const big = await openai.images.edit({ ...EDIT, image: await toFile(padded(7_500_000), 'big.png', { type: 'image/png' }) } as never).catch((x: unknown) => x);
-  t.ok(big instanceof OpenAI.APIError && big.status === 413, `413 for an image over 7 MB: ${String(big)}`);
+  t.ok(big instanceof OpenAI.APIError && big.status === 413 && big.code === 'reference_too_large', `413 reference_too_large for an image over 7 MB: ${String(big)}`);
   const many = await openai.images.edit({ ...EDIT, image: await Promise.all(Array.from({ length: 16 }, () => toFile(padded(200_000), 'r.png', { type: 'image/png' }))) } as never).catch((x: unknown) => x);
-  t.ok(many instanceof OpenAI.BadRequestError, `400 for 16 images: ${String(many)}`);
+  t.ok(many instanceof OpenAI.BadRequestError && many.code === 'too_many_references', `400 too_many_references for 16 images: ${String(many)}`);
   const ok = await openai.images.edit({ ...EDIT, image: await toFile(png, 'a.png', { type: 'image/png' }) } as never);
   t.equal(ok.data?.length, 1, 'the next edit is answered');
   const generated = await openai.images.generate({ ...EDIT, prompt: 'a quay' } as never);

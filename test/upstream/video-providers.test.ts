@@ -9,7 +9,7 @@ import { GatewayError } from '../../policies/errors.js';
 import { geminiVideos, veoFormat } from '../../plugins/upstream/protocols/gemini/videos.js';
 import { openaiVideos } from '../../plugins/upstream/protocols/openai/videos.js';
 import { Upstreams } from '../../plugins/upstream/pools.js';
-import { registerMultipart } from '../../plugins/upstream/reference-images.js';
+import { registerMultipart } from '../../plugins/intake/multipart.js';
 import { sendVideoContent } from '../../plugins/upstream/video-content.js';
 import { UpstreamRetry, type VideoSubmit } from '../../plugins/upstream/video-provider.js';
 

@@ -147,13 +147,13 @@ t.test('PNG, JPEG or WebP decided by the bytes, whatever the part says', async (
   }
 });
 
-t.test('3.5 MB each and 4 MB in total', async (t) => {
+t.test('3.5 MB each and 4 MB in total (413)', async (t) => {
   const png = await framed(64, 48);
   const padded = (n: number) => Buffer.concat([png, Buffer.alloc(n - png.length)]);
   const one = await refusal({ model: 'vidA-v6', seconds: '4', input_reference: await file(padded(3.5 * 1024 * 1024 + 1)) });
-  t.same([one.status, one.code], [400, 'reference_too_large']);
+  t.same([one.status, one.code], [413, 'reference_too_large']);
   t.match(one.message, /over 3\.5 MB \(3,670,016 bytes\)/);
   const total = await refusal({ model: 'vidB-2.5', seconds: '5', input_reference: [await file(padded(2_100_000)), await file(padded(2_100_000))] });
-  t.same([total.status, total.code], [400, 'reference_too_large']);
+  t.same([total.status, total.code], [413, 'reference_too_large']);
   t.match(total.message, /over 4 MB \(4,194,304 bytes\) in total/);
 });

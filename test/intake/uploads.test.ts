@@ -1,19 +1,18 @@
-// Reference images (plugins/upstream/reference-images.ts): multipart limits enforced while the upload is read, the
-// format and pixel size decided by the header (policies/image-size.ts), decoding with sharp, and what goes upstream
-// (flattened, fitted, or untouched).
+// Uploads (plugins/intake/): the one multipart reader's limits enforced while the upload is read, the format and pixel
+// size decided by the header (policies/image-size.ts), decoding with sharp, and what goes upstream
+// (plugins/upstream/reference-images.ts: flattened, fitted, or untouched).
 import t from 'tap';
 import { crc32 } from 'node:zlib';
 import Fastify from 'fastify';
 import sharp from 'sharp';
 import { GatewayError, renderError } from '../../policies/errors.js';
-import {
-  FLATTEN_BACKGROUND, PAD_BACKGROUND, decodeImage, prepareImage, readImageParts, registerMultipart,
-  type ImagePartLimits, type UploadedImage,
-} from '../../plugins/upstream/reference-images.js';
+import { decodeImage } from '../../plugins/intake/images.js';
+import { readUpload, registerMultipart, type UploadLimits, type UploadedImage } from '../../plugins/intake/multipart.js';
+import { FLATTEN_BACKGROUND, PAD_BACKGROUND, prepareImage } from '../../plugins/upstream/reference-images.js';
 import { imageFormat, probeHeader } from '../../policies/image-size.js';
 import { referencePng } from '../helpers/media.js';
 
-const LIMITS: ImagePartLimits = {
+const LIMITS: UploadLimits = {
   files: { input_reference: 'input_reference', 'input_reference[]': 'input_reference', last_reference: 'last_reference' },
   maxFiles: 3, maxFileBytes: 100_000, maxTotalBytes: 150_000, maxFields: 4, maxFieldBytes: 1000, maxPixels: 40_000_000,
 };
@@ -27,7 +26,7 @@ app.setErrorHandler((err, _req, reply) => {
   void reply.code(ge.status).type('application/json').send(renderError(ge, 'openai'));
 });
 app.post('/form', async (req) => {
-  const form = await readImageParts(req, LIMITS);
+  const form = await readUpload(req, LIMITS);
   return { fields: form.fields, files: form.files.map((f) => ({ field: f.field, index: f.index, format: f.format, size: f.bytes.length })) };
 });
 await app.listen({ port: 0, host: '127.0.0.1' });
@@ -88,14 +87,14 @@ t.test('refusals: not PNG/JPEG/WebP by the bytes, an unexpected file field, too 
   t.same([long.status, long.json.error.code, long.json.error.param], [400, 'invalid_request', 'prompt']);
 });
 
-t.test('size limits: one file over its limit, or files over the total, are refused', async (t) => {
+t.test('size limits: one file over its limit, or files over the total, are refused (413)', async (t) => {
   const pad = (n: number) => Buffer.concat([png, Buffer.alloc(n - png.length)]);
   t.equal((await post(form([['input_reference', { bytes: pad(100_000), type: 'image/png' }]]))).status, 200, 'exactly the limit passes');
   const one = await post(form([['input_reference', { bytes: pad(100_001), type: 'image/png' }]]));
-  t.same([one.status, one.json.error.code], [400, 'reference_too_large']);
+  t.same([one.status, one.json.error.code], [413, 'reference_too_large']);
   t.match(one.json.error.message, /input_reference 1 is over 0\.1 MB \(100,000 bytes\)/);
   const total = await post(form([['input_reference', { bytes: pad(80_000), type: 'image/png' }], ['input_reference', { bytes: pad(80_000), type: 'image/png' }]]));
-  t.same([total.status, total.json.error.code], [400, 'reference_too_large']);
+  t.same([total.status, total.json.error.code], [413, 'reference_too_large']);
   t.match(total.json.error.message, /over 0\.14 MB \(150,000 bytes\) in total/);
 });
 
@@ -119,7 +118,7 @@ t.test('limits are enforced while the upload is read: the refusal comes before t
     new Promise<null>((r) => setTimeout(() => r(null), 5000)),
   ]);
   t.ok(answered, `answered while the upload was still open (${sent} bytes sent)`);
-  t.equal(answered?.status, 400);
+  t.equal(answered?.status, 413);
   t.equal(((await answered?.json()) as { error: { code: string } }).error.code, 'reference_too_large');
   cancel();
 });
@@ -177,7 +176,7 @@ t.test('headers, read before anything is decoded: the format and pixel size of e
 });
 
 t.test('decoding: whole images of their format only, at most 40 megapixels', async (t) => {
-  const d = await decodeImage(upload(png, 'png'));
+  const d = await decodeImage(upload(png, 'png'), LIMITS.maxPixels);
   t.same([d.width, d.height, d.hasAlpha, d.rotated], [64, 48, false, false]);
   const refusals = [
     [upload(png.subarray(0, png.length - 30), 'png'), /truncated or corrupt|cannot be decoded/],
@@ -185,20 +184,20 @@ t.test('decoding: whole images of their format only, at most 40 megapixels', asy
     [upload(Buffer.concat([Buffer.from([0xff, 0xd8, 0xff]), Buffer.alloc(64)]), 'jpeg'), /cannot be decoded|not a whole/],
   ] as const;
   for (const [img, why] of refusals) {
-    const err = await decodeImage(img).catch((e: unknown) => e);
+    const err = await decodeImage(img, LIMITS.maxPixels).catch((e: unknown) => e);
     t.ok(err instanceof GatewayError && err.code === 'invalid_reference_image', String(why));
     t.match((err as Error).message, why);
   }
 });
 
 t.test('prepared for the upstream: untouched, flattened, cover-cropped, contained', async (t) => {
-  const plain = await decodeImage(upload(png, 'png'));
+  const plain = await decodeImage(upload(png, 'png'), LIMITS.maxPixels);
   const same = await prepareImage(plain, { fit: 'none' });
   t.equal(same.bytes, png, 'an image nothing changes goes byte for byte');
   t.same([same.mimeType, same.width, same.height], ['image/png', 64, 48]);
 
   // Transparency (the top-left quarter) flattened onto the solid background; no alpha left.
-  const clear = await decodeImage(upload(await referencePng(64, 48, true), 'png'));
+  const clear = await decodeImage(upload(await referencePng(64, 48, true), 'png'), LIMITS.maxPixels);
   t.equal(clear.hasAlpha, true);
   const flat = await prepareImage(clear, { fit: 'none' });
   const flatMeta = await sharp(flat.bytes).metadata();
@@ -209,7 +208,7 @@ t.test('prepared for the upstream: untouched, flattened, cover-cropped, containe
   // A 400x400 square with a red border: cover to 320x180 crops top and bottom; contain keeps all of it, padded.
   const square = await sharp({ create: { width: 400, height: 400, channels: 3, background: { r: 220, g: 0, b: 0 } } })
     .composite([{ input: await referencePng(380, 380), left: 10, top: 10 }]).png().toBuffer();
-  const sq = await decodeImage(upload(square, 'png'));
+  const sq = await decodeImage(upload(square, 'png'), LIMITS.maxPixels);
   const cover = await prepareImage(sq, { fit: 'cover', width: 320, height: 180 });
   t.same([cover.width, cover.height], [320, 180]);
   const coverPx = await sharp(cover.bytes).raw().toBuffer();
@@ -227,7 +226,7 @@ t.test('prepared for the upstream: untouched, flattened, cover-cropped, containe
 
 t.test('EXIF orientation is applied before the image goes upstream', async (t) => {
   const tall = await sharp(await referencePng(40, 80)).jpeg().withMetadata({ orientation: 6 }).toBuffer();
-  const d = await decodeImage(upload(tall, 'jpeg'));
+  const d = await decodeImage(upload(tall, 'jpeg'), LIMITS.maxPixels);
   t.equal(d.rotated, true);
   const out = await prepareImage(d, { fit: 'none' });
   const meta = await sharp(out.bytes).metadata();
