@@ -21,7 +21,7 @@ import type { Exchange } from '../upstream/exchange.js';
 import { prepareImage, type ImageFit, type PreparedImage } from '../upstream/reference-images.js';
 import type { ModelRoute, VideoModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
-import { MAX_VIDEO_REFERENCES, planVideo, type VideoFields, type VideoPlan } from '../../policies/videos.js';
+import { planVideo, type VideoFields, type VideoPlan } from '../../policies/videos.js';
 import { worstCaseVideo } from '../../pricing/index.js';
 import { videoObject } from './video-object.js';
 
