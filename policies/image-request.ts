@@ -1,7 +1,7 @@
 /**
  * The image endpoints' requests (SPEC "Image generation request", "Image edit request", "Limits"): the scalar fields
- * both share, validated with zod (unknown fields pass through), the limits of an edit's reference images, and the
- * format of an image decided by its bytes.
+ * both share, validated with zod (unknown fields pass through), an edit's form fields as the schema reads them, and
+ * the limits of an edit's reference images (enforced by plugins/intake/, intake/limits.ts EDIT_UPLOAD).
  */
 import { z } from 'zod';
 import { IMAGE_SIZES, type ImageSize } from '../pricing/index.js';

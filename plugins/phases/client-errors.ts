@@ -12,7 +12,6 @@ import { newRequestId } from '../call.js';
 import { protocolOf, protocolOfRefused } from '../intake/protocol.js';
 import { GatewayError, renderError, type ErrorCode } from '../../policies/errors.js';
 
-
 const CODE_OF: Record<string, ErrorCode> = {
   ERR_HTTP_REQUEST_TIMEOUT: 'request_timeout',
   HPE_HEADER_OVERFLOW: 'headers_too_large',
