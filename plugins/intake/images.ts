@@ -1,6 +1,6 @@
 /**
  * Decoding uploaded images, the one part of intake a refused call must not cost the gateway: run only in the prepare
- * phase of a call whose hold is placed (plugins/hooks/prepare.ts), one call's images in order, in a few process-wide
+ * phase of a call whose hold is placed (plugins/phases/prepare.ts), one call's images in order, in a few process-wide
  * slots. A truncated or corrupt image is refused by the gateway (400 invalid_reference_image, the hold released),
  * not by the provider.
  */

@@ -1,6 +1,6 @@
 /**
  * The protocol a refusal is written in: the caller's, from its path (the messages endpoints speak Anthropic's, the
- * rest OpenAI's), also for a request refused before any route knew it (plugins/hooks/client-errors.ts).
+ * rest OpenAI's), also for a request refused before any route knew it (plugins/phases/client-errors.ts).
  */
 import type { Protocol } from '../../policies/errors.js';
 
