@@ -13,6 +13,7 @@ import type { Redis } from 'ioredis';
 import type { ChainName } from '../chains/config.js';
 import { callIdOf } from '../chains/port.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { DebitSpool, type SpooledDebit } from './spool.js';
@@ -92,7 +93,6 @@ export interface HoldRequest {
   ttlMs?: number;
 }
 
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** Holds and debits. */
 export class Billing {

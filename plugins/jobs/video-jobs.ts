@@ -8,6 +8,7 @@ import type { Redis } from 'ioredis';
 import type { Admission } from '../billing/admission.js';
 import type { FareboxConfig } from '../config.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import { geminiVideos } from '../upstream/gemini-videos.js';
 import { openaiVideos } from '../upstream/openai-videos.js';
 import type { Upstreams } from '../upstream/pools.js';
@@ -16,7 +17,6 @@ import { cancelWithRetries } from './video-cancel.js';
 import { VideoPoller } from './video-poller.js';
 import { VideoStore } from './video-store.js';
 
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** How long stop() waits for cancels in flight, ms. */
 const CANCEL_DRAIN_MS = 2_000;

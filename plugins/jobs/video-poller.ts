@@ -16,6 +16,7 @@ import type { Admission, Admitted } from '../billing/admission.js';
 import { FREE, type Bill } from '../billing/billing.js';
 import { redisNow } from '../billing/wallets.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import { keys } from '../store/keys.js';
 import { Lease } from '../store/lease.js';
 import { UpstreamRetry, type UpstreamJobState, type VideoJobProvider } from '../upstream/video-provider.js';
@@ -41,8 +42,6 @@ const CONCURRENCY = 16;
 const BATCH = 256;
 /** Growth of the wait between two polls of one job. */
 const GROWTH = 1.5;
-
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** The wait before the next poll of a job polled `polls` times, ms (±10%, so jobs submitted together spread out). */
 export function backoffMs(settings: PollerSettings, polls: number, retryAfterMs = 0): number {

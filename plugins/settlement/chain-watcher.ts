@@ -28,6 +28,7 @@ import { readWallet } from '../billing/wallets.js';
 import { Sleeps } from './sleeps.js';
 import { applyEventBatch, correctSynced, readCursor } from './apply-events.js';
 import { keys } from '../store/keys.js';
+import type { Log } from '../log.js';
 import { Lease } from '../store/lease.js';
 
 /** Watcher settings. */
@@ -149,7 +150,7 @@ export class ChainWatcher {
     private readonly instance: string,
     private readonly settings: WatcherSettings,
     private readonly metrics: Metrics,
-    private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
+    private readonly log: Log,
   ) {
     this.r = redis;
     for (const name of Object.keys(chains) as ChainName[]) this.leases.set(name, new Lease(redis, keys.watcherLease(name), instance, LEASE_MS));

@@ -12,6 +12,7 @@ import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { callIdOf, type SettlementChain } from '../../plugins/chains/port.js';
 import { createMetrics, type Metrics } from '../../plugins/metrics/metrics.js';
+import type { Log } from '../../plugins/log.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { pruneConsumers, Settler } from '../../plugins/settlement/settler.js';
 import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
@@ -116,7 +117,7 @@ function session(t: Test) {
       instance = 'w1',
       metrics: Metrics = createMetrics({ defaults: false }),
       over: Partial<WatcherSettings> = {},
-      log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void } = quiet,
+      log: Log = quiet,
     ) {
       const w = new ChainWatcher(redis, chains, instance, settings(over), metrics, log);
       watchers.push(w);
