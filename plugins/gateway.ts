@@ -37,7 +37,7 @@ import { serveMetrics } from './metrics/metrics-route.js';
 import { ENDPOINTS, healthRoute, imageContentRoute, imageUrlOrigin, videoJobRoutes, type Endpoint } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
-import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
+import { closeRedis, connectRedis, logRedisErrors, redisUnavailable } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
 import { closeUnreadUpload, isMultipartRequest, registerMultipart } from './upstream/reference-images.js';
 import { ModelCatalog } from '../policies/catalog.js';
@@ -105,9 +105,7 @@ export function toGatewayError(err: unknown, contentType = 'application/json'): 
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return new GatewayError('invalid_json', { cause: err });
   }
-  if (e.name === 'MaxRetriesPerRequestError' || /ECONNREFUSED|Connection is closed|Stream isn't writeable/.test(e.message ?? '')) {
-    return new GatewayError('service_unavailable', { cause: err });
-  }
+  if (redisUnavailable(err)) return new GatewayError('service_unavailable', { cause: err });
   if (e.statusCode === 400) return new GatewayError('invalid_request', { cause: err });
   return new GatewayError('internal_error', { cause: err });
 }

@@ -18,7 +18,7 @@ import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { DebitSpool, type SpooledDebit } from './spool.js';
 import { debitHold, MAX_AMOUNT, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
-import { redisIdentity, redisUnavailable } from '../store/redis.js';
+import { redisIdentity, redisUnavailable, RedisUnanswered } from '../store/redis.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
 
@@ -224,7 +224,7 @@ export class Billing {
    */
   private debitOnce(input: SpooledDebit): Promise<DebitResult | null> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
+      const timer = setTimeout(() => reject(new RedisUnanswered(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
       debitHold(this.r, input).then(
         (done) => {
           clearTimeout(timer);
