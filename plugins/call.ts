@@ -1,40 +1,9 @@
-/** Request ids, and the state of one call as it moves through the phases of plugins/hooks/. */
-import { randomBytes } from 'node:crypto';
+/** The state of one call as it moves through the phases of plugins/hooks/. */
 import type { KeyIdentity } from './accounts/accounts.js';
 import type { Admitted } from './billing/admission.js';
 import type { Endpoint, Policed } from './routes/endpoint.js';
 import type { Meter } from './upstream/metering.js';
 import type { Protocol } from '../policies/errors.js';
-
-const COUNTER_END = 2 ** 32;
-
-/**
- * Request ids: `req_` and 32 hex digits, a 96-bit random prefix (drawn at the first id and again every 2^32 ids)
- * followed by a 32-bit counter. The call id billing charges is this 128-bit number (callIdOf), so an instance's
- * consecutive calls get consecutive call ids, whose statuses the escrow keeps 128 to a storage word.
- */
-export class RequestIds {
-  private prefix = randomBytes(12).toString('hex');
-
-  /** `counter`: where the count starts (tests start near the end to see a new prefix drawn). */
-  constructor(private counter = 0) {}
-
-  next(): string {
-    if (this.counter >= COUNTER_END) {
-      this.prefix = randomBytes(12).toString('hex');
-      this.counter = 0;
-    }
-    const n = (this.counter++).toString(16);
-    return `req_${this.prefix}${'00000000'.slice(n.length)}${n}`;
-  }
-}
-
-const processIds = new RequestIds();
-
-/** A new request id of this process (RequestIds). */
-export function newRequestId(): string {
-  return processIds.next();
-}
 
 /** What the forward phase saw of the upstream exchange. */
 export interface Exchange {

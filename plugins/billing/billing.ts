@@ -11,7 +11,6 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ChainName } from '../chains/config.js';
-import { callIdOf } from '../chains/port.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { Log } from '../log.js';
 import { usdOf } from '../metrics/metrics.js';
@@ -21,6 +20,7 @@ import { debitHold, MAX_AMOUNT, placeHold, redisNow, renewHolds, type DebitResul
 import { redisIdentity, redisUnavailable, RedisUnanswered } from '../store/redis.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
+import { callIdOf } from '../request-ids.js';
 
 /** Billing settings (config `billing`). */
 export interface BillingSettings {

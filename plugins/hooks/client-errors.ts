@@ -8,8 +8,8 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
-import { newRequestId } from '../call.js';
 import { GatewayError, renderError, type ErrorCode, type Protocol } from '../../policies/errors.js';
+import { newRequestId } from '../request-ids.js';
 
 /** The protocol of a request from its raw bytes, when the parser stopped before a URL was known. */
 function protocolOfRaw(packet: Buffer | undefined): Protocol {

@@ -7,9 +7,10 @@ import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fast
 import type { KeyResolver } from '../accounts/key-resolver.js';
 import { presentedKey } from '../accounts/key-resolver.js';
 import type { KeyIdentity } from '../accounts/accounts.js';
-import { newRequestId, type Call } from '../call.js';
+import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { GatewayError, type Protocol } from '../../policies/errors.js';
+import { newRequestId } from '../request-ids.js';
 
 /** The protocol of a path under /v1: the messages endpoints speak Anthropic's, the rest OpenAI's. */
 export function protocolOf(url: string): Protocol {
