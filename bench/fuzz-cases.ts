@@ -1,7 +1,7 @@
 /**
  * Malformed requests for the gateway, from a seed: valid bodies of each text endpoint with fields set to hostile
  * values, fields removed, bodies that are not objects or not JSON, hostile headers. `npm run soak` sends thousands;
- * test/hooks/fuzz.test.ts a few hundred. What every answer must be: never a 500 or 503 of the gateway's own, always
+ * test/phases/fuzz.test.ts a few hundred. What every answer must be: never a 500 or 503 of the gateway's own, always
  * an `x-request-id`, an error in the shape of the path's protocol.
  */
 

@@ -1,30 +1,29 @@
-/** The state of one call as it moves through the phases of plugins/hooks/. */
+/**
+ * A call and the contract it runs through: the state of one call as it moves through the phases
+ * (plugins/phases/); and what an endpoint module (plugins/routes/) declares, so that every kind of call runs the same
+ * phases: its path and protocol, how it polices a request (schema, model route, rewrite), what the call may cost at
+ * worst (quote), what it prepares once its hold is placed (optional), how it forwards the call and meters the
+ * answer, and what the finished call is billed. Adding an endpoint adds a module to plugins/routes/, not a copy of the
+ * call path. The call and the endpoint name each other (a call carries its endpoint; an endpoint's functions take
+ * the call), so they are declared together.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { KeyIdentity } from './accounts/accounts.js';
 import type { Admitted } from './billing/admission.js';
-import type { Endpoint, Policed } from './routes/endpoint.js';
-import type { Meter } from './upstream/metering.js';
+import type { Bill, Quote } from './billing/billing.js';
+import type { FareboxConfig } from './config.js';
+import type { VideoJobs } from './jobs/video-jobs.js';
+import type { Metrics } from './metrics/metrics.js';
+import type { ImageStore } from './store/image-store.js';
+import type { Exchange } from './upstream/exchange.js';
+import type { Upstreams } from './upstream/pools.js';
+import type { ModelCatalog, ModelRoute } from '../policies/catalog.js';
+import type { ClientRuleEndpoint } from '../policies/client-rules.js';
 import type { Protocol } from '../policies/errors.js';
-
-/** What the forward phase saw of the upstream exchange. */
-export interface Exchange {
-  /** HTTP status the upstream answered, or the gateway's own for a failure to reach it (502, 504). */
-  status?: number;
-  /** The meter of a 2xx answer: what reached the caller. */
-  meter?: Meter;
-  /** Aborts the upstream exchange while it runs (the caller went away). */
-  abort?: () => void;
-  /** Image calls: images whose answer (the image, or its URL) was ended. */
-  delivered?: number;
-  /** Image calls answered with the image itself: base64 characters of it handed to the caller's connection. */
-  imageChars?: number;
-  /** Image calls: the provider's answer ended or failed without a whole image (the caller got a broken one). */
-  imageBroken?: boolean;
-  /** Image calls: the delivered image's pixels, from its header (null: not read). */
-  imagePixels?: number | null;
-}
+import type { PriceTable } from '../pricing/index.js';
 
 /**
- * One call as it moves through the phases (plugins/hooks/): each phase writes its own field once, and reads the
+ * One call as it moves through the phases (plugins/phases/): each phase writes its own field once, and reads the
  * fields of the phases before it. Created by identify; final when the response closes.
  */
 export interface Call {
@@ -55,8 +54,87 @@ export interface Call {
   finished: boolean;
 }
 
+/** The endpoints of the call path (the `route` label of the metrics). */
+export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions' | 'image_generations' | 'image_edits' | 'videos';
+
+/** What police made of a request: every endpoint's own result extends this. */
+export interface Policed {
+  readonly route: ModelRoute;
+  /** Response headers police decided (x-gw-clamped-max-tokens). */
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+/** What a call may cost: the hold (absent: the call is never billed) and the tokens its token limits count. */
+export interface Quoted {
+  readonly quote?: Quote;
+  readonly tokens: number;
+  /** Who owns the hold and for how long, when not the instance running the call: a job (`job:<id>`) until its deadline. */
+  readonly owner?: string;
+  readonly ttlMs?: number;
+}
+
+/** What police reads besides the request. */
+export interface PoliceContext {
+  readonly catalog: ModelCatalog;
+  /** Video job settings (config `videos`). */
+  readonly videos: FareboxConfig['videos'];
+  /** Whether url image answers are served (an origin for their URLs is known: routes/images.ts imageUrlOrigin). */
+  readonly imageUrls: boolean;
+}
+
+/** What prepare uses besides the call. */
+export interface PrepareContext {
+  readonly metrics: Metrics;
+}
+
+/** What forward uses besides the call. */
+export interface ForwardContext {
+  readonly upstreams: Upstreams;
+  readonly metrics: Metrics;
+  /** Where url images are kept, and the origin their URLs name (routes/images.ts imageUrlOrigin; null: none served). */
+  readonly images: { readonly store: ImageStore; readonly origin: ((request: FastifyRequest) => string) | null };
+  /** Video jobs: the store a submit records its job in, and the provider adapters. */
+  readonly videos: VideoJobs;
+}
+
+/** One endpoint of the call path. */
+export interface Endpoint<P extends Policed = Policed> {
+  readonly name: EndpointName;
+  readonly method: 'GET' | 'POST';
+  /** Path under /v1. */
+  readonly path: string;
+  /** The caller's protocol: errors take its shape. */
+  readonly protocol: Protocol;
+  /** The endpoint as the client rules name it (SPEC "Client and model-family rules"). */
+  readonly clientRule: ClientRuleEndpoint;
+  /**
+   * How the body arrives: JSON, parsed before police (the default); multipart/form-data only, which police reads; or
+   * either. Endpoints that take multipart are routed in a context with @fastify/multipart (upstream/reference-images.ts).
+   */
+  readonly body?: 'json' | 'multipart' | 'json-or-multipart';
+  /** Validate the request against the endpoint's schema, route its model, rewrite it for the upstream (400s). */
+  police(request: FastifyRequest, ctx: PoliceContext): P | Promise<P>;
+  /** Its worst-case price and token estimate, from the policed request only. */
+  quote(policed: P, prices: PriceTable): Quoted;
+  /**
+   * Work the call needs before forward that a refused call must not cost the gateway (the full decode of reference
+   * images), run only once its hold is placed: the policed request as forward takes it, or undefined when there is
+   * nothing to do. A refusal here (400) is answered as police's are, and the hold released: the call costs nothing.
+   * Endpoints without it (text) cost no promise for it.
+   */
+  prepare?(call: Call, policed: P, ctx: PrepareContext): Promise<P> | undefined;
+  /** Call the upstream and answer the caller, metering what reaches them (call.exchange). */
+  forward(call: Call, policed: P, reply: FastifyReply, ctx: ForwardContext): FastifyReply | Promise<unknown>;
+  /** What the finished call is debited; null when a job took its hold over and debits it later. */
+  bill(call: Call, policed: P, prices: PriceTable): Bill | null;
+}
+
 declare module 'fastify' {
   interface FastifyRequest {
     farebox: Call;
+  }
+  interface FastifyContextConfig {
+    /** The endpoint module of a route of the call path (read by identify). */
+    endpoint?: Endpoint;
   }
 }

@@ -5,7 +5,7 @@
  *   app.register(farebox, { config })   // a config of its own
  *
  * It serves the spec's endpoints under /v1 in its own encapsulated context, so the host app's routes and hooks are
- * untouched. Every call runs the same phases (plugins/hooks/), in the order the route below lists them:
+ * untouched. Every call runs the same phases (plugins/phases/), in the order the route below lists them:
  *   identify (request id; key -> account) -> police (endpoint schema, model route, rewrite, client rule) ->
  *   gate (quote; rate limits and hold in one script) -> prepare (where the endpoint has it: work only a held call may
  *   cost, such as decoding reference images) -> forward (upstream, metered) -> finish (debit, when the response
@@ -24,21 +24,23 @@ import type { Call } from './call.js';
 import { CHAIN_NAMES } from './chains/config.js';
 import { buildConfig, ConfigError, isBuiltConfig, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded } from './embedded.js';
-import { answerExpectation } from './hooks/client-errors.js';
-import { Finisher } from './hooks/finish.js';
-import { forwardCall, runPhases } from './hooks/forward.js';
-import { gateCall } from './hooks/gate.js';
-import { authenticate, identifyCall, protocolOf } from './hooks/identify.js';
-import { parseJsonBody, policeCall } from './hooks/police.js';
-import { prepareCall } from './hooks/prepare.js';
 import { VideoJobs } from './jobs/video-jobs.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
+import { answerExpectation } from './phases/client-errors.js';
+import { Finisher } from './phases/finish.js';
+import { forwardCall } from './phases/forward.js';
+import { gateCall } from './phases/gate.js';
+import { authenticate, identifyCall, protocolOf } from './phases/identify.js';
+import { parseJsonBody, policeCall } from './phases/police.js';
+import { prepareCall } from './phases/prepare.js';
+import { runPhases } from './phases/run-phases.js';
 import { ENDPOINTS, healthRoute, imageContentRoute, imageUrlOrigin, videoJobRoutes, type Endpoint } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors, redisUnavailable } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
+import { upstreamUrl } from './upstream/protocols/registry.js';
 import { closeUnreadUpload, isMultipartRequest, registerMultipart } from './upstream/reference-images.js';
 import { ModelCatalog } from '../policies/catalog.js';
 import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
@@ -141,7 +143,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   // answers it itself).
   if (app.server.listenerCount('checkExpectation') === 0) app.server.on('checkExpectation', answerExpectation);
   const log = app.log;
-  const catalog = new ModelCatalog(config);
+  const catalog = new ModelCatalog(config, upstreamUrl);
   const metrics = opts.metrics ?? createMetrics();
   const upstreams = new Upstreams();
   const images = {
@@ -240,7 +242,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       const prepare = prepareCall({ metrics }, finisher.finish);
       const forward = forwardCall({ upstreams, metrics, images, videos });
       // The phases of a call, in order: identify (the v1 onRequest hook above, then the key), then police, gate,
-      // prepare and forward in the route's handler (runPhases), each a function of plugins/hooks/.
+      // prepare and forward in the route's handler (runPhases), each a function of plugins/phases/.
       const handler = runPhases(police, gate, prepare, forward);
       const route = (context: FastifyInstance, endpoint: Endpoint) => context.route({
         method: endpoint.method,
@@ -271,4 +273,4 @@ export default farebox;
 export { farebox };
 export { buildConfig, loadConfig, type FareboxConfig } from './config.js';
 export { GatewayError, ERROR_CODES } from '../policies/errors.js';
-export { fareboxServerOptions } from './hooks/client-errors.js';
+export { fareboxServerOptions } from './phases/client-errors.js';

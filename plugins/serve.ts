@@ -17,7 +17,7 @@ import { mintAndDeposit } from './chains/dev-fund.js';
 import { DEFAULT_DASHBOARD_PATH, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
-import { fareboxServerOptions } from './hooks/client-errors.js';
+import { fareboxServerOptions } from './phases/client-errors.js';
 import { createMetrics } from './metrics/metrics.js';
 import type { Simulator } from './simulator/index.js';
 import { keys } from './store/keys.js';
@@ -44,7 +44,7 @@ export interface Server {
 export const HEAP_GROWING_PERCENT = 50;
 
 /**
- * V8 flags `farebox serve` and `farebox settle` run with (tuneHeap; README "In your own Fastify app" and "Benchmark"
+ * V8 flags `farebox serve` and `farebox settle` run with (tuneHeap; README "In your own Fastify app", bench/README.md
  * have what they changed):
  * - `--heap-growing-percent=50`: a 1.5x old-generation growth factor instead of V8's adaptive one (up to 4x). A
  *   gateway's live heap is small and its garbage is per call, so that headroom would be most of its RSS; full GCs

@@ -1,7 +1,8 @@
 /**
- * The model catalogue: the provider and model schemas of the config, and which model is served on which endpoint
- * and where each call goes upstream. SPEC: the messages endpoint serves alpha models; chat completions serves
- * alpha, beta and gamma; the image endpoints serve img models; the video endpoints serve vidA, vidB and vidC models.
+ * The model catalogue: the provider and model schemas of the config, and which model is served on which endpoint by
+ * which provider (the URL of each route is its protocol's: plugins/upstream/protocols/). SPEC: the messages endpoint
+ * serves alpha models; chat completions serves alpha, beta and gamma; the image endpoints serve img models; the video
+ * endpoints serve vidA, vidB and vidC models.
  */
 import { z } from 'zod';
 import { IMAGE_SIZES } from '../pricing/index.js';
@@ -150,39 +151,35 @@ export interface ModelRoute<M extends ModelConfig = ModelConfig> {
   readonly model: M;
   readonly provider: ProviderConfig;
   readonly upstreamModel: string;
-  /** The upstream URL of the endpoint (images and videos: the create call; their adapters derive the others). */
+  /**
+   * The upstream URL of the endpoint, from the provider's protocol (images and videos: the create call; their
+   * adapters derive the others).
+   */
   readonly url: string;
 }
 
-function upstreamUrl(provider: ProviderConfig, endpoint: CatalogEndpoint, upstreamModel: string): string {
-  const base = provider.base_url;
-  switch (endpoint) {
-    // Anthropic base URLs carry no /v1 (the SDK convention); OpenAI base URLs end in /v1; Gemini's in /v1beta.
-    case 'messages':
-      return `${base}/v1/messages`;
-    case 'count_tokens':
-      return `${base}/v1/messages/count_tokens`;
-    case 'chat_completions':
-      return `${base}/chat/completions`;
-    case 'images':
-      return provider.protocol === 'gemini' ? `${base}/models/${encodeURIComponent(upstreamModel)}:generateContent` : `${base}/images/generations`;
-    case 'videos':
-      return provider.protocol === 'gemini' ? `${base}/models/${encodeURIComponent(upstreamModel)}:predictLongRunning` : `${base}/videos`;
-  }
-}
+/**
+ * Where a route's calls go: the upstream URL of `endpoint` for the model on `provider`, which its protocol knows
+ * (plugins/upstream/protocols/registry.ts upstreamUrl).
+ */
+export type UpstreamUrlOf = (provider: ProviderConfig, endpoint: CatalogEndpoint, upstreamModel: string) => string;
 
 /** Resolves a model id on an endpoint to its route, from a table built once from the config. */
 export class ModelCatalog {
   private readonly routes = new Map<string, ModelRoute>();
   private readonly known = new Set<string>();
 
-  constructor(config: { readonly providers: Readonly<Record<string, ProviderConfig>>; readonly models: readonly ModelConfig[] }) {
+  /** `urlOf`: the routes' upstream URLs; absent, a route's url is '' (a catalogue that polices and prices, never forwards). */
+  constructor(
+    config: { readonly providers: Readonly<Record<string, ProviderConfig>>; readonly models: readonly ModelConfig[] },
+    urlOf: UpstreamUrlOf = () => '',
+  ) {
     for (const model of config.models) {
       this.known.add(model.id);
       const upstreamModel = model.upstream_model ?? model.id;
       const native = config.providers[model.provider];
       const add = (endpoint: CatalogEndpoint, provider: ProviderConfig) => {
-        this.routes.set(`${endpoint}\0${model.id}`, { model, provider, upstreamModel, url: upstreamUrl(provider, endpoint, upstreamModel) });
+        this.routes.set(`${endpoint}\0${model.id}`, { model, provider, upstreamModel, url: urlOf(provider, endpoint, upstreamModel) });
       };
       if (model.kind === 'image') {
         add('images', native);

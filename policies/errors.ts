@@ -1,7 +1,7 @@
 /**
  * One error type for everything the gateway refuses or fails at, and one list of its codes.
  * `message` is always safe to show a caller; `cause` goes to the logs only.
- * The README's "Errors" table documents this list; test/hooks/identify.test.ts keeps the two in step.
+ * The README's "Errors" table documents this list; test/phases/identify.test.ts keeps the two in step.
  */
 
 /** Every error code the gateway answers with: HTTP status and the default safe message. */

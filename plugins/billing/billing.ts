@@ -140,8 +140,8 @@ export class Billing {
       amount: req.quote.amount,
       owner: req.owner ?? this.instance,
     };
-    // Written out, not `{ ...hold, ttlMs, retentionMs }`: a spread followed by new keys takes V8's slow path (README
-    // "Latest run").
+    // Written out, not `{ ...hold, ttlMs, retentionMs }`: a spread followed by new keys takes V8's slow path
+    // (bench/README.md, 2026-11-26).
     const result = await placeHold(this.r, {
       requestId: hold.requestId,
       callId: hold.callId,

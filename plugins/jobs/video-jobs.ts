@@ -9,9 +9,8 @@ import type { Admission } from '../billing/admission.js';
 import type { FareboxConfig } from '../config.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { Log } from '../log.js';
-import { geminiVideos } from '../upstream/gemini-videos.js';
-import { openaiVideos } from '../upstream/openai-videos.js';
 import type { Upstreams } from '../upstream/pools.js';
+import { videoJobProvider } from '../upstream/protocols/registry.js';
 import type { VideoJobProvider } from '../upstream/video-provider.js';
 import { cancelWithRetries } from './video-cancel.js';
 import { VideoPoller } from './video-poller.js';
@@ -58,8 +57,7 @@ export class VideoJobs {
     let a = this.adapters.get(name);
     if (a) return a;
     const p = Object.hasOwn(this.opts.config.providers, name) ? this.opts.config.providers[name]! : undefined;
-    if (p?.protocol === 'openai') a = openaiVideos(this.opts.upstreams, p);
-    else if (p?.protocol === 'gemini') a = geminiVideos(this.opts.upstreams, p);
+    if (p) a = videoJobProvider(this.opts.upstreams, p);
     if (a) this.adapters.set(name, a);
     return a;
   }

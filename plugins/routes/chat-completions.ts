@@ -2,7 +2,7 @@
 import type { TextModel, ModelRoute } from '../../policies/catalog.js';
 import { rewriteChat } from '../../policies/rewrite.js';
 import { chatBody, parseBody } from '../../policies/schemas.js';
-import type { Endpoint } from './endpoint.js';
+import type { Endpoint } from '../call.js';
 import { billText, forwardText, quoteText, textPoliced, type TextPoliced } from './text.js';
 
 /** The chat completions endpoint. */

@@ -1,7 +1,7 @@
 /** POST /v1/messages/count_tokens: counts a prompt's tokens (Messages protocol); never billed, rate limited as a request. */
 import type { TextModel, ModelRoute } from '../../policies/catalog.js';
 import { countTokensBody, parseBody } from '../../policies/schemas.js';
-import type { Endpoint } from './endpoint.js';
+import type { Endpoint } from '../call.js';
 import { billNothing, forwardText, textPoliced, type TextPoliced } from './text.js';
 
 /** The count_tokens endpoint. */

@@ -5,7 +5,7 @@
  */
 import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { parseImageRequest } from '../../policies/image-request.js';
-import type { Endpoint } from './endpoint.js';
+import type { Endpoint } from '../call.js';
 import { decodeEditImages, readImageForm } from './image-form.js';
 import { billImage, forwardImage, policeImage, quoteImage, type ImagePoliced } from './images.js';
 

@@ -13,7 +13,7 @@ import type { Multipart } from '@fastify/multipart';
 import { GatewayError } from '../../policies/errors.js';
 import { EDIT_LIMITS, formValue, imageError } from '../../policies/image-request.js';
 import { imageFormat, probeHeader, type ImageFormat } from '../../policies/image-size.js';
-import type { ReferenceImage } from '../upstream/openai-images.js';
+import type { ReferenceImage } from '../upstream/image-answer.js';
 import { decodeInOrder, loadSharp } from '../upstream/reference-images.js';
 
 /** Limits of @fastify/multipart (busboy) behind the gateway's own: it stops what gets past them. */

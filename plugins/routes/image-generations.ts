@@ -1,7 +1,7 @@
 /** POST /v1/images/generations: text-to-image (SPEC "Image generation request"), JSON, img models. */
 import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { parseImageRequest } from '../../policies/image-request.js';
-import type { Endpoint } from './endpoint.js';
+import type { Endpoint } from '../call.js';
 import { billImage, forwardImage, policeImage, quoteImage, type ImagePoliced } from './images.js';
 
 /** The image generation endpoint. */

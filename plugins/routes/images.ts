@@ -7,18 +7,17 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { FREE, type Bill } from '../billing/billing.js';
-import type { Call } from '../call.js';
+import type { Call, ForwardContext, PoliceContext, Policed, Quoted } from '../call.js';
 import type { FareboxConfig } from '../config.js';
-import { geminiCallerFields, geminiImageRequest } from '../upstream/gemini-images.js';
+import type { ReferenceImage } from '../upstream/image-answer.js';
 import type { ImageDelivery } from '../upstream/image-exchange.js';
 import { exchangeImage } from '../upstream/image-exchange.js';
-import { openaiCallerFields, openaiImageRequest, type ReferenceImage } from '../upstream/openai-images.js';
+import { imageAdapter } from '../upstream/protocols/registry.js';
 import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import type { ImageRequest } from '../../policies/image-request.js';
 import { deliveredClass, documentedCapabilities, renderedPixels } from '../../policies/image-sizes.js';
 import { makeUsage, priceCall, worstCaseImage, type PriceTable } from '../../pricing/index.js';
-import type { ForwardContext, PoliceContext, Policed, Quoted } from './endpoint.js';
 
 /** A policed image request. */
 export interface ImagePoliced extends Policed {
@@ -82,7 +81,7 @@ export function policeImage(route: ModelRoute<ImageModel>, parsed: ImageRequest,
       message: 'response_format: url is not served here (the operator has set no public origin for image URLs): ask for b64_json.',
     });
   }
-  const { fields, dropped } = route.provider.protocol === 'gemini' ? geminiCallerFields(route, parsed.extra) : openaiCallerFields(route, parsed.extra);
+  const { fields, dropped } = imageAdapter(route.provider).callerFields(route, parsed.extra);
   const request: ImageRequest = { ...parsed, extra: fields };
   return dropped.length > 0
     ? { route, request, references, headers: { 'x-gw-dropped-fields': dropped.join(',') } }
@@ -127,9 +126,9 @@ function urlOf(reply: FastifyReply, origin: (request: FastifyRequest) => string,
  * first reserves room for the image in the store, so a full store refuses it (503, free) before the provider renders.
  */
 export function forwardImage(call: Call, p: ImagePoliced, reply: FastifyReply, ctx: ForwardContext): FastifyReply | Promise<FastifyReply> {
-  const gemini = p.route.provider.protocol === 'gemini';
-  const upstream = gemini ? geminiImageRequest(p.route, p.request, p.references) : openaiImageRequest(p.route, p.request, p.references);
-  if (p.request.responseFormat !== 'url') return exchangeImage(ctx.upstreams, reply, call, upstream, { kind: gemini ? 'convert' : 'pass' }, ctx.metrics);
+  const adapter = imageAdapter(p.route.provider);
+  const upstream = adapter.request(p.route, p.request, p.references);
+  if (p.request.responseFormat !== 'url') return exchangeImage(ctx.upstreams, reply, call, upstream, { kind: adapter.answer }, ctx.metrics);
   const { store, origin } = ctx.images;
   // The reservation outlives the call's longest run (its deadline starts when the upstream request does) by a minute.
   return store.reserve(reservedBytes(p.route, p.request), p.route.provider.max_duration_ms + 60_000).then((reservation) => {

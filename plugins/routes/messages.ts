@@ -2,7 +2,7 @@
 import type { TextModel, ModelRoute } from '../../policies/catalog.js';
 import { rewriteMessages } from '../../policies/rewrite.js';
 import { messagesBody, parseBody } from '../../policies/schemas.js';
-import type { Endpoint } from './endpoint.js';
+import type { Endpoint } from '../call.js';
 import { billText, forwardText, quoteText, textPoliced, type TextPoliced } from './text.js';
 
 /** The messages endpoint. */

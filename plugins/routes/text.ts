@@ -7,10 +7,12 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Bill } from '../billing/billing.js';
 import { FREE } from '../billing/billing.js';
-import type { Call, Exchange } from '../call.js';
+import type { Call, ForwardContext, Policed, Quoted } from '../call.js';
 import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
+import type { Exchange } from '../upstream/exchange.js';
+import { textUpstreamHeaders } from '../upstream/protocols/registry.js';
 import { proxyCall } from '../upstream/proxy.js';
-import type { ModelRoute, ProviderConfig, TextModel } from '../../policies/catalog.js';
+import type { ModelRoute, TextModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import type { RewriteResult } from '../../policies/rewrite.js';
 import { refuseUnpriced, splitBetas } from '../../policies/forwarding.js';
@@ -19,9 +21,6 @@ import {
   fromAnthropicUsage, fromOpenAIUsage, makeUsage, priceCall, worstCaseText, ZERO_USAGE,
   type CacheWriteTier, type PriceTable, type Usage,
 } from '../../pricing/index.js';
-import type { ForwardContext, Policed, Quoted } from './endpoint.js';
-
-const VERSION = '0.1.0';
 
 /** A policed text request. */
 export interface TextPoliced extends Policed {
@@ -38,29 +37,6 @@ export interface TextPoliced extends Policed {
   /** Size of the caller's request body. */
   readonly bodyBytes: number;
 }
-
-/**
- * Request headers sent upstream: the provider's auth, the protocol's version header and the allowed beta flags
- * (policies/forwarding.ts), nothing of the caller's key.
- */
-export function textUpstreamHeaders(provider: ProviderConfig, incoming: IncomingHttpHeaders, stream: boolean, betas: readonly string[]): Record<string, string> {
-  const h: Record<string, string> = {
-    'content-type': 'application/json',
-    'user-agent': `farebox/${VERSION}`,
-    accept: stream ? 'text/event-stream' : 'application/json',
-  };
-  if (provider.protocol === 'anthropic') {
-    h['x-api-key'] = provider.key;
-    // SPEC names the date-valued version header `alpha-version`; real clients send `anthropic-version`.
-    const version = incoming['anthropic-version'] ?? incoming['alpha-version'];
-    h['anthropic-version'] = typeof version === 'string' ? version : '2023-06-01';
-    if (betas.length > 0) h['anthropic-beta'] = betas.join(',');
-  } else {
-    h.authorization = `Bearer ${provider.key}`;
-  }
-  return h;
-}
-
 
 /** The betas of a call that has none (OpenAI's protocol): one shared value, never written to. */
 const NO_BETAS: { readonly forwarded: readonly string[]; readonly dropped: readonly string[] } = Object.freeze({

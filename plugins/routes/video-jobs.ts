@@ -12,7 +12,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Admission } from '../billing/admission.js';
 import type { Call } from '../call.js';
 import type { VideoJobs } from '../jobs/video-jobs.js';
-import type { OnRequestHook } from '../hooks/identify.js';
+import type { OnRequestHook } from '../phases/identify.js';
 import type { VideoJob } from '../jobs/video-store.js';
 import { sendVideoContent } from '../upstream/video-content.js';
 import type { Upstreams } from '../upstream/pools.js';
@@ -22,7 +22,7 @@ import { videoObject } from './video-object.js';
 
 /** What the routes use. */
 export interface VideoJobRoutesContext {
-  /** Identify's key check (hooks/identify.ts authenticate). */
+  /** Identify's key check (phases/identify.ts authenticate). */
   readonly authenticate: OnRequestHook;
   readonly videos: VideoJobs;
   readonly admission: Admission;

@@ -12,8 +12,9 @@
  */
 import type { FastifyRequest } from 'fastify';
 import { FREE } from '../billing/billing.js';
-import type { Exchange } from '../call.js';
+import type { Endpoint, Policed } from '../call.js';
 import { newVideoId, VIDEO_HOLD_MARGIN_MS } from '../jobs/video-store.js';
+import type { Exchange } from '../upstream/exchange.js';
 import {
   MAX_IMAGE_PIXELS, decodeImage, decodeInOrder, isMultipartRequest, prepareImage, readImageParts,
   type ImageFit, type ImagePartLimits, type PreparedImage, type UploadedImage,
@@ -22,7 +23,6 @@ import type { ModelRoute, VideoModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import { MAX_VIDEO_REFERENCES, planVideo, type VideoFields, type VideoPlan } from '../../policies/videos.js';
 import { worstCaseVideo } from '../../pricing/index.js';
-import type { Endpoint, Policed } from './endpoint.js';
 import { videoObject } from './video-object.js';
 
 const MiB = 1024 * 1024;

@@ -128,6 +128,8 @@ interface Lane {
   /** Entry ids this lane holds: in a batch in flight, or in `retry`. */
   held: Set<string>;
   lastClaim: number;
+  /** Where the next XAUTOCLAIM goes on ('0-0': a new pass over the stream). */
+  claimCursor: string;
   /** Stops watching the batches in flight (a stop). */
   abort: AbortController;
 }
@@ -138,6 +140,7 @@ export class Settler {
   private readonly loops: Promise<void>[] = [];
   private readonly lanes: Lane[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private keepTimer: NodeJS.Timeout | undefined;
   private readonly sleeps = new Sleeps();
   private readonly maxInFlight: number;
   private readonly maxUnmined: number;
@@ -163,13 +166,30 @@ export class Settler {
       const conn = logRedisErrors(this.redis.duplicate(), (err) => this.log.warn({ err, chain: name }, 'settler redis connection'));
       const lane: Lane = {
         name, chain, conn, key: keys.debits(name), inFlight: new Set(), unmined: new Set(), retry: [], held: new Set(), lastClaim: 0,
-        abort: new AbortController(),
+        claimCursor: '0-0', abort: new AbortController(),
       };
       this.lanes.push(lane);
       this.loops.push(this.loop(lane));
     }
     this.timer = setInterval(() => void this.measure().catch(() => {}), 5_000);
     this.timer.unref();
+    this.keepTimer = setInterval(() => void this.keepHeld().catch(() => {}), Math.max(100, this.settings.claimIdleMs / 3));
+    this.keepTimer.unref();
+  }
+
+  /**
+   * Keep this process's entries from looking idle to other settlers: a batch waits its confirmations (12 blocks of 12
+   * s on Ethereum, 150 s) longer than `claimIdleMs`, and another settler would take its entries and send them again
+   * (skipped by the escrow, but a whole batch's gas). XCLAIM to their owner with JUSTID resets their idle time and
+   * nothing else; an id acknowledged meanwhile is no longer pending and is passed over.
+   */
+  private async keepHeld(): Promise<void> {
+    for (const lane of this.lanes) {
+      const ids = [...lane.held];
+      for (let i = 0; i < ids.length && this.running; i += 1_000) {
+        await this.redis.xclaim(lane.key, GROUP, this.consumer, 0, ...ids.slice(i, i + 1_000), 'JUSTID');
+      }
+    }
   }
 
   private async ensureGroup(chain: ChainName): Promise<void> {
@@ -234,12 +254,17 @@ export class Settler {
     };
     let entries: Entry[] = [];
     if (lane.inFlight.size === 0) entries = await read(batchSize, '0');
-    if (entries.length === 0 && Date.now() - lane.lastClaim > claimIdleMs / 2) {
-      lane.lastClaim = Date.now();
-      const claimed = (await lane.conn.xautoclaim(lane.key, GROUP, this.consumer, claimIdleMs, '0-0', 'COUNT', batchSize)) as [string, Entry[]];
-      // Ours in flight for longer than claimIdleMs come back too: they are being watched already.
-      entries = (claimed[1] ?? []).filter(([id]) => !lane.held.has(id));
-      await pruneConsumers(this.redis, lane.name, claimIdleMs);
+    // A pass over the stream every claimIdleMs / 2; once one finds entries, it goes on batch by batch to the stream's
+    // end, so the backlog of a settler that died (up to batches_in_flight x batch_size) is taken over at the rate
+    // batches go out, not one batch per pass.
+    if (entries.length === 0 && (lane.claimCursor !== '0-0' || Date.now() - lane.lastClaim > claimIdleMs / 2)) {
+      const fresh = lane.claimCursor === '0-0';
+      if (fresh) lane.lastClaim = Date.now();
+      const [cursor, claimed] = (await lane.conn.xautoclaim(lane.key, GROUP, this.consumer, claimIdleMs, lane.claimCursor, 'COUNT', batchSize)) as [string, Entry[]];
+      lane.claimCursor = cursor;
+      // Ours are kept fresh (keepHeld), but one may have gone idle while Redis was away: it is watched already.
+      entries = (claimed ?? []).filter(([id]) => !lane.held.has(id));
+      if (fresh) await pruneConsumers(this.redis, lane.name, claimIdleMs);
     }
     if (entries.length === 0) {
       entries = await read(batchSize, '>', 1000);
@@ -290,25 +315,47 @@ export class Settler {
   private async track(lane: Lane, pending: PendingBatch, batch: Debit[], started: bigint): Promise<void> {
     const { name } = lane;
     const ids = batch.map((d) => d.id);
+    let receipt: Awaited<ReturnType<PendingBatch['wait']>>;
     try {
-      const receipt = await pending.wait();
-      this.settings.onMined?.(name);
-      this.metrics.settlementDuration.observe({ chain: name }, Number(process.hrtime.bigint() - started) / 1e9);
-      this.metrics.settlementBatches.inc({ chain: name, result: 'mined' });
-      const now = Date.now();
-      countBy(receipt.results.map((r) => r.outcome), (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n));
-      for (const id of ids) this.metrics.settlementLag.observe({ chain: name }, Math.max(0, now - entryTime(id)) / 1000);
-      // On the shared connection: the lane's own may be in a blocking read.
-      await done(this.redis, lane.key, ids);
-      for (const id of ids) lane.held.delete(id);
+      receipt = await pending.wait();
     } catch (err) {
       // A stop: the batch is left unacknowledged, for a settler to take over (the escrow skips what it charged).
       if (lane.abort.signal.aborted) return;
-      // Reverted, never mined, or confirmed but not acknowledged: its debits go out again, ahead of new ones; the
-      // batches sent around it stand. A debit it did charge comes back already_charged.
+      // Reverted or never mined: its debits go out again, ahead of new ones; the batches sent around it stand. A
+      // debit it did charge (a receipt lost, not the batch) comes back already_charged.
       lane.retry.unshift(...batch);
       this.metrics.settlementFailures.inc({ chain: name });
       this.log.error({ err, chain: name, nonce: pending.nonce, tx: pending.txHash }, 'settlement batch failed; will retry');
+      return;
+    }
+    this.settings.onMined?.(name);
+    this.metrics.settlementDuration.observe({ chain: name }, Number(process.hrtime.bigint() - started) / 1e9);
+    this.metrics.settlementBatches.inc({ chain: name, result: 'mined' });
+    const now = Date.now();
+    countBy(receipt.results.map((r) => r.outcome), (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n));
+    for (const id of ids) this.metrics.settlementLag.observe({ chain: name }, Math.max(0, now - entryTime(id)) / 1000);
+    await this.acknowledge(lane, ids, pending);
+  }
+
+  /**
+   * Acknowledge the debits of a confirmed batch, again after a backoff until Redis takes it: they are charged, so
+   * sending them again would only buy a batch of skips. The batch keeps its place in flight meanwhile, so a Redis
+   * that is away holds back new batches too. A stop leaves them pending, for a settler to take over.
+   */
+  private async acknowledge(lane: Lane, ids: string[], pending: PendingBatch): Promise<void> {
+    let backoff = 0;
+    while (this.running) {
+      try {
+        // On the shared connection: the lane's own may be in a blocking read.
+        await done(this.redis, lane.key, ids);
+        for (const id of ids) lane.held.delete(id);
+        return;
+      } catch (err) {
+        if (!this.running) return;
+        this.log.warn({ err, chain: lane.name, tx: pending.txHash }, 'confirmed batch not acknowledged; acknowledging again');
+        backoff = Math.min(5_000, backoff ? backoff * 2 : 200);
+        await this.sleeps.sleep(backoff);
+      }
     }
   }
 
@@ -331,6 +378,7 @@ export class Settler {
   async stop(): Promise<void> {
     this.running = false;
     clearInterval(this.timer);
+    clearInterval(this.keepTimer);
     this.sleeps.wakeAll();
     for (const lane of this.lanes) {
       lane.abort.abort();

@@ -8,9 +8,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Dispatcher } from 'undici';
-import type { Call, Exchange } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { GatewayError } from '../../policies/errors.js';
+import type { Meter } from './metering.js';
 import type { Upstreams } from './pools.js';
 
 const ERROR_BODY_LIMIT = 64 * 1024;
@@ -20,6 +20,32 @@ const TOO_LONG = new Error('call ran past its maximum duration');
 /** Whether an exchange's error is the gateway's cut at the call's maximum duration (not a provider failure). */
 export function cutForDuration(err: Error): boolean {
   return err === TOO_LONG;
+}
+
+/** What the forward phase saw of the upstream exchange (a call keeps it as `call.exchange`; billing reads it). */
+export interface Exchange {
+  /** HTTP status the upstream answered, or the gateway's own for a failure to reach it (502, 504). */
+  status?: number;
+  /** The meter of a 2xx answer: what reached the caller. */
+  meter?: Meter;
+  /** Aborts the upstream exchange while it runs (the caller went away). */
+  abort?: () => void;
+  /** Image calls: images whose answer (the image, or its URL) was ended. */
+  delivered?: number;
+  /** Image calls answered with the image itself: base64 characters of it handed to the caller's connection. */
+  imageChars?: number;
+  /** Image calls: the provider's answer ended or failed without a whole image (the caller got a broken one). */
+  imageBroken?: boolean;
+  /** Image calls: the delivered image's pixels, from its header (null: not read). */
+  imagePixels?: number | null;
+}
+
+/** What an exchange knows of the call it serves: whether its response has closed, and where it keeps its Exchange. */
+export interface ExchangeOwner {
+  /** The response has closed (answered, or the caller went away). */
+  readonly ended: boolean;
+  /** Set when the exchange is dispatched. */
+  exchange?: Exchange;
 }
 
 /** What any upstream request of a call carries. */
@@ -60,7 +86,7 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   constructor(
     protected readonly upstreams: Upstreams,
     protected readonly reply: FastifyReply,
-    protected readonly call: Call,
+    protected readonly call: ExchangeOwner,
     protected readonly exchange: Exchange,
     protected readonly req: R,
     protected readonly metrics: Metrics | undefined,

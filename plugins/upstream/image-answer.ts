@@ -1,12 +1,33 @@
 /**
- * What the image adapters share: an upstream request, a reader of a 2xx answer that hands the image's base64 to a
- * sink as it arrives, and the first characters of that base64 checked for an image before anyone is told there is
- * one (so a 200 head is written only once an image is certain).
+ * What the image adapters (protocols/<name>/images.ts) share: the reference images and caller fields they take, an
+ * upstream request, a reader of a 2xx answer that hands the image's base64 to a sink as it arrives, and the first
+ * characters of that base64 checked for an image before anyone is told there is one (so a 200 head is written only
+ * once an image is certain).
  */
 import type { Readable } from 'node:stream';
 import type { ExchangeRequest } from './exchange.js';
 import { imageFormat, imageSize, type ImageFormat } from '../../policies/image-size.js';
-import type { GatewayError } from '../../policies/errors.js';
+import { GatewayError } from '../../policies/errors.js';
+
+/** A reference image of an edit, as police read and checked it. */
+export interface ReferenceImage {
+  readonly bytes: Buffer;
+  readonly format: ImageFormat;
+}
+
+/** What the caller's own fields become upstream: those sent, and those dropped (named in x-gw-dropped-fields). */
+export interface CallerFields {
+  readonly fields: Readonly<Record<string, unknown>>;
+  readonly dropped: readonly string[];
+}
+
+/** The 400 of a field the image endpoints do not take. */
+export function unknownField(name: string): GatewayError {
+  return new GatewayError('invalid_request', {
+    param: name.slice(0, 100),
+    message: `${name.slice(0, 100)}: not a field of the image endpoints (SPEC "Image generation request"; see README "Images" for the provider fields taken).`,
+  });
+}
 
 /** Receives one image's base64 as the answer is read. */
 export interface ImageSink {

@@ -19,12 +19,11 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
-import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ImageReservation, ImageStore } from '../store/image-store.js';
 import { GatewayError } from '../../policies/errors.js';
 import { IMAGE_MIME, type ImageFormat } from '../../policies/image-size.js';
-import { cutForDuration, sendUpstreamError, UpstreamExchange } from './exchange.js';
+import { cutForDuration, sendUpstreamError, UpstreamExchange, type ExchangeOwner } from './exchange.js';
 import { Base64Bytes, ImageHeadProbe, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
 import type { Upstreams } from './pools.js';
 
@@ -36,7 +35,7 @@ export type ImageDelivery =
 
 /** Send an image call upstream; the caller is answered by the exchange. Returns the reply, sent later. */
 export function exchangeImage(
-  upstreams: Upstreams, reply: FastifyReply, call: Call, req: ImageUpstreamRequest, delivery: ImageDelivery, metrics?: Metrics,
+  upstreams: Upstreams, reply: FastifyReply, call: ExchangeOwner, req: ImageUpstreamRequest, delivery: ImageDelivery, metrics?: Metrics,
 ): FastifyReply {
   return new ImageExchange(upstreams, reply, call, { delivered: 0 }, req, metrics, delivery).dispatch();
 }
@@ -57,7 +56,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private readonly probe = new ImageHeadProbe();
 
   constructor(
-    upstreams: Upstreams, reply: FastifyReply, call: Call, exchange: { delivered: number }, req: ImageUpstreamRequest,
+    upstreams: Upstreams, reply: FastifyReply, call: ExchangeOwner, exchange: { delivered: number }, req: ImageUpstreamRequest,
     metrics: Metrics | undefined, private readonly delivery: ImageDelivery,
   ) {
     super(upstreams, reply, call, exchange, req, metrics);

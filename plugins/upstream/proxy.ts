@@ -9,9 +9,8 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
-import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
-import { UpstreamExchange, type ExchangeRequest } from './exchange.js';
+import { UpstreamExchange, type ExchangeOwner, type ExchangeRequest } from './exchange.js';
 import type { Meter } from './metering.js';
 import type { Upstreams } from './pools.js';
 
@@ -37,7 +36,7 @@ function copyResponseHeaders(out: Record<string, unknown>, headers: IncomingHttp
 }
 
 /** Forward the call upstream and stream the metered answer back; returns the reply, sent later. */
-export function proxyCall(upstreams: Upstreams, reply: FastifyReply, call: Call, req: UpstreamRequest, metrics?: Metrics): FastifyReply {
+export function proxyCall(upstreams: Upstreams, reply: FastifyReply, call: ExchangeOwner, req: UpstreamRequest, metrics?: Metrics): FastifyReply {
   return new ProxyHandler(upstreams, reply, call, {}, req, metrics).dispatch();
 }
 

@@ -1,8 +1,9 @@
 /**
  * The job port: what the gateway needs of a provider's asynchronous video API, whatever its protocol. Submit a
  * render and get the provider's job id; ask how a job stands; stop a job no one will pay for; know where its MP4 is
- * and what authenticates the download. Each protocol is one module (openai-videos.ts, gemini-videos.ts); another provider's long-running API
- * slots in as a third, the job store and the poller stay as they are.
+ * and what authenticates the download. Each protocol's adapter is its folder's videos.ts (protocols/openai/,
+ * protocols/gemini/); another provider's long-running API slots in as another, the job store and the poller stay as
+ * they are.
  */
 import { randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -16,7 +17,7 @@ import type { PreparedImage } from './reference-images.js';
 export interface VideoSubmit {
   /** The provider's model id. */
   readonly model: string;
-  /** The create URL of the model's route (policies/catalog.ts). */
+  /** The create URL of the model's route (its protocol's: protocols/registry.ts upstreamUrl). */
   readonly url: string;
   readonly prompt: string;
   readonly width: number;

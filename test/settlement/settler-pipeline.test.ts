@@ -1,4 +1,5 @@
 import t, { type Test } from 'tap';
+import type { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { createPublicClient, createTestClient, createWalletClient, http, type Hex, type PublicClient, type TestClient } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -33,7 +34,9 @@ const quiet = { error() {}, warn() {} };
 const { settler: settlerKey, deployer: owner } = DEV_KEYS;
 
 /** One chain's clients, a Redis namespace, a watcher and a settler on it; all stopped and deleted at the end. */
-async function lane(t: Test, name: ChainName, patch: Partial<ChainConfig> = {}, over: Partial<SettlerSettings> = {}) {
+async function lane(
+  t: Test, name: ChainName, patch: Partial<ChainConfig> = {}, over: Partial<SettlerSettings> = {}, settlerRedis?: (r: Redis) => Redis,
+) {
   const config: ChainConfig = { ...dc.chains[name], confirmations: CONFIRMATIONS, replace_after_ms: 300, poll_interval_ms: 25, ...patch };
   const viemChain = devViemChain(name, config.chain_id, config.rpc_url);
   const transport = http(config.rpc_url);
@@ -57,7 +60,7 @@ async function lane(t: Test, name: ChainName, patch: Partial<ChainConfig> = {}, 
   const watcher = new ChainWatcher(redis, { [name]: chain }, `w-${name}`, {
     pollMs: 50, reconcileMs: 3_600_000, startBlocks: { [name]: BigInt(config.deploy_block) },
   }, metrics, quiet);
-  const settler = new Settler(redis, { [name]: recorded }, `s-${name}`, {
+  const settler = new Settler(settlerRedis ? settlerRedis(redis) : redis, { [name]: recorded }, `s-${name}`, {
     // A batch waits 50 ms to fill: the debits a test adds at once go out in batches of 20.
     batchSize: 20, batchWaitMs: 50, claimIdleMs: 60_000, batchesInFlight: 16, ...over,
   }, metrics, quiet);
@@ -78,7 +81,7 @@ async function lane(t: Test, name: ChainName, patch: Partial<ChainConfig> = {}, 
   const requestIds: string[] = [];
   const nonce = (blockTag: 'latest' | 'pending') => pub.getTransactionCount({ address: settlerKey.address, blockTag });
   return {
-    chain, pub, test, ownerWallet, settler, metrics, sent, redis, account, nonce,
+    chain, recorded, pub, test, ownerWallet, settler, metrics, sent, redis, account, nonce,
     /** `n` billed calls of 1,000 atomic units debited at once, as the gateway debits them (consecutive request ids). */
     async debit(n: number): Promise<void> {
       const calls = Array.from({ length: n }, () => {
@@ -266,4 +269,66 @@ t.test('batches mined on a branch a reorg drops are sent again and charged once 
   // The node forgot them with their blocks: each batch was re-sent on its own nonce, none as a new batch.
   t.equal(l.sent.length, 3, 'no batch sent anew');
   t.notOk(events.some((e) => l.sent.some((p) => p.txHash === e.txHash)), 'each mined as re-sent after the reorg');
+});
+
+t.test('a confirmed batch whose acknowledgement Redis refuses is acknowledged again, never sent again', async (t) => {
+  // The settler's Redis refuses its first two acknowledgement transactions (as one that is away would).
+  let refused = 0;
+  const refusing = (r: Redis): Redis => new Proxy(r, {
+    get(target, prop) {
+      if (prop !== 'multi') return Reflect.get(target, prop, target) as unknown;
+      return (...args: unknown[]) => {
+        const m = (target.multi as (...a: unknown[]) => ReturnType<Redis['multi']>)(...args);
+        const exec = m.exec.bind(m);
+        m.exec = (async () => {
+          if (refused < 2) {
+            refused++;
+            m.discard();
+            throw new Error('Connection is closed.');
+          }
+          return exec();
+        }) as typeof m.exec;
+        return m;
+      };
+    },
+  });
+  const l = await lane(t, 'chain_b', {}, {}, refusing);
+  await l.debit(40); // 2 batches of 20
+  await l.settler.start();
+  await l.chargedOnce(t);
+  await until('the debits acknowledged', async () => (await l.redis.xlen('debits:chain_b')) === 0);
+  t.equal(refused, 2, 'two acknowledgements refused');
+  t.equal(l.sent.length, 2, 'each batch sent once: a confirmed batch is not sent again for its acknowledgement');
+});
+
+t.test('several settlers on one stream: a batch awaiting confirmations longer than claimIdleMs is not taken by another', async (t) => {
+  // The confirmation window (0.8 s) is well past claimIdleMs (300 ms), as 12 blocks of 12 s are past the default 60 s.
+  const l = await lane(t, 'chain_c', {}, { claimIdleMs: 300 });
+  const other = new Settler(l.redis, { chain_c: l.recorded }, 's-chain_c-2', {
+    batchSize: 20, batchWaitMs: 50, claimIdleMs: 300, batchesInFlight: 16,
+  }, l.metrics, quiet);
+  t.teardown(() => other.stop());
+  await l.debit(200); // 10 batches of 20, split between the two
+  await Promise.all([l.settler.start(), other.start()]);
+  await l.chargedOnce(t);
+  await until('the debits acknowledged', async () => (await l.redis.xlen('debits:chain_c')) === 0);
+  t.equal(l.sent.length, 10, 'ten batches in all: no entry in flight was claimed and sent again by the other settler');
+  const skipped = (await l.metrics.settlementCharges.get()).values.filter((v) => v.labels.outcome !== 'charged').reduce((n, v) => n + v.value, 0);
+  t.equal(skipped, 0, 'no charge skipped by the escrow');
+});
+
+t.test("a settler that died with batches in flight: its entries are taken over batch after batch, not one batch per pass", async (t) => {
+  const l = await lane(t, 'chain_d'); // claimIdleMs 60 s: a new pass over the stream every 30 s
+  await l.debit(200);
+  const prefix = (l.redis.options.keyPrefix as string | undefined) ?? '';
+  await l.redis.call('XGROUP', 'CREATE', `${prefix}debits:chain_d`, 'settlers', '0');
+  // A settler that read them all and died: its entries pending, idle for 100 s.
+  const got = (await l.redis.xreadgroup('GROUP', 'settlers', 'dead', 'COUNT', 200, 'STREAMS', 'debits:chain_d', '>')) as [string, [string, string[]][]][];
+  const ids = got[0]![1].map(([id]) => id);
+  t.equal(ids.length, 200);
+  await l.redis.xclaim('debits:chain_d', 'settlers', 'dead', 0, ...ids, 'IDLE', 100_000, 'JUSTID');
+  await l.settler.start();
+  // One batch of 20 per pass would take ten passes, 270 s; chargedOnce waits 30 s.
+  await l.chargedOnce(t);
+  t.equal(l.sent.length, 10, 'ten batches, each entry sent once');
 });

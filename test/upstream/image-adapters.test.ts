@@ -2,9 +2,9 @@
 // answers read chunk by chunk at any cut, refusals and errors told apart.
 import t from 'tap';
 import type { Readable } from 'node:stream';
-import { geminiCallerFields, GeminiImageReader, geminiImageRequest, imageUsageOf } from '../../plugins/upstream/gemini-images.js';
+import { geminiCallerFields, GeminiImageReader, geminiImageRequest, imageUsageOf } from '../../plugins/upstream/protocols/gemini/images.js';
 import { Base64Bytes, ImageString, type ImageAnswerReader, type ImageSink } from '../../plugins/upstream/image-answer.js';
-import { openaiCallerFields, openaiImageError, OpenAIImageReader, openaiImageRequest } from '../../plugins/upstream/openai-images.js';
+import { openaiCallerFields, openaiImageError, OpenAIImageReader, openaiImageRequest } from '../../plugins/upstream/protocols/openai/images.js';
 import type { ImageModel, ModelRoute, ProviderConfig } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import { parseImageRequest, type ImageRequest } from '../../policies/image-request.js';

@@ -10,13 +10,13 @@
  * `{name}:cancel`, google.longrunning's CancelOperation, and no delete), so cancel sends nothing and answers
  * `unsupported`; the render runs on and is counted as such (farebox_video_cancels_total).
  */
-import type { ProviderConfig } from '../../policies/catalog.js';
-import type { Upstreams } from './pools.js';
-import type { PreparedImage } from './reference-images.js';
+import type { ProviderConfig } from '../../../../policies/catalog.js';
+import type { Upstreams } from '../../pools.js';
+import type { PreparedImage } from '../../reference-images.js';
 import {
   POLL_TIMEOUT_MS, answerJson, exchange, pollFailure, sameOrigin, submitError,
   type UpstreamCancel, type UpstreamJobState, type VideoJobProvider, type VideoSubmit,
-} from './video-provider.js';
+} from '../../video-provider.js';
 
 /** Generated videos are kept on the server for 2 days (Gemini API video guide). */
 const RETENTION_MS = 2 * 86_400_000;

@@ -6,8 +6,7 @@
  * the hold.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Call } from '../call.js';
-import type { PrepareContext } from '../routes/endpoint.js';
+import type { Call, PrepareContext } from '../call.js';
 
 /**
  * Prepare a gated call: undefined when its endpoint has nothing to prepare (no promise made), else whether it goes

@@ -11,28 +11,18 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
-import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
-import { GatewayError } from '../../policies/errors.js';
-import type { ImageRequest } from '../../policies/image-request.js';
-import { IMAGE_MIME, type ImageFormat } from '../../policies/image-size.js';
-import { openaiSize } from '../../policies/image-sizes.js';
-import { ImageString, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
-import { JsonScanner, type JsonPath } from './json-scan.js';
-import { upstreamError } from './proxy.js';
-
-const VERSION = '0.1.0';
-
-/** A reference image of an edit, as police read and checked it. */
-export interface ReferenceImage {
-  readonly bytes: Buffer;
-  readonly format: ImageFormat;
-}
-
-/** What the caller's own fields become upstream: those sent, and those dropped (named in x-gw-dropped-fields). */
-export interface CallerFields {
-  readonly fields: Readonly<Record<string, unknown>>;
-  readonly dropped: readonly string[];
-}
+import type { ImageModel, ModelRoute } from '../../../../policies/catalog.js';
+import { GatewayError } from '../../../../policies/errors.js';
+import type { ImageRequest } from '../../../../policies/image-request.js';
+import { IMAGE_MIME } from '../../../../policies/image-size.js';
+import { openaiSize } from '../../../../policies/image-sizes.js';
+import {
+  ImageString, unknownField, type CallerFields, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest,
+  type ReferenceImage,
+} from '../../image-answer.js';
+import { JsonScanner, type JsonPath } from '../../json-scan.js';
+import { USER_AGENT } from '../protocol.js';
+import { upstreamError } from '../../proxy.js';
 
 /**
  * Caller fields of the Create image / Create image edit requests that leave the price as it is (the same output
@@ -90,14 +80,6 @@ export function openaiCallerFields(route: ModelRoute<ImageModel>, extra: Readonl
     }
   }
   return { fields, dropped };
-}
-
-/** The 400 of a field the image endpoints do not take. */
-export function unknownField(name: string): GatewayError {
-  return new GatewayError('invalid_request', {
-    param: name.slice(0, 100),
-    message: `${name.slice(0, 100)}: not a field of the image endpoints (SPEC "Image generation request"; see README "Images" for the provider fields taken).`,
-  });
 }
 
 /** Error codes of a refusal by OpenAI's safety system. */
@@ -179,7 +161,7 @@ function headers(route: ModelRoute<ImageModel>, contentType: string, length?: nu
     authorization: `Bearer ${route.provider.key}`,
     'content-type': contentType,
     accept: 'application/json',
-    'user-agent': `farebox/${VERSION}`,
+    'user-agent': USER_AGENT,
   };
   if (length !== undefined) h['content-length'] = String(length);
   return h;

@@ -17,17 +17,18 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
-import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
-import { GatewayError } from '../../policies/errors.js';
-import type { ImageRequest } from '../../policies/image-request.js';
-import { IMAGE_MIME } from '../../policies/image-size.js';
-import { geminiImageConfig } from '../../policies/image-sizes.js';
-import { ImageString, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
-import { JsonScanner, type JsonPath } from './json-scan.js';
-import { unknownField, type CallerFields, type ReferenceImage } from './openai-images.js';
-import { upstreamError } from './proxy.js';
-
-const VERSION = '0.1.0';
+import type { ImageModel, ModelRoute } from '../../../../policies/catalog.js';
+import { GatewayError } from '../../../../policies/errors.js';
+import type { ImageRequest } from '../../../../policies/image-request.js';
+import { IMAGE_MIME } from '../../../../policies/image-size.js';
+import { geminiImageConfig } from '../../../../policies/image-sizes.js';
+import {
+  ImageString, unknownField, type CallerFields, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest,
+  type ReferenceImage,
+} from '../../image-answer.js';
+import { JsonScanner, type JsonPath } from '../../json-scan.js';
+import { USER_AGENT } from '../protocol.js';
+import { upstreamError } from '../../proxy.js';
 
 /** OpenAI Images parameters with no Gemini equivalent: dropped (named in x-gw-dropped-fields), not refused. */
 const OPENAI_ONLY = new Set(['quality', 'background', 'output_format', 'output_compression', 'moderation', 'style', 'user', 'input_fidelity']);
@@ -273,7 +274,7 @@ export function geminiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequ
     'x-goog-api-key': route.provider.key,
     'content-type': 'application/json',
     accept: 'application/json',
-    'user-agent': `farebox/${VERSION}`,
+    'user-agent': USER_AGENT,
   };
   if (length !== undefined) headers['content-length'] = String(length);
   return {

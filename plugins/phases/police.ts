@@ -8,7 +8,7 @@ import type { ContentTypeParserDoneFunction } from 'fastify/types/content-type-p
 import { checkClientRule } from '../../policies/client-rules.js';
 import { classifyClient, type ClientSignature } from '../../policies/clients.js';
 import { GatewayError } from '../../policies/errors.js';
-import type { PoliceContext, Policed } from '../routes/endpoint.js';
+import type { PoliceContext, Policed } from '../call.js';
 
 /**
  * Read a JSON body whole and parse it once (small bodies: the rewrite needs them parsed anyway; DESIGN "Hot path").

@@ -69,7 +69,7 @@ export function answerExpectation(req: IncomingMessage, res: ServerResponse): vo
 /**
  * Server options of `farebox serve` that a host app registering the plugin should pass to its own `Fastify()`.
  * Node answers an HTTP/1.1 request without `Host` with a bare 400 unless told not to; the gateway refuses it
- * itself (hooks/identify.ts), in the caller's shape.
+ * itself (identify.ts), in the caller's shape.
  */
 export const fareboxServerOptions: Pick<FastifyServerOptions, 'clientErrorHandler' | 'frameworkErrors'> & { http: { requireHostHeader: false } } = {
   clientErrorHandler,

@@ -10,13 +10,13 @@
  * protocol whose models take more (subject references, a last frame) gets them as repeated `input_reference` parts
  * and a `last_reference` part, and only for models whose config says they take them.
  */
-import type { ProviderConfig } from '../../policies/catalog.js';
-import type { Upstreams } from './pools.js';
-import type { PreparedImage } from './reference-images.js';
+import type { ProviderConfig } from '../../../../policies/catalog.js';
+import type { Upstreams } from '../../pools.js';
+import type { PreparedImage } from '../../reference-images.js';
 import {
   POLL_TIMEOUT_MS, answerJson, cancelFailure, exchange, formData, pollFailure, sameOrigin, submitError,
   type UpstreamCancel, type UpstreamJobState, type VideoJobProvider, type VideoSubmit,
-} from './video-provider.js';
+} from '../../video-provider.js';
 
 /** When the video object names no expiry: OpenAI keeps downloads about an hour after completion (its video guide). */
 const DEFAULT_RETENTION_MS = 3_600_000;
