@@ -143,6 +143,7 @@ t.test('the env option supplies provider keys; the process environment is not re
   const prefix = testPrefix();
   const input = embeddedDefault(sim.url);
   input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };
+  input.metrics = { port: 0 }; // not 9464: a gateway may run beside the suite
   const app = Fastify({ logger: false });
   const redis = connectRedis(input.redis as { url: string; prefix: string });
   t.teardown(async () => {
