@@ -13,7 +13,7 @@ import { readWallet } from '../../plugins/billing/wallets.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { formatUsd, publishPrices, USAGE_FIELDS } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
-import { CLI, until } from '../helpers/wait.js';
+import { CLI, cliHere, runCli, until } from '../helpers/wait.js';
 
 const h = await startHarness({ chains: true });
 const tmp = mkdtempSync(join(tmpdir(), 'farebox-cli-'));
@@ -26,18 +26,14 @@ t.teardown(async () => {
 await h.redis.set(DEV_CHAINS_KEY, JSON.stringify(h.config.chains));
 const account = h.account as Address;
 
-/** Run the farebox command on the harness's Redis prefix. */
+/** The farebox command on the harness's Redis prefix, run in this process (main(), as the process runs it). */
 function farebox(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [...CLI, ...args], {
-      env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '', ...env },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
+  return cliHere(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '', ...env });
+}
+
+/** The same as a process of its own, for what only processes show: two at once on one key, the exit status. */
+function spawned(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return runCli(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '', ...env });
 }
 
 /** --json output: exactly one JSON document on one line. */
@@ -213,8 +209,8 @@ t.test('two farebox fund at once on one chain both succeed, though they sign wit
   });
   const [x, y] = ['0x' + '5a'.repeat(20), '0x' + '5b'.repeat(20)];
   const [a, b] = await Promise.all([
-    farebox(['fund', '--account', x, '--chain', 'chain_c', '--amount', '1.25', '--json']),
-    farebox(['fund', '--account', y, '--chain', 'chain_c', '--amount', '0.75', '--json']),
+    spawned(['fund', '--account', x, '--chain', 'chain_c', '--amount', '1.25', '--json']),
+    spawned(['fund', '--account', y, '--chain', 'chain_c', '--amount', '0.75', '--json']),
   ]);
   t.ok(barrier.met, 'both read the same nonce');
   t.same(json(a), { chain: 'chain_c', account: x, balance: '1.250000' }, a.stderr);
@@ -272,7 +268,10 @@ t.test('fund refuses bad input (amount 0, -1, 7 decimals or missing, unknown cha
     ['bad address', ['--account', '0x1234', '--chain', 'chain_b', '--amount', '1'], /--account must be a 0x address/],
   ];
   const results = await Promise.all(cases.map(([, args]) => farebox(['fund', ...args, '--json'])));
-  cases.forEach(([what, , pattern], i) => refused(t, results[i], pattern, what));
+  cases.forEach(([what, , pattern], i) => refused(t, results[i]!, pattern, what));
+  // One as a process: it exits with main()'s code and prints its line.
+  const bad = ['fund', ...cases[0]![1], '--json'];
+  t.same(await spawned(bad), results[0], 'amount 0 as a process: the same exit code and output');
   const after = await Promise.all(CHAIN_NAMES.map((n) => readWallet(h.redis, account, n)));
   t.same(after.map((w) => w.synced), before.map((w) => w.synced), 'nothing deposited');
 });
