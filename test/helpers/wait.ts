@@ -28,17 +28,24 @@ function newestSource(dir: string): number {
   return newest;
 }
 
+/** The sources the build compiles (tsconfig.build.json, and contracts/ it imports). */
+const SOURCES = ['bin', 'contracts', 'plugins', 'policies', 'pricing'];
+
 /**
- * The node arguments that run the farebox command: the compiled dist/bin/cli.js when it was built after every source
- * file it is compiled from (bin, contracts, plugins, policies, pricing), else bin/cli.ts through tsx. The
- * two run the same code; the compiled one starts in a fraction of the time, which tests that run the command tens of
- * times feel. A source edited since the build is run from source.
+ * Whether `file` (under the checkout) was compiled after every TypeScript file under `dirs` was last changed: a
+ * compiled file runs the same code as its source and starts in a fraction of the time, and one older than a source
+ * edited since must not stand in for it.
  */
-export const CLI: readonly string[] = (() => {
-  const built = join(root, 'dist/bin/cli.js');
-  const fresh = existsSync(built) && statSync(built).mtimeMs >= Math.max(...['bin', 'contracts', 'plugins', 'policies', 'pricing'].map((d) => newestSource(join(root, d))));
-  return fresh ? [built] : ['--import', 'tsx', join(root, 'bin/cli.ts')];
-})();
+export function builtAfterSources(file: string, dirs: readonly string[] = SOURCES): boolean {
+  const built = join(root, file);
+  return existsSync(built) && statSync(built).mtimeMs >= Math.max(...dirs.map((d) => newestSource(join(root, d))));
+}
+
+/**
+ * The node arguments that run the farebox command: the compiled dist/bin/cli.js when it is built after every source
+ * (npm ci builds it), else bin/cli.ts through tsx. The compiled one spares each run the compiling of the sources.
+ */
+export const CLI: readonly string[] = builtAfterSources('dist/bin/cli.js') ? [join(root, 'dist/bin/cli.js')] : ['--import', 'tsx', join(root, 'bin/cli.ts')];
 
 /** Run the farebox command (CLI: built, or from source) with `env` over the test's environment. */
 export function runCli(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
