@@ -14,7 +14,7 @@ import { readWallet } from '../../plugins/billing/wallets.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness, testPrefix } from '../helpers/harness.js';
 import { outageRelay } from '../helpers/outage.js';
-import { runCli, until } from '../helpers/wait.js';
+import { CLI, runCli, until } from '../helpers/wait.js';
 
 // A gateway that neither settles nor watches: `farebox settle` does both beside it.
 const h = await startHarness({
@@ -23,7 +23,7 @@ const h = await startHarness({
     c.billing = { ...c.billing, settler: false, watcher: false };
   },
 });
-const settle = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'settle', '--metrics-port', '0', '--json'], {
+const settle = spawn(process.execPath, [...CLI, 'settle', '--metrics-port', '0', '--json'], {
   env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' },
   stdio: ['ignore', 'pipe', 'pipe'],
 });
@@ -99,7 +99,7 @@ function settleOnConfig(t: Test, args: string[], env: Record<string, string>, ed
   const file = join(dir, 'farebox.json');
   writeFileSync(file, JSON.stringify(input));
   const { FAREBOX_REDIS_PREFIX: _p, ...withoutPrefix } = process.env;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'settle', '--json', ...args], {
+  const child = spawn(process.execPath, [...CLI, 'settle', '--json', ...args], {
     env: { ...withoutPrefix, FAREBOX_CONFIG: file, [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
