@@ -144,6 +144,8 @@ t.test('Redis going away: the settle process logs it as JSON lines, never ioredi
   const p = settleOnConfig(t, [], {}, (c) => void (c.redis = { ...(c.redis as object), url: relay.url }));
   await p.started;
   relay.down();
+  // An outage long enough for several reconnects, then a second of them reconnecting: whatever any of its
+  // connections writes meanwhile is looked at, so no one event marks the end.
   await new Promise((r) => setTimeout(r, 2_000));
   relay.up();
   await new Promise((r) => setTimeout(r, 1_000));
