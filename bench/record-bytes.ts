@@ -14,9 +14,10 @@ import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { debitHold, placeHold } from '../plugins/billing/wallets.js';
 import { applyEventBatch } from '../plugins/settlement/apply-events.js';
-import { callIdOf, type EscrowEvent, type Hex } from '../plugins/chains/port.js';
+import type { EscrowEvent, Hex } from '../plugins/chains/port.js';
 import { keys } from '../plugins/store/keys.js';
 import { writeFirstLayout, weigh } from '../test/helpers/record-layouts.js';
+import { callIdOf } from '../plugins/request-ids.js';
 
 const { values } = parseArgs({ options: { calls: { type: 'string', default: '20000' }, accounts: { type: 'string', default: '1' } } });
 const CALLS = Number(values.calls);

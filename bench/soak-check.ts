@@ -10,9 +10,10 @@ import { countOpenHolds, countQueuedDebits, getCallRecord, listCallRecords, type
 import { readWallet } from '../plugins/billing/wallets.js';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from '../plugins/chains/config.js';
 import { createEvmChain } from '../plugins/chains/evm.js';
-import { callIdOf, type EscrowEvent } from '../plugins/chains/port.js';
+import type { EscrowEvent } from '../plugins/chains/port.js';
 import { formatUsd } from '../pricing/index.js';
 import type { CallResult, Caller } from './soak-load.js';
+import { callIdOf } from '../plugins/request-ids.js';
 
 /** Debits waiting in spool files under `dirs`. */
 export function spooledDebits(dirs: readonly string[]): number {

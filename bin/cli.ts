@@ -1,12 +1,13 @@
 /**
  * The `farebox` command (DESIGN "Operator contract"). It works on the same Redis as the server (REDIS_URL,
  * FAREBOX_REDIS_PREFIX, or the redis section of FAREBOX_CONFIG). With --json it prints one JSON document and
- * nothing else on stdout; every command exits non-zero with a one-line error on bad input.
+ * nothing else on stdout. Every command answers bad input (a missing or malformed flag) with a one-line error and
+ * exit code 2, the usage-error convention; any other failure (no such account, Redis away) with exit code 1.
  */
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Redis } from 'ioredis';
-import { ACCOUNT_STATUSES, createAccount, createKey, getAccount, isAddress, revokeKey, setAccountStatus, setDefaultChain, type AccountStatus } from '../plugins/accounts/accounts.js';
+import { ACCOUNT_STATUSES, createAccount, createKey, getAccount, isAddress, keyName, revokeKey, setAccountStatus, setDefaultChain, type AccountStatus } from '../plugins/accounts/accounts.js';
 import { CHAIN_NAMES, chainsConfigSchema, type ChainName, type ChainsConfig } from '../plugins/chains/config.js';
 import { connectRedis } from '../plugins/store/redis.js';
 import { listUsage } from '../plugins/billing/call-records.js';
@@ -15,7 +16,7 @@ import { readAnomalies } from '../plugins/settlement/apply-events.js';
 import { endAllSessions } from '../plugins/dashboard/sessions.js';
 import { buildPriceTable, formatUsd, parseUsd, publishPrices } from '../pricing/index.js';
 
-/** A bad invocation: printed as one line, exit code 2. */
+/** Bad input (a missing or malformed flag, an unknown command): printed as one line, exit code 2. */
 export class UsageError extends Error {}
 
 type Flags = Record<string, string | true>;
@@ -92,10 +93,18 @@ function chainArg(flags: Flags): ChainName {
   return chain as ChainName;
 }
 
+/** An address flag (0x and 40 hex digits), lowercased: the one address check of every command. */
+function addressArg(flags: Flags, name: string, required: true): string;
+function addressArg(flags: Flags, name: string, required?: false): string | undefined;
+function addressArg(flags: Flags, name: string, required = false): string | undefined {
+  const v = required ? str(flags, name, true) : str(flags, name);
+  if (v === undefined) return undefined;
+  if (!isAddress(v)) throw new UsageError(`--${name} must be a 0x address (40 hex digits)`);
+  return v.toLowerCase();
+}
+
 function accountArg(flags: Flags): string {
-  const account = str(flags, 'account', true);
-  if (!isAddress(account)) throw new UsageError(`--account must be a 0x address`);
-  return account.toLowerCase();
+  return addressArg(flags, 'account', true);
 }
 
 /** A progress line for the steps of a long command. */
@@ -236,27 +245,33 @@ export async function main(
       case 'account create': {
         const status = str(flags, 'status') as AccountStatus | undefined;
         if (status !== undefined && !ACCOUNT_STATUSES.includes(status)) throw new UsageError(`--status must be one of ${ACCOUNT_STATUSES.join(', ')}`);
-        const account = await createAccount(db(), { address: str(flags, 'address'), status });
+        const account = await createAccount(db(), { address: addressArg(flags, 'address'), status });
         out(json ? JSON.stringify({ account: account.address }) : `account ${account.address} (${account.status})`);
         return 0;
       }
       case 'account status': {
         const status = str(flags, 'set', true) as AccountStatus;
         if (!ACCOUNT_STATUSES.includes(status)) throw new UsageError(`--set must be one of ${ACCOUNT_STATUSES.join(', ')}`);
-        const account = str(flags, 'account', true);
+        const account = accountArg(flags);
         await setAccountStatus(db(), account, status);
-        out(json ? JSON.stringify({ account: account.toLowerCase(), status }) : `account ${account.toLowerCase()} is ${status}`);
+        out(json ? JSON.stringify({ account, status }) : `account ${account} is ${status}`);
         return 0;
       }
       case 'account sign-out': {
-        const account = str(flags, 'account', true);
-        if (!isAddress(account)) throw new UsageError('--account must be an address (0x and 40 hex digits)');
+        const account = accountArg(flags);
         const ended = await endAllSessions(db(), account);
-        out(json ? JSON.stringify({ account: account.toLowerCase(), sessions_ended: ended }) : `account ${account.toLowerCase()}: ${ended} dashboard session(s) ended`);
+        out(json ? JSON.stringify({ account, sessions_ended: ended }) : `account ${account}: ${ended} dashboard session(s) ended`);
         return 0;
       }
       case 'key create': {
-        const k = await createKey(db(), str(flags, 'account', true), { name: str(flags, 'name') });
+        const account = accountArg(flags);
+        const name = str(flags, 'name');
+        try {
+          if (name !== undefined) keyName(name);
+        } catch (e) {
+          throw new UsageError(`--name: ${(e as Error).message}`);
+        }
+        const k = await createKey(db(), account, { name });
         out(json ? JSON.stringify(k) : `key ${k.id} for ${k.account} (shown once): ${k.key}`);
         return 0;
       }

@@ -1,5 +1,5 @@
 /**
- * A call and the contract it runs through: request ids; the state of one call as it moves through the phases
+ * A call and the contract it runs through: the state of one call as it moves through the phases
  * (plugins/phases/); and what an endpoint module (plugins/routes/) declares, so that every kind of call runs the same
  * phases: its path and protocol, how it polices a request (schema, model route, rewrite), what the call may cost at
  * worst (quote), what it prepares once its hold is placed (optional), how it forwards the call and meters the
@@ -7,7 +7,6 @@
  * call path. The call and the endpoint name each other (a call carries its endpoint; an endpoint's functions take
  * the call), so they are declared together.
  */
-import { randomBytes } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { KeyIdentity } from './accounts/accounts.js';
 import type { Admitted } from './billing/admission.js';
@@ -22,36 +21,6 @@ import type { ModelCatalog, ModelRoute } from '../policies/catalog.js';
 import type { ClientRuleEndpoint } from '../policies/client-rules.js';
 import type { Protocol } from '../policies/errors.js';
 import type { PriceTable } from '../pricing/index.js';
-
-const COUNTER_END = 2 ** 32;
-
-/**
- * Request ids: `req_` and 32 hex digits, a 96-bit random prefix (drawn at the first id and again every 2^32 ids)
- * followed by a 32-bit counter. The call id billing charges is this 128-bit number (callIdOf), so an instance's
- * consecutive calls get consecutive call ids, whose statuses the escrow keeps 128 to a storage word.
- */
-export class RequestIds {
-  private prefix = randomBytes(12).toString('hex');
-
-  /** `counter`: where the count starts (tests start near the end to see a new prefix drawn). */
-  constructor(private counter = 0) {}
-
-  next(): string {
-    if (this.counter >= COUNTER_END) {
-      this.prefix = randomBytes(12).toString('hex');
-      this.counter = 0;
-    }
-    const n = (this.counter++).toString(16);
-    return `req_${this.prefix}${'00000000'.slice(n.length)}${n}`;
-  }
-}
-
-const processIds = new RequestIds();
-
-/** A new request id of this process (RequestIds). */
-export function newRequestId(): string {
-  return processIds.next();
-}
 
 /**
  * One call as it moves through the phases (plugins/phases/): each phase writes its own field once, and reads the

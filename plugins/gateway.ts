@@ -41,7 +41,7 @@ import { runPhases } from './phases/run-phases.js';
 import { ENDPOINTS, healthRoute, imageContentRoute, imageUrlOrigin, videoJobRoutes, type Endpoint } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
-import { closeRedis, connectRedis, logRedisErrors } from './store/redis.js';
+import { closeRedis, connectRedis, logRedisErrors, redisUnavailable } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
 import { upstreamUrl } from './upstream/protocols/registry.js';
 import { ModelCatalog } from '../policies/catalog.js';
@@ -102,9 +102,7 @@ export function toGatewayError(err: unknown, contentType = 'application/json'): 
   const e = err as { code?: string; statusCode?: number; name?: string; message?: string };
   const refused = bodyError(e, contentType);
   if (refused) return refused;
-  if (e.name === 'MaxRetriesPerRequestError' || /ECONNREFUSED|Connection is closed|Stream isn't writeable/.test(e.message ?? '')) {
-    return new GatewayError('service_unavailable', { cause: err });
-  }
+  if (redisUnavailable(err)) return new GatewayError('service_unavailable', { cause: err });
   if (e.statusCode === 400) return new GatewayError('invalid_request', { cause: err });
   return new GatewayError('internal_error', { cause: err });
 }

@@ -31,6 +31,7 @@ import { UNLIMITED, type Decision } from '../../policies/limits.js';
 import type { Usage } from '../../pricing/index.js';
 import { formatUsd } from '../../pricing/index.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import { FREE, type Bill, type Billing, type Hold, type Quote } from './billing.js';
 import { RateLimiter, rateLimitedError, type RateLimitInput } from './rate-limit.js';
 
@@ -76,7 +77,6 @@ export function chooseChain(identity: KeyIdentity, header: string | string[] | u
   throw new GatewayError('invalid_billing_chain', { param: 'x-gw-billing-chain' });
 }
 
-type Log = { warn(obj: object, msg: string): void };
 
 /** How admission bounds each chain's debit backlog (billing.backlog_stop_ratio, billing.backlog_check_ms). */
 export interface BacklogSettings {

@@ -11,15 +11,16 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ChainName } from '../chains/config.js';
-import { callIdOf } from '../chains/port.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { DebitSpool, type SpooledDebit } from './spool.js';
 import { debitHold, MAX_AMOUNT, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
-import { redisIdentity, redisUnavailable } from '../store/redis.js';
+import { redisIdentity, redisUnavailable, RedisUnanswered } from '../store/redis.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
+import { callIdOf } from '../request-ids.js';
 
 /** Billing settings (config `billing`). */
 export interface BillingSettings {
@@ -92,7 +93,6 @@ export interface HoldRequest {
   ttlMs?: number;
 }
 
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** Holds and debits. */
 export class Billing {
@@ -224,7 +224,7 @@ export class Billing {
    */
   private debitOnce(input: SpooledDebit): Promise<DebitResult | null> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
+      const timer = setTimeout(() => reject(new RedisUnanswered(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
       debitHold(this.r, input).then(
         (done) => {
           clearTimeout(timer);

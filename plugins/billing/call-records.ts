@@ -18,9 +18,9 @@
  * both until the old ones reach their retention.
  */
 import type { Redis } from 'ioredis';
-import { callIdOf } from '../chains/port.js';
 import { keys } from '../store/keys.js';
 import { formatUsd, USAGE_FIELDS, type Usage } from '../../pricing/index.js';
+import { callIdOf } from '../request-ids.js';
 
 /** The short field of each usage count in a record, in USAGE_FIELDS order; a count of 0 has no field. */
 export const USAGE_RECORD_FIELDS = {

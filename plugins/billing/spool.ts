@@ -26,6 +26,7 @@ import {
 } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import type { Log } from '../log.js';
 import type { DebitInput, DebitResult } from './wallets.js';
 
 /** A debit to keep: the debit script's input and the model it is for (metrics). */
@@ -34,7 +35,6 @@ export type SpooledDebit = DebitInput & { model: string };
 /** A debit as it waits in the spool (bigints as decimal strings). */
 type Line = Omit<SpooledDebit, 'price'> & { price: string };
 
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** What the spool reports. */
 export interface SpoolEvents {

@@ -15,10 +15,11 @@
  */
 import type { EdrContext, Provider } from '@nomicfoundation/edr';
 import type { Server } from 'node:http';
-import { createPublicClient, createWalletClient, defineChain, http, maxUint256, type Chain, type Hex } from 'viem';
+import { http, maxUint256, type Chain, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { loadArtifacts } from '../../contracts/compile.js';
 import { testStablecoinAbi } from './abi.js';
+import { publicClient, viemChain, walletClient, type ClientTarget } from './clients.js';
 import { CHAIN_NAMES, type Address, type ChainConfig, type ChainName } from './config.js';
 import { deployEscrowContract, deployStablecoin } from './deploy.js';
 import { serveProvider } from './dev-rpc-server.js';
@@ -188,23 +189,22 @@ async function createDevProvider(chainId: number): Promise<Provider> {
 
 /** viem chain definition for a dev chain. */
 export function devViemChain(name: ChainName, chainId: number, rpcUrl: string): Chain {
-  return defineChain({
-    id: chainId,
-    name: `farebox dev ${name}`,
-    nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
-    rpcUrls: { default: { http: [rpcUrl] } },
-    testnet: true,
-  });
+  return viemChain(devTarget(name, chainId, rpcUrl));
+}
+
+/** A dev chain, as the client factory takes it. */
+export function devTarget(name: ChainName, chainId: number, rpcUrl: string): ClientTarget {
+  return { name: `farebox dev ${name}`, chainId, rpcUrl, testnet: true };
 }
 
 // Fresh chain, known deployer: nonces, gas and fees are fixed instead of asked for (4x fewer round trips).
 const DEPLOY_FEES = { maxFeePerGas: 10_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n };
 
 async function deployDev(name: ChainName, rpcUrl: string, delays: { withdrawalDelay: bigint; roleDelay: bigint; maxCharge: bigint }) {
-  const chain = devViemChain(name, DEV_CHAIN_IDS[name], rpcUrl);
+  const target = devTarget(name, DEV_CHAIN_IDS[name], rpcUrl);
   const transport = http(rpcUrl);
-  const pub = createPublicClient({ chain, transport, pollingInterval: 10 });
-  const wallet = createWalletClient({ chain, transport, account: privateKeyToAccount(DEV_KEYS.deployer.privateKey) });
+  const pub = publicClient(target, { transport, pollingInterval: 10 });
+  const wallet = walletClient(target, privateKeyToAccount(DEV_KEYS.deployer.privateKey), { transport });
   const token = await deployStablecoin(wallet, pub, DEV_KEYS.deployer.address, { nonce: 0, gas: 3_000_000n, ...DEPLOY_FEES });
   const escrow = await deployEscrowContract(
     wallet,

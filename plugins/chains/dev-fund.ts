@@ -6,11 +6,12 @@
  * fundings of a chain run one at a time; against another process (a second `farebox fund`, a gateway's dashboard)
  * a transaction whose nonce was taken meanwhile is signed again with the next one.
  */
-import { BaseError, createPublicClient, createWalletClient, http, NonceTooLowError, type Hex, type PublicClient } from 'viem';
+import { BaseError, http, NonceTooLowError, type Hex, type PublicClient } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi, testStablecoinAbi } from './abi.js';
 import type { Address, ChainConfig, ChainName } from './config.js';
-import { DEV_CHAIN_IDS, DEV_KEYS, devViemChain } from './dev-chains.js';
+import { publicClient, walletClient } from './clients.js';
+import { DEV_CHAIN_IDS, DEV_KEYS, devTarget } from './dev-chains.js';
 
 /** What mintAndDeposit needs of a chain's config. */
 export type FundTarget = Pick<ChainConfig, 'chain_id' | 'rpc_url' | 'stablecoin' | 'escrow'>;
@@ -52,10 +53,10 @@ export async function mintAndDeposit(chain: FundTarget, account: Address, amount
 }
 
 async function fund(name: ChainName, chain: FundTarget, account: Address, amount: bigint, minterKey: Hex, onStep: FundOptions['onStep']): Promise<bigint> {
-  const viemChain = devViemChain(name, chain.chain_id, chain.rpc_url);
+  const target = devTarget(name, chain.chain_id, chain.rpc_url);
   const transport = http(chain.rpc_url);
-  const pub = createPublicClient({ chain: viemChain, transport, pollingInterval: 20 });
-  const wallet = createWalletClient({ chain: viemChain, transport, account: privateKeyToAccount(minterKey) });
+  const pub = publicClient(target, { transport, pollingInterval: 20 });
+  const wallet = walletClient(target, privateKeyToAccount(minterKey), { transport });
   onStep?.('minting');
   await send(pub, 'mint', () => wallet.writeContract({
     address: chain.stablecoin,

@@ -5,9 +5,7 @@
  */
 import {
   BaseError,
-  createPublicClient,
   decodeErrorResult,
-  defineChain,
   numberToHex,
   parseGwei,
   TimeoutError,
@@ -19,7 +17,8 @@ import { CALL_STATUS, escrowAbi } from './abi.js';
 import { encodeChargeBatch, signTransaction } from './charge-tx.js';
 import type { Address, ChainConfig, ChainName } from './config.js';
 import { decodeEscrowLog, isMoneyEvent, type RpcLog } from './escrow-logs.js';
-import { rpcBatch, RpcBatchUnsupportedError, rpcTransport, type RpcAnswer } from './rpc-transport.js';
+import { rpcBatch, RpcBatchUnsupportedError, type RpcAnswer } from './rpc-transport.js';
+import { publicClient } from './clients.js';
 import { nonceQueueFor, type NonceQueue } from './nonce-queue.js';
 import {
   SettlementError,
@@ -213,13 +212,7 @@ class EvmChain implements SettlementChain {
     this.maxBatchGas = BigInt(Math.min(config.max_batch_gas, TX_GAS_CAP));
     this.onFeeCapped = opts.onFeeCapped;
     this.span = config.max_log_range;
-    const chain = defineChain({
-      id: config.chain_id,
-      name,
-      nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
-      rpcUrls: { default: { http: [config.rpc_url] } },
-    });
-    this.client = createPublicClient({ chain, transport: rpcTransport(config.rpc_url), pollingInterval: this.pollMs });
+    this.client = publicClient({ name, chainId: config.chain_id, rpcUrl: config.rpc_url }, { pollingInterval: this.pollMs });
     const env = opts.env ?? process.env;
     const key = opts.settlerKey ?? (config.settler_key_env ? env[config.settler_key_env] : undefined);
     if (key !== undefined && !/^0x[0-9a-fA-F]{64}$/.test(key)) {

@@ -4,7 +4,6 @@
  * Money is bigint atomic units (6 decimals). Expected outcomes are results; thrown errors
  * (SettlementError or others) are bugs and infrastructure faults.
  */
-import { hash } from 'node:crypto';
 import type { Address, ChainName } from './config.js';
 
 /** A 0x-prefixed hex string. */
@@ -92,7 +91,7 @@ export type ScanResult =
 
 /** One call to charge. */
 export interface Charge {
-  /** 32-byte call id (see callIdOf). */
+  /** 32-byte call id (callIdOf, request-ids.ts). */
   callId: Hex;
   account: Address;
   amount: bigint;
@@ -210,20 +209,4 @@ export class SettlementError extends Error {
   ) {
     super(`${chain}: ${message}`, options);
   }
-}
-
-const GATEWAY_REQUEST_ID = /^req_[0-9a-f]{32}$/;
-const CALL_ID = /^0x[0-9a-f]{64}$/;
-
-/**
- * The escrow call id of a gateway call (x-request-id). A request id of the gateway's own (`req_` and 32 hex digits,
- * newRequestId) is a 128-bit number and that number is the call id: an instance's consecutive calls then share the
- * escrow's status words. A call id itself (0x and 64 hex digits) is its own: a record rebuilt from a charge of a call
- * id not of this form is listed under it (settlement/apply-events.ts). Any other string: its sha256, which falls below
- * 2^128 with odds of 2^-128, so the kinds never meet.
- */
-export function callIdOf(requestId: string): Hex {
-  if (GATEWAY_REQUEST_ID.test(requestId)) return `0x${'0'.repeat(32)}${requestId.slice(4)}`;
-  if (CALL_ID.test(requestId)) return requestId as Hex;
-  return `0x${hash('sha256', requestId, 'hex')}`; // one-shot hash: no Hash object
 }

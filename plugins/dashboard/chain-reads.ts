@@ -4,11 +4,11 @@
  * smart-contract wallet signatures (ERC-1271, ERC-6492). Reads are bounded in time: a page shows "unavailable"
  * rather than wait for a chain.
  */
-import { BaseError, ContractFunctionRevertedError, ContractFunctionZeroDataError, createPublicClient, defineChain, type Hex, type PublicClient } from 'viem';
+import { BaseError, ContractFunctionRevertedError, ContractFunctionZeroDataError, type Hex, type PublicClient } from 'viem';
 import { verifySiweMessage } from 'viem/siwe';
 import { escrowAbi, testStablecoinAbi } from '../chains/abi.js';
 import { CHAIN_NAMES, type Address, type ChainName, type ChainsConfig } from '../chains/config.js';
-import { rpcTransport } from '../chains/rpc-transport.js';
+import { publicClient } from '../chains/clients.js';
 
 /** A requested withdrawal: `readyAt` in unix seconds. */
 export interface WithdrawalRequest {
@@ -39,13 +39,7 @@ export class ChainReader {
     let c = this.clients.get(name);
     if (!c) {
       const cfg = this.chains[name];
-      const chain = defineChain({
-        id: cfg.chain_id,
-        name,
-        nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
-        rpcUrls: { default: { http: [cfg.rpc_url] } },
-      });
-      c = createPublicClient({ chain, transport: rpcTransport(cfg.rpc_url, { timeoutMs: this.timeoutMs, retryCount: 0 }) });
+      c = publicClient({ name, chainId: cfg.chain_id, rpcUrl: cfg.rpc_url }, { timeoutMs: this.timeoutMs, retryCount: 0 });
       this.clients.set(name, c);
     }
     return c;

@@ -8,6 +8,7 @@ import type { Redis } from 'ioredis';
 import type { Admission } from '../billing/admission.js';
 import type { FareboxConfig } from '../config.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import type { Upstreams } from '../upstream/pools.js';
 import { videoJobProvider } from '../upstream/protocols/registry.js';
 import type { VideoJobProvider } from '../upstream/video-provider.js';
@@ -15,7 +16,6 @@ import { cancelWithRetries } from './video-cancel.js';
 import { VideoPoller } from './video-poller.js';
 import { VideoStore } from './video-store.js';
 
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** How long stop() waits for cancels in flight, ms. */
 const CANCEL_DRAIN_MS = 2_000;

@@ -16,8 +16,9 @@ import type { Admission, Admitted } from '../billing/admission.js';
 import { FREE, type Bill } from '../billing/billing.js';
 import { redisNow } from '../billing/wallets.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import { keys } from '../store/keys.js';
-import { LuaScript } from '../store/redis-script.js';
+import { Lease } from '../store/lease.js';
 import { UpstreamRetry, type UpstreamJobState, type VideoJobProvider } from '../upstream/video-provider.js';
 import { UNLIMITED } from '../../policies/limits.js';
 import { makeUsage } from '../../pricing/index.js';
@@ -31,6 +32,7 @@ export interface PollerSettings {
   readonly maxMs: number;
 }
 
+/** The lease's TTL: the same as earlier versions', so old and new instances stay exclusive (store/lease.ts). */
 const LEASE_MS = 10_000;
 /** A held lease is renewed once this much of it has run. */
 const RENEW_AFTER_MS = LEASE_MS / 3;
@@ -40,11 +42,6 @@ const CONCURRENCY = 16;
 const BATCH = 256;
 /** Growth of the wait between two polls of one job. */
 const GROWTH = 1.5;
-
-const RENEW = new LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0");
-const RELEASE = new LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0");
-
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** The wait before the next poll of a job polled `polls` times, ms (±10%, so jobs submitted together spread out). */
 export function backoffMs(settings: PollerSettings, polls: number, retryAfterMs = 0): number {
@@ -77,7 +74,7 @@ export class VideoPoller {
   private timer: NodeJS.Timeout | undefined;
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
-  private leasedAt: number | undefined;
+  private readonly lease: Lease;
   /** A standby asks for the lease again no sooner than this (ms): only a lapsed lease can be taken. */
   private nextTry = 0;
   private readonly inFlight = new Map<string, Promise<void>>();
@@ -96,6 +93,7 @@ export class VideoPoller {
     private readonly abandon: (job: VideoJob) => void = () => {},
   ) {
     this.tickMs = Math.min(1000, Math.max(25, Math.floor(settings.initialMs / 4)));
+    this.lease = new Lease(r, keys.videoPollerLease, instance, LEASE_MS);
   }
 
   /** Poll while this instance holds the lease; a standby asks for it every ~1.7 s. */
@@ -111,16 +109,13 @@ export class VideoPoller {
     this.wake?.();
     await this.loop;
     await Promise.race([Promise.allSettled([...this.inFlight.values()]), new Promise((r) => setTimeout(r, waitMs).unref())]);
-    if (this.leasedAt !== undefined) {
-      this.leasedAt = undefined;
-      await RELEASE.run(this.r, [keys.videoPollerLease], [this.instance]).catch(() => {});
-    }
+    if (this.lease.held) await this.lease.release().catch(() => {});
   }
 
   private async run(): Promise<void> {
     while (this.running) {
       try {
-        if (await this.lease()) await this.pass();
+        if (await this.keepLease()) await this.pass();
       } catch (err) {
         this.log.warn({ err }, 'video poller pass failed');
       }
@@ -135,13 +130,10 @@ export class VideoPoller {
   }
 
   /** Take or keep the lease; renewed only once RENEW_AFTER_MS of it has run. */
-  private async lease(): Promise<boolean> {
+  private async keepLease(): Promise<boolean> {
     const now = Date.now();
-    if (this.leasedAt !== undefined && now - this.leasedAt < RENEW_AFTER_MS) return true;
-    if (this.leasedAt === undefined && now < this.nextTry) return false;
-    let held = (await this.r.set(keys.videoPollerLease, this.instance, 'PX', LEASE_MS, 'NX')) === 'OK';
-    if (!held) held = (await RENEW.run<number>(this.r, [keys.videoPollerLease], [this.instance, LEASE_MS])) === 1;
-    this.leasedAt = held ? now : undefined;
+    if (!this.lease.held && now < this.nextTry) return false;
+    const held = await this.lease.keep(RENEW_AFTER_MS);
     if (!held) this.nextTry = now + Math.max(this.tickMs, RENEW_AFTER_MS / 2);
     return held;
   }

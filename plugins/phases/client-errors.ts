@@ -8,8 +8,8 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
-import { newRequestId } from '../call.js';
 import { protocolOf, protocolOfRefused } from '../intake/protocol.js';
+import { newRequestId } from '../request-ids.js';
 import { GatewayError, renderError, type ErrorCode } from '../../policies/errors.js';
 
 const CODE_OF: Record<string, ErrorCode> = {

@@ -8,9 +8,9 @@ import type { Admission } from '../billing/admission.js';
 import { FREE, type Bill } from '../billing/billing.js';
 import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { Log } from '../log.js';
 import type { PriceTable } from '../../pricing/index.js';
 
-type Log = { error(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 
 /** Finishes calls; `drained()` waits for the debits still running (at shutdown, before Redis closes). */
 export class Finisher {

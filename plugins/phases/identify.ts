@@ -7,9 +7,10 @@ import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fast
 import type { KeyResolver } from '../accounts/key-resolver.js';
 import { presentedKey } from '../accounts/key-resolver.js';
 import type { KeyIdentity } from '../accounts/accounts.js';
-import { newRequestId, type Call } from '../call.js';
+import type { Call } from '../call.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { protocolOf } from '../intake/protocol.js';
+import { newRequestId } from '../request-ids.js';
 import { GatewayError } from '../../policies/errors.js';
 
 /** An onRequest hook in Fastify's callback style: nothing in it waits, so it costs the call no promise. */

@@ -59,7 +59,7 @@ local KINDS = {deposited = 0, charged = 1, charge_refused = 1, charge_over_cap =
 local HEX40 = '^0x' .. string.rep('%x', 40) .. '$'
 local HEX64 = '^0x' .. string.rep('%x', 64) .. '$'
 
--- The request id a gateway call id stands for (callIdOf in chains/port.ts: 'req_' and the low 128 bits); any other
+-- The request id a gateway call id stands for (callIdOf in request-ids.ts: 'req_' and the low 128 bits); any other
 -- call id stands for itself.
 local function requestIdOf(callId)
   local id = string.lower(callId)

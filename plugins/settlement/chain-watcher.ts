@@ -28,6 +28,8 @@ import { readWallet } from '../billing/wallets.js';
 import { Sleeps } from './sleeps.js';
 import { applyEventBatch, correctSynced, readCursor } from './apply-events.js';
 import { keys } from '../store/keys.js';
+import type { Log } from '../log.js';
+import { Lease } from '../store/lease.js';
 
 /** Watcher settings. */
 export interface WatcherSettings {
@@ -54,6 +56,7 @@ export interface ChainHalt {
   at: string;
 }
 
+/** The lease's TTL: the same as earlier versions', so old and new instances stay exclusive (store/lease.ts). */
 const LEASE_MS = 10_000;
 /** A held lease is renewed once this much of it has run, not on every poll. */
 const RENEW_AFTER_MS = LEASE_MS / 3;
@@ -130,8 +133,8 @@ export class ChainWatcher {
   private readonly loops: Promise<void>[] = [];
   /** Differences seen in the last reconcile round, per chain and account. */
   private readonly suspects = new Map<string, bigint>();
-  /** Per chain: when this instance last took or renewed its lease (ms; absent: not held). */
-  private readonly leasedAt = new Map<ChainName, number>();
+  /** Per chain: this instance's lease (watcher-lease:<chain>). */
+  private readonly leases = new Map<ChainName, Lease>();
   /** Per chain: the head the last poll scanned up to, while the lease has been held since. */
   private readonly scannedHead = new Map<ChainName, bigint>();
   /** The loops' waits: a chain's poll wait ends on wake(chain), every wait on stop. */
@@ -147,9 +150,10 @@ export class ChainWatcher {
     private readonly instance: string,
     private readonly settings: WatcherSettings,
     private readonly metrics: Metrics,
-    private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
+    private readonly log: Log,
   ) {
     this.r = redis;
+    for (const name of Object.keys(chains) as ChainName[]) this.leases.set(name, new Lease(redis, keys.watcherLease(name), instance, LEASE_MS));
   }
 
   /**
@@ -178,23 +182,10 @@ export class ChainWatcher {
     }
   }
 
-  /**
-   * Take or keep the chain's lease. Held, it is renewed only after RENEW_AFTER_MS: it is known to be this
-   * instance's until LEASE_MS after the last renewal (Redis starts its PX later than `now` is read here).
-   */
+  /** Take or keep the chain's lease (renewed once RENEW_AFTER_MS of it has run); a standby forgets its scanned head. */
   private async lease(name: ChainName): Promise<boolean> {
-    const now = Date.now();
-    const at = this.leasedAt.get(name);
-    if (at !== undefined && now - at < RENEW_AFTER_MS) return true;
-    const key = keys.watcherLease(name);
-    let held = (await this.r.set(key, this.instance, 'PX', LEASE_MS, 'NX')) === 'OK';
-    if (!held && (await this.r.get(key)) === this.instance) held = (await this.r.pexpire(key, LEASE_MS)) === 1;
-    if (held) {
-      this.leasedAt.set(name, now);
-    } else {
-      this.leasedAt.delete(name);
-      this.scannedHead.delete(name);
-    }
+    const held = await this.leases.get(name)!.keep(RENEW_AFTER_MS);
+    if (!held) this.scannedHead.delete(name);
     return held;
   }
 
@@ -248,7 +239,7 @@ export class ChainWatcher {
       const from = scannedRaw !== null ? BigInt(scannedRaw) + 1n : (this.settings.startBlocks[name] ?? 0n);
       if (from > head) {
         this.metrics.chainLagBlocks.set({ chain: name }, 0);
-        if (this.leasedAt.has(name)) this.scannedHead.set(name, head);
+        if (this.leases.get(name)?.held) this.scannedHead.set(name, head);
         return applied;
       }
       const parent: BlockRef | null = scannedRaw !== null && hashRaw !== null ? { number: BigInt(scannedRaw), hash: hashRaw as Hex } : null;
@@ -293,7 +284,7 @@ export class ChainWatcher {
       );
       this.metrics.chainLagBlocks.set({ chain: name }, Number(head - scan.to.number));
       if (scan.to.number === head) {
-        if (this.leasedAt.has(name)) this.scannedHead.set(name, head);
+        if (this.leases.get(name)?.held) this.scannedHead.set(name, head);
         return applied;
       }
       if (Date.now() - started >= RENEW_AFTER_MS || this.stopping) return applied;
@@ -413,14 +404,9 @@ export class ChainWatcher {
     this.loops.length = 0;
     this.stopping = false;
     this.woken.clear();
-    this.leasedAt.clear();
     this.scannedHead.clear();
     // Hand the leases over now: a successor would otherwise wait LEASE_MS for them to expire.
-    for (const name of Object.keys(this.chains)) {
-      await this.r
-        .eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0", 1, keys.watcherLease(name), this.instance)
-        .catch(() => {});
-    }
+    for (const lease of this.leases.values()) await lease.release().catch(() => {});
   }
 }
 

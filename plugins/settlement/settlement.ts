@@ -17,12 +17,7 @@ import { createMetrics, initSeries, type Metrics } from '../metrics/metrics.js';
 import { startMetricsServer } from '../metrics/metrics-route.js';
 import { closeRedis, connectRedis, logRedisErrors } from '../store/redis.js';
 import { Settler } from './settler.js';
-
-/** Where settlement logs its failures. */
-export interface SettlementLog {
-  error(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-}
+import type { Log } from '../log.js';
 
 /** The settler and the watcher of one process, each present only when configured. */
 export class Settlement {
@@ -36,7 +31,7 @@ export class Settlement {
     /** The settler's consumer name and the watcher's lease holder. */
     instance: string,
     metrics: Metrics,
-    log: SettlementLog,
+    log: Log,
     env: Record<string, string | undefined>,
   ) {
     if (!billing.settler && !billing.watcher) return;
@@ -87,7 +82,7 @@ export interface SettleProcess {
 }
 
 /** One JSON line per entry on stderr: the settle process has no Fastify logger. */
-const stderrLog: SettlementLog = {
+const stderrLog: Log = {
   error: (obj, msg) => process.stderr.write(JSON.stringify({ level: 'error', msg, ...serializable(obj) }) + '\n'),
   warn: (obj, msg) => process.stderr.write(JSON.stringify({ level: 'warn', msg, ...serializable(obj) }) + '\n'),
 };
@@ -105,7 +100,7 @@ function serializable(obj: object): object {
 export async function startSettleProcess(
   config: FareboxConfig,
   env: Record<string, string | undefined>,
-  opts: { metricsPort?: number; log?: SettlementLog } = {},
+  opts: { metricsPort?: number; log?: Log } = {},
 ): Promise<SettleProcess> {
   if (!config.chains) throw new Error('no chains configured: nothing to settle');
   const log = opts.log ?? stderrLog;

@@ -17,6 +17,7 @@ import { logRedisErrors } from '../store/redis.js';
 import { Sleeps } from './sleeps.js';
 import { LuaScript } from '../store/redis-script.js';
 import { keys } from '../store/keys.js';
+import type { Log } from '../log.js';
 
 const GROUP = 'settlers';
 
@@ -150,7 +151,7 @@ export class Settler {
     private readonly consumer: string,
     private readonly settings: SettlerSettings,
     private readonly metrics: Metrics,
-    private readonly log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void },
+    private readonly log: Log,
   ) {
     this.maxInFlight = Math.max(1, settings.batchesInFlight ?? DEFAULT_BATCHES_IN_FLIGHT);
     this.maxUnmined = Math.max(1, settings.batchesUnmined ?? DEFAULT_BATCHES_UNMINED);

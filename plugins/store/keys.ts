@@ -42,7 +42,7 @@
  *                                    error_message, content_url, expires_at, polls, hold_closed; kept videos.record_days
  *                                    after it ends (longer while its MP4 is downloadable)
  *   videos-open              zset    job id by its next upstream poll (ms): jobs not yet ended, or whose hold is not yet closed
- *   video-poller-lease       string  the instance polling upstream jobs (video-poller.ts)
+ *   video-poller-lease       string  the instance polling upstream jobs (video-poller.ts; a lease, lease.ts)
  * Chains (plugins/settlement/)
  *   cursor:<chain>           string  last applied escrow event, "block:logIndex"
  *   scanned:<chain>          string  last block scanned
@@ -55,7 +55,7 @@
  *   escrow-delay:<chain>     string  the escrow's withdrawalDelay (seconds), as the watcher last read it: admission
  *                                    stops new holds on a chain whose debits wait near it (admission.ts)
  *   chain-anomalies:<chain>  list    JSON per escrow event the watcher could not apply (apply-events.ts); kept
- *   watcher-lease:<chain>    string  the instance watching the chain
+ *   watcher-lease:<chain>    string  the instance watching the chain (a lease, lease.ts)
  * Images (plugins/store/image-store.ts)
  *   image:<id>               hash    a url image: type, data (the bytes), expires (ms); expires with it
  *   images                   zset    "<id>:<bytes>" by expiry (ms): images and reservations, what the budget counts

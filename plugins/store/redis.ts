@@ -118,15 +118,29 @@ export function logRedisErrors(redis: Redis, log: (err: Error) => void, everyMs 
   return redis;
 }
 
+/** A Redis command given up by its caller before Redis answered (the connection may have died unanswered). */
+export class RedisUnanswered extends Error {
+  override readonly name = 'RedisUnanswered';
+}
+
+/** Error replies of a Redis that is loading, busy, out of memory or failing over: the command may pass later. */
+const NOT_SERVING = /^(LOADING|BUSY|READONLY|OOM|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOSCRIPT)\b/;
+/** ioredis's errors for a connection that is lost, refused or closed, or a command it timed out. */
+const CONNECTION_LOST = /ECONNREFUSED|ECONNRESET|Connection is closed|Stream isn't writeable|Command timed out|None of startup nodes is available/;
+const CONNECTION_ERRORS = new Set(['MaxRetriesPerRequestError', 'ClusterAllFailedError', 'RedisUnanswered']);
+const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+
 /**
- * Whether a command's error may pass if the command is sent again later: anything but an error reply (a lost
- * connection, a timeout, retries exhausted), or an error reply of a Redis that is loading, busy or failing over.
- * Any other error reply is Redis refusing the command itself (a script's own error), which a retry only repeats.
+ * Whether an error is Redis out of reach (a lost or refused connection, retries exhausted, a command timed out or
+ * given up) or not serving for now (loading, busy, failing over): the command may pass if sent again later, and a
+ * caller is told the service is unavailable. Any other error reply is Redis refusing the command itself (a script's
+ * own error), which a retry only repeats; any other error is not Redis's.
  */
 export function redisUnavailable(err: unknown): boolean {
-  const e = err as { name?: string; message?: string } | null;
-  if (!e || e.name !== 'ReplyError') return true;
-  return /^(LOADING|BUSY|READONLY|OOM|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOSCRIPT)\b/.test(e.message ?? '');
+  const e = err as { name?: string; message?: string; code?: string } | null;
+  if (!e || typeof e !== 'object') return false;
+  if (e.name === 'ReplyError') return NOT_SERVING.test(e.message ?? '');
+  return CONNECTION_ERRORS.has(e.name ?? '') || SOCKET_CODES.has(e.code ?? '') || CONNECTION_LOST.test(e.message ?? '');
 }
 
 /** Whether Redis answers a PING within `timeoutMs`. */

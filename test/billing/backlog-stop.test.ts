@@ -9,7 +9,6 @@ import { Billing } from '../../plugins/billing/billing.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
-import { newRequestId } from '../../plugins/call.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains } from '../../plugins/chains/dev-chains.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { devChainsConfig } from '../../plugins/serve.js';
@@ -18,6 +17,7 @@ import { keys } from '../../plugins/store/keys.js';
 import { limitsConfigSchema } from '../../policies/limits.js';
 import { startHarness, testRedis } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
+import { newRequestId } from '../../plugins/request-ids.js';
 
 // Escrows with a 4 s withdrawal delay: the default stop ratio (0.5) stops a chain whose oldest debit is 2 s old.
 const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 4n });

@@ -2,12 +2,12 @@ import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { createEvmChain } from '../../plugins/chains/evm.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { fromAnthropicUsage, fromOpenAIUsage, priceCall, worstCaseText } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 const h = await startHarness({ chains: true });
 t.teardown(async () => {

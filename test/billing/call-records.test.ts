@@ -4,8 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { Billing } from '../../plugins/billing/billing.js';
-import { callIdOf, type EscrowEvent, type Hex } from '../../plugins/chains/port.js';
-import { newRequestId } from '../../plugins/call.js';
+import type { EscrowEvent, Hex } from '../../plugins/chains/port.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { debitHold, placeHold, readWallet, type HoldInput } from '../../plugins/billing/wallets.js';
 import { applyEventBatch } from '../../plugins/settlement/apply-events.js';
@@ -15,6 +14,7 @@ import { makeUsage } from '../../pricing/index.js';
 import { testRedis } from '../helpers/harness.js';
 import { setSyncedBalance } from '../helpers/money.js';
 import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
+import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
 
 const { redis, prefix } = await testRedis(t);
 const RETENTION = 3_600_000;

@@ -7,7 +7,6 @@ import OpenAI from 'openai';
 import { Admission } from '../../plugins/billing/admission.js';
 import { Billing } from '../../plugins/billing/billing.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
-import { newRequestId } from '../../plugins/call.js';
 import { keys } from '../../plugins/store/keys.js';
 import { limitsConfigSchema } from '../../policies/limits.js';
 import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
@@ -18,6 +17,7 @@ import sharp from 'sharp';
 import { makeUsage, worstCaseText } from '../../pricing/index.js';
 import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
+import { newRequestId } from '../../plugins/request-ids.js';
 
 const h = await startHarness({
   chains: true,

@@ -5,10 +5,9 @@ import { limitsConfigSchema, UNLIMITED, type Decision, type LimitsConfigInput } 
 import { RateLimiter, rateLimitedError, type RateLimitInput } from '../../plugins/billing/rate-limit.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { renderError } from '../../policies/errors.js';
-import { newRequestId } from '../../plugins/call.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { debitHold, placeHold } from '../../plugins/billing/wallets.js';
 import { setSyncedBalance } from '../helpers/money.js';
+import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
 
 const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = `farebox-test-rl-${randomBytes(4).toString('hex')}:`;

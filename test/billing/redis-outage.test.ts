@@ -8,7 +8,6 @@ import t, { type Test } from 'tap';
 import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import Fastify from 'fastify';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV } from '../../plugins/chains/dev-chains.js';
 import farebox from '../../plugins/gateway.js';
@@ -16,6 +15,7 @@ import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
 import { closeDevChains, dropPrefix, startHarness, testPrefix, type Harness } from '../helpers/harness.js';
 import { outageRelay } from '../helpers/outage.js';
 import { until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 const relay = await outageRelay();
 const prefix = testPrefix();

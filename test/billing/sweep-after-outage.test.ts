@@ -9,13 +9,13 @@ import { Billing } from '../../plugins/billing/billing.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
-import { newRequestId } from '../../plugins/call.js';
 import { makeUsage } from '../../pricing/index.js';
 import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
 import { testRedis } from '../helpers/harness.js';
 import { setSyncedBalance } from '../helpers/money.js';
 import { outageRelay } from '../helpers/outage.js';
 import { until } from '../helpers/wait.js';
+import { newRequestId } from '../../plugins/request-ids.js';
 
 const { redis, prefix } = await testRedis(t);
 const relay = await outageRelay();

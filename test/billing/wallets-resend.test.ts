@@ -7,7 +7,6 @@ import t, { type Test } from 'tap';
 import OpenAI from 'openai';
 import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { limitsConfigSchema } from '../../policies/limits.js';
 import { debitHold, placeHold, readWallet, type HoldInput } from '../../plugins/billing/wallets.js';
 import { countQueuedDebits, getCallRecord } from '../../plugins/billing/call-records.js';
@@ -16,6 +15,7 @@ import { setSyncedBalance } from '../helpers/money.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { closeDevChains, startHarness, testRedis } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 const { redis, prefix } = await testRedis(t);
 

@@ -16,7 +16,8 @@ import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../..
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { decodeEscrowLog, isMoneyEvent, type RpcLog } from '../../plugins/chains/escrow-logs.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
-import { callIdOf, type EscrowAdminEvent, type EscrowEvent } from '../../plugins/chains/port.js';
+import type { EscrowAdminEvent, EscrowEvent } from '../../plugins/chains/port.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 60n, testMethods: true });
 t.teardown(() => dc.close());

@@ -7,10 +7,8 @@ import t from 'tap';
 import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { createAccount } from '../../plugins/accounts/accounts.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { keys } from '../../plugins/store/keys.js';
 import { testRedis } from '../helpers/harness.js';
-import { newRequestId } from '../../plugins/call.js';
 import { debitHold, placeHold } from '../../plugins/billing/wallets.js';
 import { applyEventBatch } from '../../plugins/settlement/apply-events.js';
 import type { Hex } from '../../plugins/chains/port.js';
@@ -18,6 +16,7 @@ import { makeUsage } from '../../pricing/index.js';
 import { setSyncedBalance } from '../helpers/money.js';
 import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
 import { CLI, cliHere } from '../helpers/wait.js';
+import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
 
 const { redis, prefix } = await testRedis(t);
 const RECORDS = 3_000;

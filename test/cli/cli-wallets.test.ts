@@ -268,7 +268,10 @@ t.test('fund refuses bad input (amount 0, -1, 7 decimals or missing, unknown cha
     ['bad address', ['--account', '0x1234', '--chain', 'chain_b', '--amount', '1'], /--account must be a 0x address/],
   ];
   const results = await Promise.all(cases.map(([, args]) => farebox(['fund', ...args, '--json'])));
-  cases.forEach(([what, , pattern], i) => refused(t, results[i]!, pattern, what));
+  cases.forEach(([what, , pattern], i) => {
+    refused(t, results[i]!, pattern, what);
+    t.equal(results[i]!.code, 2, `${what}: exit 2, bad input`);
+  });
   // One as a process: it exits with main()'s code and prints its line.
   const bad = ['fund', ...cases[0]![1], '--json'];
   t.same(await spawned(bad), results[0], 'amount 0 as a process: the same exit code and output');

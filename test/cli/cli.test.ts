@@ -84,27 +84,36 @@ t.test('account sign-out ends every dashboard session of the account, and only i
   t.equal((await farebox('account', 'sign-out', '--account', 'nope')).code, 2);
 });
 
-t.test('bad input exits non-zero with a one-line error', async (t) => {
-  // Each case as main() answers it; two of them also as processes (a usage error, a command that fails), which exit
-  // with main()'s code and print its line.
+t.test('bad input exits 2 with a one-line error on every command; a failure of a well-formed command exits 1', async (t) => {
+  // Each case as main() answers it; two also as processes (a bad input, a failed command), which exit with main()'s
+  // code and print its line.
   for (const args of [['frobnicate'], ['key', 'revoke', '--id', 'key_missing']]) {
     const [p, here] = await Promise.all([spawned(...args), farebox(...args)]);
     t.not(p.code, 0, `${args.join(' ')}: a process exits non-zero`);
     t.same(p, here, `${args.join(' ')}: the process exits with main()'s code and output`);
   }
-  const cases = [
-    ['key', 'create', '--json'],
-    ['key', 'create', '--account', 'nope', '--json'],
-    ['key', 'create', '--account', '0x' + '12'.repeat(20), '--json'],
-    ['key', 'revoke', '--id', 'key_missing'],
-    ['account', 'create', '--address', '0x123', '--json'],
-    ['frobnicate'],
+  const bad = '0x123';
+  const cases: [number, string[], RegExp][] = [
+    [2, ['key', 'create', '--json'], /--account is required/],
+    [2, ['key', 'create', '--account', 'nope', '--json'], /--account must be a 0x address \(40 hex digits\)/],
+    [2, ['key', 'create', '--account', '0x' + '12'.repeat(20), '--name', 'a\u0007b', '--json'], /--name: a key name cannot hold control characters/],
+    [2, ['account', 'create', '--address', bad, '--json'], /--address must be a 0x address/],
+    [2, ['account', 'status', '--account', bad, '--set', 'active'], /--account must be a 0x address/],
+    [2, ['account', 'sign-out', '--account', bad], /--account must be a 0x address/],
+    [2, ['balance', '--account', bad], /--account must be a 0x address/],
+    [2, ['default-chain', '--account', bad, '--chain', 'chain_b'], /--account must be a 0x address/],
+    [2, ['usage', '--account', bad], /--account must be a 0x address/],
+    [2, ['frobnicate'], /unknown command: frobnicate/],
+    [1, ['key', 'create', '--account', '0x' + '12'.repeat(20), '--json'], /no account 0x(12){20}/],
+    [1, ['account', 'status', '--account', '0x' + '12'.repeat(20), '--set', 'active'], /no account/],
+    [1, ['key', 'revoke', '--id', 'key_missing'], /no key key_missing/],
   ];
-  const results = await Promise.all(cases.map((args) => farebox(...args)));
-  for (const [i, args] of cases.entries()) {
+  const results = await Promise.all(cases.map(([, args]) => farebox(...args)));
+  for (const [i, [code, args, pattern]] of cases.entries()) {
     const r = results[i]!;
-    t.not(r.code, 0, args.join(' '));
+    t.equal(r.code, code, args.join(' '));
     t.equal(r.stdout, '', 'nothing on stdout');
-    t.equal(r.stderr.trim().split('\n').length, 1, 'one line');
+    t.match(r.stderr, /^farebox: [^\n]+\n$/, 'one line');
+    t.match(r.stderr, pattern);
   }
 });

@@ -15,8 +15,8 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi, testStablecoinAbi, RECEIVE_WITH_AUTHORIZATION_TYPES } from '../../plugins/chains/abi.js';
 import type { Address } from '../../plugins/chains/config.js';
 import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { loadArtifacts } from '../../contracts/compile.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 const DELAY = 3600n;
 const ROLE_DELAY = 2n * DELAY;

@@ -13,7 +13,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi, testStablecoinAbi as abi } from '../../plugins/chains/abi.js';
 import type { Address } from '../../plugins/chains/config.js';
 import { devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
-import { callIdOf } from '../../plugins/chains/port.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 const dc = await startDevChains({ basePort: 0 });
 t.teardown(() => dc.close());

@@ -8,8 +8,6 @@ import t from 'tap';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createKey } from '../../plugins/accounts/accounts.js';
 import { getCallRecord, listUsage } from '../../plugins/billing/call-records.js';
-import { newRequestId } from '../../plugins/call.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { keys } from '../../plugins/store/keys.js';
 import { DEV_CHAIN_IDS } from '../../plugins/chains/dev-chains.js';
 import { CONTENT_SECURITY_POLICY } from '../../plugins/dashboard/index.js';
@@ -18,6 +16,7 @@ import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
 import { runCli, until } from '../helpers/wait.js';
 import { csrfOf, send, signIn, type TestBrowser } from './browser-session.js';
 import { startDashboardGateway } from './dashboard-gateway.js';
+import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
 
 const { h, browser } = await startDashboardGateway(t, { explorers: { chain_a: 'https://explorer.test/' } });
 

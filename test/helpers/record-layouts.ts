@@ -4,9 +4,9 @@
  * a call's keys weigh in Redis (MEMORY USAGE).
  */
 import type { Redis } from 'ioredis';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { keys } from '../../plugins/store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 /** One call as the first layout's hold, debit and charge scripts left its record. */
 export interface FirstLayoutCall {

@@ -1,7 +1,6 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { newRequestId, RequestIds } from '../../plugins/call.js';
-import { callIdOf } from '../../plugins/chains/port.js';
+import { callIdOf, newRequestId, RequestIds } from '../../plugins/request-ids.js';
 
 const numberOf = (requestId: string) => BigInt(`0x${requestId.slice(4)}`);
 

@@ -5,12 +5,13 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import type { Address } from '../../plugins/chains/config.js';
-import { callIdOf, type EscrowEvent, type Hex } from '../../plugins/chains/port.js';
+import type { EscrowEvent, Hex } from '../../plugins/chains/port.js';
 import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
 import { getCallRecord, getCallRecordById, listUsage } from '../../plugins/billing/call-records.js';
 import { keys } from '../../plugins/store/keys.js';
 import { APPLY_CHUNK, applyEventBatch, readAnomalies, readCursor } from '../../plugins/settlement/apply-events.js';
 import { testRedis } from '../helpers/harness.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 const { redis } = await testRedis(t);
 

@@ -10,8 +10,9 @@ import { CHAIN_NAMES, type Address, type ChainConfig, type ChainName } from '../
 import { DEV_KEYS, DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
-import { callIdOf, type SettlementChain } from '../../plugins/chains/port.js';
+import type { SettlementChain } from '../../plugins/chains/port.js';
 import { createMetrics, type Metrics } from '../../plugins/metrics/metrics.js';
+import type { Log } from '../../plugins/log.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { pruneConsumers, Settler } from '../../plugins/settlement/settler.js';
 import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
@@ -19,6 +20,7 @@ import { getCallRecord, getCallRecordById } from '../../plugins/billing/call-rec
 import { keys } from '../../plugins/store/keys.js';
 import { dropPrefix, testPrefix } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 // Dev chains of our own: a 2 s withdrawal timelock instead of an hour (time is still advanced through the RPC).
 const dc = await startDevChains({ host: '127.0.0.1', basePort: 0, withdrawalDelay: 2n, testMethods: true });
@@ -116,7 +118,7 @@ function session(t: Test) {
       instance = 'w1',
       metrics: Metrics = createMetrics({ defaults: false }),
       over: Partial<WatcherSettings> = {},
-      log: { error(obj: object, msg: string): void; warn(obj: object, msg: string): void } = quiet,
+      log: Log = quiet,
     ) {
       const w = new ChainWatcher(redis, chains, instance, settings(over), metrics, log);
       watchers.push(w);

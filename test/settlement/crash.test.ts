@@ -7,7 +7,6 @@ import { join } from 'node:path';
 import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV } from '../../plugins/chains/dev-chains.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { embeddedDefault } from '../../plugins/config.js';
 import { connectRedis } from '../../plugins/store/redis.js';
 import { devChainsConfig, fundOnDevChain } from '../../plugins/serve.js';
@@ -16,6 +15,7 @@ import { readWallet } from '../../plugins/billing/wallets.js';
 import { countOpenHolds, countQueuedDebits, listCallRecords } from '../../plugins/billing/call-records.js';
 import { closeDevChains, devChains, dropPrefix, testPrefix } from '../helpers/harness.js';
 import { CLI, until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 // A gateway killed with SIGKILL under load, then restarted: every recorded debit is charged onchain exactly once,
 // and no hold is left behind.

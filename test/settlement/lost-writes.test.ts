@@ -5,7 +5,7 @@ import t, { type Test } from 'tap';
 import OpenAI from 'openai';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV } from '../../plugins/chains/dev-chains.js';
-import { callIdOf, type Hex } from '../../plugins/chains/port.js';
+import type { Hex } from '../../plugins/chains/port.js';
 import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
@@ -14,6 +14,7 @@ import { startSettleProcess } from '../../plugins/settlement/settlement.js';
 import { keys } from '../../plugins/store/keys.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { runCli, until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 // The gateway watches the chains but settles nothing: the charges below come from "the old primary's" settler.
 const h = await startHarness({ chains: true, edit: (c) => void (c.billing = { ...c.billing, settler: false }) });

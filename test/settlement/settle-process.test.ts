@@ -8,13 +8,13 @@ import OpenAI from 'openai';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { embeddedDefault } from '../../plugins/config.js';
 import { DEV_SETTLER_KEY_ENV, DEV_KEYS } from '../../plugins/chains/dev-chains.js';
-import { callIdOf } from '../../plugins/chains/port.js';
 import { DEV_CHAINS_KEY } from '../../plugins/serve.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness, testPrefix } from '../helpers/harness.js';
 import { outageRelay } from '../helpers/outage.js';
 import { CLI, runCli, until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 // A gateway that neither settles nor watches: `farebox settle` does both beside it.
 const h = await startHarness({

@@ -8,7 +8,7 @@ import type { Address, ChainConfig, ChainName } from '../../plugins/chains/confi
 import { DEV_KEYS, devViemChain, startDevChains } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
-import { callIdOf, type PendingBatch, type SettlementChain } from '../../plugins/chains/port.js';
+import type { PendingBatch, SettlementChain } from '../../plugins/chains/port.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { debitHold, placeHold, readWallet } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
@@ -17,6 +17,7 @@ import { Settler, type SettlerSettings } from '../../plugins/settlement/settler.
 import { connectRedis } from '../../plugins/store/redis.js';
 import { dropPrefix, testPrefix } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
+import { callIdOf } from '../../plugins/request-ids.js';
 
 // Chains that mine a block every 100 ms, as a real chain mines (transactions wait for the next block), and count a
 // batch confirmed 8 blocks on: a confirmation window of 0.8 s.

@@ -1,4 +1,6 @@
 import t from 'tap';
+import { ReplyError } from 'ioredis';
+import { connectRedis, closeRedis, redisUnavailable, RedisUnanswered } from '../../plugins/store/redis.js';
 import { testRedis } from '../helpers/harness.js';
 
 const { redis } = await testRedis(t);
@@ -47,4 +49,19 @@ t.test('a reconnected connection coalesces too', async (t) => {
   const writes = await socketWrites(() => Promise.all([redis.set('a', '1'), redis.set('b', '2'), redis.get('a')]));
   t.equal(writes, 1);
   t.equal(await redis.get('b'), '2');
+});
+
+t.test('redisUnavailable: Redis out of reach or not serving; not a refusal of the command, not an error of ours', async (t) => {
+  // What ioredis rejects a command with when nothing answers on the port.
+  const away = connectRedis({ url: 'redis://127.0.0.1:1', prefix: '', failFast: true });
+  away.on('error', () => {});
+  const err = await away.get('k').catch((e: unknown) => e);
+  await closeRedis(away).catch(() => {});
+  t.ok(redisUnavailable(err), String(err));
+  t.ok(redisUnavailable(new Error('Connection is closed.')));
+  t.ok(redisUnavailable(new RedisUnanswered('debit unanswered after 5000 ms')));
+  t.ok(redisUnavailable(new ReplyError('BUSY Redis is busy running a script.')));
+  t.notOk(redisUnavailable(new ReplyError('ERR Error running script: amount out of range')));
+  t.notOk(redisUnavailable(new TypeError("Cannot read properties of undefined (reading 'x')")));
+  t.notOk(redisUnavailable(undefined));
 });

@@ -1,0 +1,5 @@
+/** Where a component that runs beside the call path logs: Fastify's logger in the gateway, JSON lines on stderr in the settle process. */
+export interface Log {
+  error(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
