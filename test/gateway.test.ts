@@ -72,6 +72,7 @@ t.test('a caller that leaves while its hold is placed: the hold is released at o
   const held = await until('the hold placed', async () => (await listCallRecords(reader, h.account)).find((r) => r.status === 'held'));
   controller.abort();
   t.equal(await pending, 'aborted');
+  // Nothing must happen here, and no event says so: a short look (the release would be a Redis command away).
   await new Promise((r) => setTimeout(r, 200));
   t.equal((await getCallRecord(reader, held.call_id))?.status, 'held', 'nothing to release before the gateway knows of its hold');
   h.redis.stream.resume();
@@ -82,6 +83,7 @@ t.test('a caller that leaves while its hold is placed: the hold is released at o
   t.equal(released.priceAtomic, 0n, 'charged nothing');
   t.equal(released.released, null, 'by the call itself, not by a sweeper');
   t.equal((await readWallet(reader, h.account, 'chain_a')).held, 0n, 'nothing held');
+  // As above: a call to the upstream would come at once, if at all.
   await new Promise((r) => setTimeout(r, 200));
   t.equal(h.sim.received.length, before, 'the upstream was never called');
 });

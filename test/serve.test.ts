@@ -11,7 +11,7 @@ import { listUsage } from '../plugins/billing/call-records.js';
 import { readWallet } from '../plugins/billing/wallets.js';
 import { formatUsd } from '../pricing/index.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
-import { until } from './helpers/wait.js';
+import { CLI, until } from './helpers/wait.js';
 
 const prefix = testPrefix();
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -44,7 +44,7 @@ async function freePort(): Promise<number> {
 
 /** `farebox serve` in a child process; resolves once it has printed its greeting. */
 function serve(port: number): Promise<{ child: ChildProcess; stdout: string; stderr: () => string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'serve'], { env: { ...env, PORT: String(port) } });
+  const child = spawn(process.execPath, [...CLI, 'serve'], { env: { ...env, PORT: String(port) } });
   children.push(child);
   let stdout = '';
   let stderr = '';
@@ -76,7 +76,7 @@ function exited(child: ChildProcess): Promise<number | null> {
 /** The farebox command on the server's Redis prefix. */
 function farebox(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, ['--import', 'tsx', 'bin/cli.ts', ...args], { env }, (err, stdout, stderr) => {
+    execFile(process.execPath, [...CLI, ...args], { env }, (err, stdout, stderr) => {
       resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
     });
   });

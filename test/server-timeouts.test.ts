@@ -15,6 +15,7 @@ import { devChainsConfig, fundOnDevChain, serve, type Server } from '../plugins/
 import { startSimulator } from '../plugins/simulator/index.js';
 import { connectRedis } from '../plugins/store/redis.js';
 import { closeDevChains, devChains, dropPrefix, testPrefix } from './helpers/harness.js';
+import { until } from './helpers/wait.js';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const prefix = testPrefix();
@@ -78,11 +79,23 @@ function stalled(to: number, data: string, trickle?: { data: string; everyMs: nu
   return { socket, closed };
 }
 
+/**
+ * How late past its timeout a cut may come: Node checks the header and request timeouts every quarter of the shortest
+ * (serverTimeouts), and the server shares this process and a loaded machine with the test. A cut left to Node's own
+ * 30 s check interval, or never made, is still far past it.
+ */
+const LATE_MS = 4_000;
+
 /** Resolves with `p`, or rejects after `ms`: what a server that never cuts would make the test wait for. */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
   return Promise.race([p, new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: still open after ${ms} ms`)), ms)))])
     .finally(() => clearTimeout(timer));
+}
+
+/** Connections the server holds open now. */
+function connections(server: { getConnections(cb: (err: Error | null, n: number) => void): void }): Promise<number> {
+  return new Promise((resolve, reject) => server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
 }
 
 function chat(url: string, content: string, stream = false): Promise<Response> {
@@ -103,20 +116,20 @@ t.test('server timeouts are validated: headers within the request', async (t) =>
 
 t.test('headers that stall are cut within headers_timeout_ms', async (t) => {
   const { closed } = stalled(port, `POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\nauthoriz`);
-  const { ms, answer } = await within(closed, 6_000, 'stalled headers');
-  t.ok(ms >= 1_400 && ms < 3_000, `cut after ${Math.round(ms)} ms (headers_timeout_ms 1500)`);
+  const { ms, answer } = await within(closed, 12_000, 'stalled headers');
+  t.ok(ms >= 1_400 && ms < 1_500 + LATE_MS, `cut after ${Math.round(ms)} ms (headers_timeout_ms 1500)`);
   t.match(answer, /^(HTTP\/1\.1 408 |$)/, 'a 408, or just the close');
 });
 
 t.test('a connection that sends nothing is cut within headers_timeout_ms', async (t) => {
-  const { ms } = await within(stalled(port, '').closed, 6_000, 'silent connection');
-  t.ok(ms >= 1_400 && ms < 3_000, `cut after ${Math.round(ms)} ms`);
+  const { ms } = await within(stalled(port, '').closed, 12_000, 'silent connection');
+  t.ok(ms >= 1_400 && ms < 1_500 + LATE_MS, `cut after ${Math.round(ms)} ms`);
 });
 
 t.test('a body that stalls is cut within request_timeout_ms; nothing is held for it', async (t) => {
   const { closed } = stalled(port, `${CHAT_HEAD('content-length: 200\r\n')}{"model":"gamma-k3","mess`);
-  const { ms, answer } = await within(closed, 8_000, 'stalled body');
-  t.ok(ms >= 1_900 && ms < 3_500, `cut after ${Math.round(ms)} ms (request_timeout_ms 2000)`);
+  const { ms, answer } = await within(closed, 12_000, 'stalled body');
+  t.ok(ms >= 1_900 && ms < 2_000 + LATE_MS, `cut after ${Math.round(ms)} ms (request_timeout_ms 2000)`);
   t.match(answer, /^(HTTP\/1\.1 408 |$)/, 'a 408, or just the close');
   t.equal(await redis.zcard('holds'), 0, 'no hold waits on it');
 });
@@ -124,16 +137,16 @@ t.test('a body that stalls is cut within request_timeout_ms; nothing is held for
 t.test('a chunked upload that trickles forever is cut within request_timeout_ms', async (t) => {
   // One byte of JSON whitespace every 200 ms: never idle long enough for an idle timer, still cut.
   const { closed } = stalled(port, `${CHAT_HEAD('transfer-encoding: chunked\r\n')}1\r\n{\r\n`, { data: '1\r\n \r\n', everyMs: 200 });
-  const { ms } = await within(closed, 8_000, 'trickled chunked body');
-  t.ok(ms >= 1_900 && ms < 3_500, `cut after ${Math.round(ms)} ms (request_timeout_ms 2000)`);
+  const { ms } = await within(closed, 12_000, 'trickled chunked body');
+  t.ok(ms >= 1_900 && ms < 2_000 + LATE_MS, `cut after ${Math.round(ms)} ms (request_timeout_ms 2000)`);
 });
 
 t.test('an idle keep-alive connection closes after keep_alive_timeout_ms', async (t) => {
   const { socket, closed } = stalled(port, `GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\n\r\n`);
-  const { ms, answer } = await within(closed, 6_000, 'idle keep-alive connection');
+  const { ms, answer } = await within(closed, 12_000, 'idle keep-alive connection');
   t.match(answer, /^HTTP\/1\.1 200 /, 'answered first');
   // Node closes it a second past the timeout it advertises in Keep-Alive.
-  t.ok(ms >= 900 && ms < 3_000, `closed after ${Math.round(ms)} ms (keep_alive_timeout_ms 1000)`);
+  t.ok(ms >= 900 && ms < 2_000 + LATE_MS, `closed after ${Math.round(ms)} ms (keep_alive_timeout_ms 1000)`);
   socket.destroy();
 });
 
@@ -180,11 +193,13 @@ t.test('the defaults reach the server; 100 stalled connections leave the latency
     : `${CHAT_HEAD('content-length: 200\r\n')}{"model":"gamma-k3","mess`));
   let closedEarly = 0;
   for (const s of sockets) void s.closed.then(() => closedEarly++);
-  await new Promise((r) => setTimeout(r, 200));
+  await until('the 100 connections accepted', async () => (await connections(http)) >= 100);
   const during = await median(30);
   t.equal(closedEarly, 0, 'the 100 stalled connections were open throughout');
   t.comment(`median call latency: ${before.toFixed(1)} ms alone, ${during.toFixed(1)} ms beside 100 stalled connections`);
-  t.ok(during <= before * 2 + 10, `${during.toFixed(1)} ms beside them vs ${before.toFixed(1)} ms alone`);
+  // A ratio, loose enough for a machine whose load changes between the two medians; connections that each cost the
+  // event loop work (a timer per socket, a scan per check) multiply it far past this.
+  t.ok(during <= before * 3 + 20, `${during.toFixed(1)} ms beside them vs ${before.toFixed(1)} ms alone`);
   for (const s of sockets) s.socket.destroy();
 });
 
@@ -193,7 +208,7 @@ t.test('server.max_connections: connections past the cap are closed as they come
   const cappedPort = Number(new URL(capped.url).port);
   t.equal(capped.app.server.maxConnections, 5);
   const held = Array.from({ length: 5 }, () => stalled(cappedPort, 'GET /v1/health HTTP/1.1\r\n'));
-  await new Promise((r) => setTimeout(r, 200));
+  await until('the 5 connections accepted', async () => (await connections(capped.app.server)) === 5);
   const { answer } = await within(stalled(cappedPort, `GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n`).closed, 3_000, 'a connection past the cap');
   t.equal(answer, '', 'closed unanswered');
   for (const s of held) s.socket.destroy();

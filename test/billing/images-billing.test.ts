@@ -13,7 +13,9 @@ import { referencePng } from '../helpers/media.js';
 import { until } from '../helpers/wait.js';
 
 // A provider that sends its answer slowly, in pieces: the caller can leave in the middle of the image. Its first
-// piece ends FIRST_IMAGE_CHARS into the image's base64, a pause follows, then 2,000 characters every 20 ms.
+// piece ends FIRST_IMAGE_CHARS into the image's base64, a pause follows, then 2,000 characters every 20 ms for the
+// next 10,000, and the rest (some 170,000) in pieces of 32,000: a caller reading it whole waits a tenth of a second
+// for them, not two.
 const png = await referencePng(256, 256);
 const FIRST_IMAGE_CHARS = 600;
 const slow = createServer((req, res) => {
@@ -26,11 +28,13 @@ const slow = createServer((req, res) => {
   res.writeHead(200, { 'content-type': 'application/json' });
   let at = body.indexOf(b64.slice(0, 40)) + FIRST_IMAGE_CHARS;
   res.write(body.slice(0, at));
+  const start = at;
   const next = () => {
     const timer = setInterval(() => {
       if (res.destroyed) return clearInterval(timer);
-      res.write(body.slice(at, at + 2000));
-      at += 2000;
+      const piece = at < start + 10_000 ? 2_000 : 32_000;
+      res.write(body.slice(at, at + piece));
+      at += piece;
       if (at >= body.length) {
         clearInterval(timer);
         res.end();

@@ -75,14 +75,15 @@ t.test('a model priced 0: the call runs, holds 0, is free, and the sweeper walks
 });
 
 t.test('a stream that outlives its hold\'s first expiry is renewed and billed in full, never released', async (t) => {
-  // 30 tokens 100 ms apart: 3 s, past the 0.5 s timeout + 1 s grace a hold once had, in 100 ms idle gaps.
-  const res = await post('/chat/completions', { model: 'gamma-k3', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: '#sim:tokens=22 #sim:chunk_delay_ms=100' }] });
+  // 16 tokens 100 ms apart: 1.6 s at the least, past the 1 s grace a hold has without renewal, in 100 ms idle gaps
+  // (under the 0.5 s idle timeout). A loaded machine only stretches it: 0.9 s are left before the 2.5 s maximum.
+  const res = await post('/chat/completions', { model: 'gamma-k3', stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: '#sim:tokens=16 #sim:chunk_delay_ms=100' }] });
   const id = res.headers.get('x-request-id')!;
   const body = await drain(res);
   t.match(body, /\[DONE\]/, 'the whole answer arrived');
   const rec = await finished(h, id);
   t.match(rec, { status: 'pending', released: null, late: false }, 'debited from its own hold');
-  t.equal(rec.usage.output_tokens, 22, 'billed in full');
+  t.equal(rec.usage.output_tokens, 16, 'billed in full');
 });
 
 t.test('a call past its provider\'s max_duration_ms is cut and billed for what was delivered', async (t) => {
@@ -92,7 +93,8 @@ t.test('a call past its provider\'s max_duration_ms is cut and billed for what w
   const body = await drain(res);
   const took = Date.now() - started;
   t.notMatch(body, /\[DONE\]/, 'cut before its end');
-  t.ok(took < 6_000, `cut after ${took} ms, near the 2.5 s maximum, not the 10 s the answer takes`);
+  // The whole answer takes 10 s at the least (a loaded machine only stretches it): any bound under that tells a cut.
+  t.ok(took < 8_000, `cut after ${took} ms, near the 2.5 s maximum, not the 10 s the answer takes`);
   const rec = await finished(h, id);
   t.ok(rec.usage.output_tokens > 5 && rec.usage.output_tokens < 100, `${rec.usage.output_tokens} output tokens billed`);
   t.ok(rec.priceAtomic > 0n && rec.priceAtomic < rec.held);

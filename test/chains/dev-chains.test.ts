@@ -46,8 +46,10 @@ t.test('dev keys are the well-known test mnemonic accounts #0..#7', async (t) =>
 });
 
 t.test('chains listen on basePort + 0..3', async (t) => {
-  // Find four free consecutive ports near a random base.
-  const base = 20_000 + Math.floor(Math.random() * 20_000);
+  // Find four free consecutive ports near a random base, below Linux's ephemeral range (32768 up): the ports other
+  // tests and a gateway beside the suite are given never land there between the check and the start. 8545-8548 (a
+  // gateway's own dev chains) are not in 20000..31999 either.
+  const base = 20_000 + Math.floor(Math.random() * 12_000);
   const free = await Promise.all([0, 1, 2, 3].map((i) => portFree(base + i)));
   if (free.includes(false)) {
     t.comment(`ports ${base}..${base + 3} taken; not tested this run`);

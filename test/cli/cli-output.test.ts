@@ -15,7 +15,7 @@ import type { Hex } from '../../plugins/chains/port.js';
 import { makeUsage } from '../../pricing/index.js';
 import { setSyncedBalance } from '../helpers/money.js';
 import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
-import { runCli } from '../helpers/wait.js';
+import { CLI, cliHere } from '../helpers/wait.js';
 import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
 
 const { redis, prefix } = await testRedis(t);
@@ -77,7 +77,7 @@ t.test('bin/farebox.js (what npx farebox runs) lets the output drain too', {
 
 t.test('a reader that leaves early (| head -c 100) ends the command quietly', async (t) => {
   const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', ...usage], { env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' } });
+    const child = spawn(process.execPath, [...CLI, ...usage], { env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' } });
     let stderr = '';
     child.stderr.on('data', (d) => (stderr += d));
     child.stdout.once('data', () => child.stdout.destroy());
@@ -104,7 +104,7 @@ t.test('usage --json prints a compact record and its first-layout twin (a Redis 
     expires: at + 59_999, status: 'settled', price: 1_234n, usage: { input_tokens: 12, output_tokens: 34 }, tx,
   }, 3_600_000);
 
-  const r = await runCli(['usage', '--account', who, '--json'], { FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' });
+  const r = await cliHere(['usage', '--account', who, '--json'], { FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' });
   t.equal(r.code, 0, r.stderr);
   const row = (call_id: string, time: string) => ({
     call_id, time, key_id: 'key_cli', model: 'gamma-k3', chain: 'chain_a',

@@ -13,7 +13,7 @@ import { readWallet } from '../../plugins/billing/wallets.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { formatUsd, publishPrices, USAGE_FIELDS } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
-import { until } from '../helpers/wait.js';
+import { CLI, cliHere, runCli, until } from '../helpers/wait.js';
 
 const h = await startHarness({ chains: true });
 const tmp = mkdtempSync(join(tmpdir(), 'farebox-cli-'));
@@ -26,18 +26,14 @@ t.teardown(async () => {
 await h.redis.set(DEV_CHAINS_KEY, JSON.stringify(h.config.chains));
 const account = h.account as Address;
 
-/** Run the farebox command (from source) on the harness's Redis prefix. */
+/** The farebox command on the harness's Redis prefix, run in this process (main(), as the process runs it). */
 function farebox(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', ...args], {
-      env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '', ...env },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
+  return cliHere(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '', ...env });
+}
+
+/** The same as a process of its own, for what only processes show: two at once on one key, the exit status. */
+function spawned(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return runCli(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '', ...env });
 }
 
 /** --json output: exactly one JSON document on one line. */
@@ -131,7 +127,8 @@ t.test('usage --json after a few calls: documented fields, statuses settle with 
     const s = await Promise.all(ids.map(async (id) => (await getCallRecord(h.redis, id))?.status));
     return s[0] === 'settled' && s[1] === 'settled' && s[2] === 'free';
   });
-  const records = json(await farebox(['usage', '--account', account, '--json'])) as Record<string, unknown>[];
+  const [usage, balance] = await Promise.all([farebox(['usage', '--account', account, '--json']), farebox(['balance', '--account', account, '--json'])]);
+  const records = json(usage) as Record<string, unknown>[];
   t.ok(Array.isArray(records));
   const byId = new Map(records.map((r) => [r.call_id, r]));
   t.same(records.slice(0, 3).map((r) => r.call_id), [failed, ok2, ok1], 'newest first');
@@ -150,7 +147,7 @@ t.test('usage --json after a few calls: documented fields, statuses settle with 
   t.match(byId.get(failed), { status: 'free', price: '0.000000', tx: null });
 
   const w = await readWallet(h.redis, account, 'chain_b');
-  const doc = json(await farebox(['balance', '--account', account, '--json'])) as { default_chain: string; chains: Record<string, Record<string, string>> };
+  const doc = json(balance) as { default_chain: string; chains: Record<string, Record<string, string>> };
   const onchain = await createEvmChain('chain_b', h.config.chains!.chain_b).balanceOf(account);
   t.equal(doc.default_chain, 'chain_b', 'the default set by default-chain');
   t.equal(w.pending, 0n);
@@ -212,8 +209,8 @@ t.test('two farebox fund at once on one chain both succeed, though they sign wit
   });
   const [x, y] = ['0x' + '5a'.repeat(20), '0x' + '5b'.repeat(20)];
   const [a, b] = await Promise.all([
-    farebox(['fund', '--account', x, '--chain', 'chain_c', '--amount', '1.25', '--json']),
-    farebox(['fund', '--account', y, '--chain', 'chain_c', '--amount', '0.75', '--json']),
+    spawned(['fund', '--account', x, '--chain', 'chain_c', '--amount', '1.25', '--json']),
+    spawned(['fund', '--account', y, '--chain', 'chain_c', '--amount', '0.75', '--json']),
   ]);
   t.ok(barrier.met, 'both read the same nonce');
   t.same(json(a), { chain: 'chain_c', account: x, balance: '1.250000' }, a.stderr);
@@ -227,7 +224,7 @@ t.test('fund with stderr on a terminal shows its steps there; stdout keeps its o
   const out = join(tmp, 'fund.json');
   const who = '0x' + '5c'.repeat(20);
   // script(1) gives the command a terminal; stdout goes to a file, so only stderr is the terminal.
-  const command = `${process.execPath} --import tsx bin/cli.ts fund --account ${who} --chain chain_d --amount 3 --json > ${out}`;
+  const command = `${[process.execPath, ...CLI].join(' ')} fund --account ${who} --chain chain_d --amount 3 --json > ${out}`;
   const r = await new Promise<{ code: number | null; tty: string }>((resolve) => {
     const child = spawn('script', ['-qec', command, '/dev/null'], { env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' } });
     let tty = '';
@@ -272,9 +269,12 @@ t.test('fund refuses bad input (amount 0, -1, 7 decimals or missing, unknown cha
   ];
   const results = await Promise.all(cases.map(([, args]) => farebox(['fund', ...args, '--json'])));
   cases.forEach(([what, , pattern], i) => {
-    refused(t, results[i], pattern, what);
-    t.equal(results[i].code, 2, `${what}: exit 2, bad input`);
+    refused(t, results[i]!, pattern, what);
+    t.equal(results[i]!.code, 2, `${what}: exit 2, bad input`);
   });
+  // One as a process: it exits with main()'s code and prints its line.
+  const bad = ['fund', ...cases[0]![1], '--json'];
+  t.same(await spawned(bad), results[0], 'amount 0 as a process: the same exit code and output');
   const after = await Promise.all(CHAIN_NAMES.map((n) => readWallet(h.redis, account, n)));
   t.same(after.map((w) => w.synced), before.map((w) => w.synced), 'nothing deposited');
 });

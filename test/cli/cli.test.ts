@@ -4,13 +4,16 @@ import OpenAI from 'openai';
 import { getAccount } from '../../plugins/accounts/accounts.js';
 import { createSession, readSession } from '../../plugins/dashboard/sessions.js';
 import { startHarness } from '../helpers/harness.js';
-import { runCli } from '../helpers/wait.js';
+import { cliHere, runCli } from '../helpers/wait.js';
 
 const h = await startHarness();
 t.teardown(() => h.close());
 
-/** Run the farebox command (from source) against the harness's Redis prefix. */
-const farebox = (...args: string[]) => runCli(args, { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' });
+const env = { FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' };
+/** The farebox command against the harness's Redis prefix, run in this process (main(), as the process runs it). */
+const farebox = (...args: string[]) => cliHere(args, env);
+/** The same as a process of its own: the exit status and the output as they leave it. */
+const spawned = (...args: string[]) => runCli(args, env);
 
 t.test('account create --json prints one JSON document; --address is honoured', async (t) => {
   const r = await farebox('account', 'create', '--json');
@@ -60,16 +63,19 @@ t.test('a key made with `farebox key create` works with both SDKs, plain and str
 
 t.test('account status --set changes the access state', async (t) => {
   const account = JSON.parse((await farebox('account', 'create', '--json')).stdout).account;
-  t.equal((await farebox('account', 'status', '--account', account, '--set', 'suspended')).code, 0);
+  const [set, bad] = await Promise.all([
+    farebox('account', 'status', '--account', account, '--set', 'suspended'),
+    farebox('account', 'status', '--account', account, '--set', 'frozen'),
+  ]);
+  t.equal(set.code, 0);
   t.equal((await getAccount(h.redis, account))?.status, 'suspended');
-  const bad = await farebox('account', 'status', '--account', account, '--set', 'frozen');
   t.equal(bad.code, 2);
   t.match(bad.stderr, /--set must be one of active, pending, suspended/);
 });
 
 t.test('account sign-out ends every dashboard session of the account, and only its', async (t) => {
-  const account = JSON.parse((await farebox('account', 'create', '--json')).stdout).account;
-  const other = JSON.parse((await farebox('account', 'create', '--json')).stdout).account;
+  const [account, other] = (await Promise.all([farebox('account', 'create', '--json'), farebox('account', 'create', '--json')]))
+    .map((r) => JSON.parse(r.stdout).account as string);
   const sessions = await Promise.all([account, account, other].map((a) => createSession(h.redis, a, 60_000)));
   const r = await farebox('account', 'sign-out', '--account', account, '--json');
   t.equal(r.code, 0, r.stderr);
@@ -79,6 +85,13 @@ t.test('account sign-out ends every dashboard session of the account, and only i
 });
 
 t.test('bad input exits 2 with a one-line error on every command; a failure of a well-formed command exits 1', async (t) => {
+  // Each case as main() answers it; two also as processes (a bad input, a failed command), which exit with main()'s
+  // code and print its line.
+  for (const args of [['frobnicate'], ['key', 'revoke', '--id', 'key_missing']]) {
+    const [p, here] = await Promise.all([spawned(...args), farebox(...args)]);
+    t.not(p.code, 0, `${args.join(' ')}: a process exits non-zero`);
+    t.same(p, here, `${args.join(' ')}: the process exits with main()'s code and output`);
+  }
   const bad = '0x123';
   const cases: [number, string[], RegExp][] = [
     [2, ['key', 'create', '--json'], /--account is required/],

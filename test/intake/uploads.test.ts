@@ -113,10 +113,11 @@ t.test('limits are enforced while the upload is read: the refusal comes before t
       cancel = () => c.close();
     },
   });
+  let timer: NodeJS.Timeout | undefined;
   const answered = await Promise.race([
     fetch(url, { method: 'POST', body, duplex: 'half', headers: { 'content-type': `multipart/form-data; boundary=${boundary}` } } as RequestInit),
-    new Promise<null>((r) => setTimeout(() => r(null), 5000)),
-  ]);
+    new Promise<null>((r) => (timer = setTimeout(() => r(null), 5000))),
+  ]).finally(() => clearTimeout(timer));
   t.ok(answered, `answered while the upload was still open (${sent} bytes sent)`);
   t.equal(answered?.status, 413);
   t.equal(((await answered?.json()) as { error: { code: string } }).error.code, 'reference_too_large');

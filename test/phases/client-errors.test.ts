@@ -45,7 +45,10 @@ function raw(bytes: string | string[]): Promise<Answer> {
     let out = '';
     s.on('data', (d) => (out += d));
     s.on('error', () => {});
+    // A server that keeps the connection open is ended from here after 3 s; the timer must not keep the process up.
+    const timer = setTimeout(() => s.end(), 3_000);
     s.on('close', () => {
+      clearTimeout(timer);
       const [head, ...rest] = out.split('\r\n\r\n');
       const lines = head!.split('\r\n');
       const status = Number(lines[0]!.split(' ')[1]);
@@ -56,7 +59,6 @@ function raw(bytes: string | string[]): Promise<Answer> {
         reject(new Error(`not JSON: ${out.slice(0, 300)} (${(err as Error).message})`));
       }
     });
-    setTimeout(() => s.end(), 3_000);
   });
 }
 

@@ -143,7 +143,7 @@ function upload(size: number, fields = 'img-pro'): Promise<{ status: number; bod
       });
     });
     // The gateway closes the connection after its answer: a write may fail before the answer is read.
-    req.on('error', (err) => setTimeout(() => (answered ? undefined : reject(err)), 2_000));
+    req.on('error', (err) => setTimeout(() => (answered ? undefined : reject(err)), 2_000).unref());
     req.write(head);
     written += head.length;
     const piece = Buffer.alloc(64 * 1024, 1);

@@ -116,9 +116,10 @@ t.test('raw socket: an upload refused while it is read is answered with connecti
     t.same([a.status, a.json.error.code, a.headers.connection], [status, code, 'close'], `${what}: ${status} ${code}, connection: close`);
     const answered = Date.now();
     await within(raw.closed(), 5_000, `${what}: the close`);
-    // Its FIN right behind the answer, well before the end of the linger (LINGER_MS, 2 s: the gateway's cut of a
-    // connection whose caller keeps sending, which would also end a connection left stalled).
-    t.ok(Date.now() - answered < 1_000, `${what}: closed ${Date.now() - answered} ms after the answer`);
+    // Its FIN right behind the answer, before the end of the linger (LINGER_MS, 2 s: the gateway's cut of a
+    // connection whose caller keeps sending, which would also end a connection left stalled); half a second of it
+    // is left to a loaded machine.
+    t.ok(Date.now() - answered < 1_500, `${what}: closed ${Date.now() - answered} ms after the answer`);
     raw.destroy();
   }
 });

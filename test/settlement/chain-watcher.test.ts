@@ -236,7 +236,16 @@ t.test('a stopped watcher gives up its chain lease, so a successor takes over wi
 
 t.test('a watcher holding its lease polls an unmoved head with no Redis command; a new block is read at once', async (t) => {
   const s = session(t);
-  const { w } = s.watcher({ chain_a: chainA }, 'quiet');
+  // Polls counted by their reads of the head: a poll reads it first, and the next starts once the last has ended.
+  let polls = 0;
+  const counted = new Proxy(chainA, {
+    get: (target, prop) => {
+      if (prop === 'latestBlock') return () => (polls++, target.latestBlock());
+      const v = Reflect.get(target, prop) as unknown;
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  const { w } = s.watcher({ chain_a: counted }, 'quiet');
   let commands = 0;
   const send = s.redis.sendCommand.bind(s.redis);
   s.redis.sendCommand = ((...args: Parameters<typeof send>) => {
@@ -246,9 +255,11 @@ t.test('a watcher holding its lease polls an unmoved head with no Redis command;
   w.start();
   const head = await chainA.latestBlock();
   await until('scanned to the head', async () => (await s.redis.get('scanned:chain_a')) === head.toString());
-  await new Promise((r) => setTimeout(r, 200)); // the poll that wrote it has finished
+  const after = polls;
+  await until('the poll that wrote it has finished', async () => polls > after + 1, 20_000, 5);
   commands = 0;
-  await new Promise((r) => setTimeout(r, 1000)); // ~20 polls at 50 ms
+  const from = polls;
+  await until('10 more polls', async () => polls >= from + 10, 20_000, 5);
   t.equal(commands, 0, 'no Redis command while the head stands still (the lease is renewed every 3.3 s)');
   t.equal(await s.redis.get('watcher-lease:chain_a'), 'quiet', 'the lease still held');
   const x = randomAccount();
@@ -259,14 +270,31 @@ t.test('a watcher holding its lease polls an unmoved head with no Redis command;
 
 /**
  * chain_a whose reads of the head and of events fail while `state` says so (an RPC outage or rate limit), and whose
- * balanceOf fails or answers only after `balanceDelayMs` (a slow archive read).
+ * balanceOf fails or answers only once `balanceHeld` resolves (a slow archive read).
  */
 function flaky(inner: SettlementChain) {
-  const state = { events: false, head: false, balance: false, balanceDelayMs: 0, hang: undefined as Promise<void> | undefined };
+  const state = {
+    events: false,
+    head: false,
+    balance: false,
+    /** balanceOf answers only once this resolves (a slow archive read); `balanceWaiting` counts the reads held. */
+    balanceHeld: undefined as Promise<void> | undefined,
+    balanceWaiting: 0,
+    /** Reads of the head never answer until this resolves; `hung` counts the reads held. */
+    hang: undefined as Promise<void> | undefined,
+    hung: 0,
+  };
   const outage = () => Promise.reject(new Error('HTTP request failed. Status: 503'));
+  /** Hold a read until `gate` resolves, counting it in state[count] meanwhile. */
+  const held = async (gate: Promise<void> | undefined, count: 'hung' | 'balanceWaiting') => {
+    if (!gate) return;
+    state[count]++;
+    await gate;
+    state[count]--;
+  };
   // A request that never answers until `hang` resolves (a node that accepts the connection and goes silent).
   const headOf = async () => {
-    if (state.hang) await state.hang;
+    await held(state.hang, 'hung');
     return state.head ? outage() : inner.latestBlock();
   };
   const chain: SettlementChain = {
@@ -275,7 +303,7 @@ function flaky(inner: SettlementChain) {
     escrow: inner.escrow,
     canSettle: inner.canSettle,
     balanceOf: async (...args) => {
-      if (state.balanceDelayMs) await new Promise((r) => setTimeout(r, state.balanceDelayMs));
+      await held(state.balanceHeld, 'balanceWaiting');
       return state.balance ? outage() : inner.balanceOf(...args);
     },
     pendingWithdrawal: (...args) => inner.pendingWithdrawal(...args),
@@ -511,9 +539,15 @@ t.test('settler consumers: one that stops leaves its group; idle ones holding no
   };
   await take('gone', true);
   await take('busy', false);
-  await new Promise((r) => setTimeout(r, 50));
+  // Idle past the threshold by Redis's own count; 'live' is pruned only if this process stalls 200 ms after its take.
+  const idle = async (consumer: string) => {
+    const rows = (await s.redis.call('XINFO', 'CONSUMERS', (s.redis.options.keyPrefix as string) + key, 'settlers')) as (string | number)[][];
+    const row = rows.find((c) => c[1] === consumer)!;
+    return Number(row[row.indexOf('idle') + 1]);
+  };
+  await until('gone idle 250 ms', async () => (await idle('gone')) >= 250, 5_000, 20);
   await take('live', true);
-  t.equal(await pruneConsumers(s.redis, 'chain_a', 40), 1);
+  t.equal(await pruneConsumers(s.redis, 'chain_a', 200), 1);
   t.same(await consumers(), ['busy', 'live'], 'the entry busy holds stays claimable');
   t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'busy'), 0, 'never one holding an entry');
   t.equal(await pruneConsumers(s.redis, 'chain_a', 0, 'live'), 1, 'only the one named');
@@ -660,24 +694,36 @@ t.test('reconciliation runs in a loop of its own: failing polls do not stop it, 
   t.equal(await counter(metrics.driftCorrections, { chain: 'chain_a' }), 1);
   f.state.events = false;
 
-  // A poll stuck longer than the lease (10 s): the reconciler keeps the lease and goes on.
+  // A poll stuck past a renewal of the lease (due every 3.3 s of its 10 s): the reconciler renews it and goes on.
+  // Seen as the lease's TTL rising while the poll loop is stuck, it cannot lapse while the reconciler runs.
   let release = () => {};
   f.state.hang = new Promise<void>((r) => (release = r));
-  await new Promise((r) => setTimeout(r, 11_000));
+  await until('the poll loop stuck on the head', async () => f.state.hung > 0);
+  let ttl = await s.redis.pttl('watcher-lease:chain_a');
+  await until('the lease renewed with the poll loop stuck', async () => {
+    const now = await s.redis.pttl('watcher-lease:chain_a');
+    const renewed = now > ttl;
+    ttl = now;
+    return renewed;
+  }, 10_000, 20);
+  t.ok(f.state.hung > 0, 'the poll loop still stuck');
   await s.redis.hset(keys.wallet(x, 'chain_a'), 'synced', '2');
   await until('corrected with the poll loop stuck', async () => (await readWallet(s.redis, x, 'chain_a')).synced === 3_000n, 5_000);
   t.equal(await s.redis.get('watcher-lease:chain_a'), 'w-rec', 'the lease still held');
   f.state.hang = undefined;
   release();
 
-  f.state.balanceDelayMs = 3_000; // balanceOf answers after 3 s
-  await new Promise((r) => setTimeout(r, 300)); // a round is waiting on it
+  // balanceOf held until released: a reconciliation round waits on it while the events are applied.
+  let answer = () => {};
+  f.state.balanceHeld = new Promise<void>((r) => (answer = r));
+  t.teardown(answer);
+  await until('a round waiting on balanceOf', async () => f.state.balanceWaiting > 0);
   const y = randomAccount();
-  const started = Date.now();
   await mintAndDeposit(c, y, 4_000n);
   await s.synced(y, 'chain_a', (v) => v.synced === 4_000n);
-  t.ok(Date.now() - started < 2_000, `applied in ${Date.now() - started} ms while the round waits`);
-  f.state.balanceDelayMs = 0;
+  t.ok(f.state.balanceWaiting > 0, 'applied while the round still waits');
+  f.state.balanceHeld = undefined;
+  answer();
 });
 
 t.test('escrow role proposals and amounts of 2^53 or more are counted, logged and kept; the chain goes on', async (t) => {

@@ -14,7 +14,7 @@ import { startSimulator } from '../../plugins/simulator/index.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { countOpenHolds, countQueuedDebits, listCallRecords } from '../../plugins/billing/call-records.js';
 import { closeDevChains, devChains, dropPrefix, testPrefix } from '../helpers/harness.js';
-import { until } from '../helpers/wait.js';
+import { CLI, until } from '../helpers/wait.js';
 import { callIdOf } from '../../plugins/request-ids.js';
 
 // A gateway killed with SIGKILL under load, then restarted: every recorded debit is charged onchain exactly once,
@@ -53,7 +53,7 @@ async function startGateway(): Promise<ChildProcess> {
     billing: { instance_timeout_ms: 1_500, claim_idle_ms: 2_000, batch_wait_ms: 0 },
   }));
   const env = { ...process.env, FAREBOX_CONFIG: configFile, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, LOG_LEVEL: 'error' };
-  const c = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'serve'], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  const c = spawn(process.execPath, [...CLI, 'serve'], { env, stdio: ['ignore', 'ignore', 'inherit'] });
   url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 300 && c.exitCode === null; i++) {
     // Ours: farebox's health body, from a child still running; a listener that never answers cannot stall this.

@@ -13,7 +13,7 @@ import { readWallet } from '../../plugins/billing/wallets.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness, testPrefix } from '../helpers/harness.js';
 import { outageRelay } from '../helpers/outage.js';
-import { runCli, until } from '../helpers/wait.js';
+import { CLI, runCli, until } from '../helpers/wait.js';
 import { callIdOf } from '../../plugins/request-ids.js';
 
 // A gateway that neither settles nor watches: `farebox settle` does both beside it.
@@ -23,7 +23,7 @@ const h = await startHarness({
     c.billing = { ...c.billing, settler: false, watcher: false };
   },
 });
-const settle = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'settle', '--metrics-port', '0', '--json'], {
+const settle = spawn(process.execPath, [...CLI, 'settle', '--metrics-port', '0', '--json'], {
   env: { ...process.env, FAREBOX_REDIS_PREFIX: h.prefix, FAREBOX_CONFIG: '' },
   stdio: ['ignore', 'pipe', 'pipe'],
 });
@@ -99,7 +99,7 @@ function settleOnConfig(t: Test, args: string[], env: Record<string, string>, ed
   const file = join(dir, 'farebox.json');
   writeFileSync(file, JSON.stringify(input));
   const { FAREBOX_REDIS_PREFIX: _p, ...withoutPrefix } = process.env;
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bin/cli.ts', 'settle', '--json', ...args], {
+  const child = spawn(process.execPath, [...CLI, 'settle', '--json', ...args], {
     env: { ...withoutPrefix, FAREBOX_CONFIG: file, [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -144,6 +144,8 @@ t.test('Redis going away: the settle process logs it as JSON lines, never ioredi
   const p = settleOnConfig(t, [], {}, (c) => void (c.redis = { ...(c.redis as object), url: relay.url }));
   await p.started;
   relay.down();
+  // An outage long enough for several reconnects, then a second of them reconnecting: whatever any of its
+  // connections writes meanwhile is looked at, so no one event marks the end.
   await new Promise((r) => setTimeout(r, 2_000));
   relay.up();
   await new Promise((r) => setTimeout(r, 1_000));

@@ -244,6 +244,7 @@ t.test('one poller at a time: the lease names one instance, and another takes it
   });
   const holder = await until('a lease holder', async () => h.redis.get('video-poller-lease'));
   t.ok(holder === 'one' || holder === 'two');
+  // Several rounds of both pollers, and no takeover: nothing to await, a short look.
   await new Promise((r) => setTimeout(r, 300));
   t.equal(await h.redis.get('video-poller-lease'), holder, 'the holder keeps it');
   await (holder === 'one' ? one : two).stop();
