@@ -17,7 +17,7 @@ import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { DebitSpool, type SpooledDebit } from './spool.js';
 import { debitHold, MAX_AMOUNT, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
-import { redisIdentity, redisUnavailable, RedisUnanswered } from '../store/redis.js';
+import { ifAnswering, redisIdentity, redisUnavailable, RedisUnanswered } from '../store/redis.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
 import { callIdOf } from '../request-ids.js';
@@ -356,6 +356,6 @@ export class Billing {
       await this.spool.flush(3_000);
       await this.spool.stop();
     }
-    await this.r.zrem(keys.instances, this.instance).catch(() => {});
+    await ifAnswering(this.r, 1_000, () => this.r.zrem(keys.instances, this.instance));
   }
 }

@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 import type { Address, ChainName } from '../chains/config.js';
 import type { Charge, Hex, PendingBatch, SettlementChain } from '../chains/port.js';
 import { countBy, type Metrics } from '../metrics/metrics.js';
-import { logRedisErrors } from '../store/redis.js';
+import { ifAnswering, logRedisErrors } from '../store/redis.js';
 import { Sleeps } from './sleeps.js';
 import { LuaScript } from '../store/redis-script.js';
 import { keys } from '../store/keys.js';
@@ -391,7 +391,7 @@ export class Settler {
     await Promise.race([Promise.allSettled([...this.loops, ...tracked]), new Promise((r) => (timer = setTimeout(r, 5_000)))]);
     clearTimeout(timer);
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
-      if (chain.canSettle) await pruneConsumers(this.redis, name, 0, this.consumer).catch(() => {});
+      if (chain.canSettle) await ifAnswering(this.redis, 1_000, () => pruneConsumers(this.redis, name, 0, this.consumer));
     }
   }
 }

@@ -11,6 +11,7 @@
 import type { Redis } from 'ioredis';
 import { performance } from 'node:perf_hooks';
 import { LuaScript } from './redis-script.js';
+import { ifAnswering } from './redis.js';
 
 /** Take the lease if nobody holds it; keep it (a new expiry) if the owner holds it already. 1: held. */
 const TAKE = new LuaScript(`
@@ -49,10 +50,13 @@ export class Lease {
     return this.record(performance.now(), (await RENEW.run<number>(this.redis, [this.key], [this.owner, this.ttlMs])) === 1);
   }
 
-  /** Give the lease up, if it is still this owner's (a successor need not wait for it to expire). */
+  /**
+   * Give the lease up, if it is still this owner's (a successor need not wait for it to expire). Only while Redis
+   * answers, for at most a second: a stop is not held by a Redis that is away, and the lease then expires by itself.
+   */
   async release(): Promise<boolean> {
     this.heldAt = undefined;
-    return (await RELEASE.run<number>(this.redis, [this.key], [this.owner])) === 1;
+    return (await ifAnswering(this.redis, 1_000, () => RELEASE.run<number>(this.redis, [this.key], [this.owner]))) === 1;
   }
 
   /**

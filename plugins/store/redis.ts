@@ -143,6 +143,24 @@ export function redisUnavailable(err: unknown): boolean {
   return CONNECTION_ERRORS.has(e.name ?? '') || SOCKET_CODES.has(e.code ?? '') || CONNECTION_LOST.test(e.message ?? '');
 }
 
+/**
+ * What a stopping process still asks of Redis (a lease handed over, its instance's entry removed, idle consumers
+ * pruned): only while the connection is up, and for at most `ms`, undefined otherwise or on an error. A Redis that is
+ * away would hold the shutdown through every retry of the command; what is skipped expires or is swept by itself.
+ */
+export async function ifAnswering<T>(redis: Redis, ms: number, run: () => Promise<T>): Promise<T | undefined> {
+  if (redis.status !== 'ready') return undefined;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([run().catch(() => undefined), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Whether Redis answers a PING within `timeoutMs`. */
 export async function redisAnswers(redis: Redis, timeoutMs = 500): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;

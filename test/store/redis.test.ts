@@ -1,6 +1,6 @@
 import t from 'tap';
 import { ReplyError } from 'ioredis';
-import { connectRedis, closeRedis, redisUnavailable, RedisUnanswered } from '../../plugins/store/redis.js';
+import { connectRedis, closeRedis, ifAnswering, redisUnavailable, RedisUnanswered } from '../../plugins/store/redis.js';
 import { testRedis } from '../helpers/harness.js';
 
 const { redis } = await testRedis(t);
@@ -64,4 +64,18 @@ t.test('redisUnavailable: Redis out of reach or not serving; not a refusal of th
   t.notOk(redisUnavailable(new ReplyError('ERR Error running script: amount out of range')));
   t.notOk(redisUnavailable(new TypeError("Cannot read properties of undefined (reading 'x')")));
   t.notOk(redisUnavailable(undefined));
+});
+
+t.test('ifAnswering: a stopping process asks Redis nothing while it is away, and waits at most its bound', async (t) => {
+  // Nothing listens on port 1: the connection never becomes ready.
+  const away = connectRedis({ url: 'redis://127.0.0.1:1', prefix: 'farebox-test-away:' });
+  away.on('error', () => {});
+  t.teardown(() => away.disconnect());
+  let ran = false;
+  t.equal(await ifAnswering(away, 60_000, async () => (ran = true)), undefined, 'nothing answered');
+  t.notOk(ran, 'and nothing asked: a command would wait through every retry');
+  t.equal(await ifAnswering(redis, 60_000, () => redis.ping()), 'PONG', 'a Redis that answers is asked');
+  const never = new Promise<string>(() => {});
+  t.equal(await ifAnswering(redis, 50, () => never), undefined, 'a command that never answers is given up after the bound');
+  t.equal(await ifAnswering(redis, 60_000, () => Promise.reject(new Error('refused'))), undefined, 'an error is no answer');
 });
