@@ -50,7 +50,8 @@ module.exports = {
     {
       name: 'protocols-through-the-registry',
       severity: 'error',
-      comment: 'A provider protocol (upstream/protocols/<name>/) is picked through protocols/registry.ts, never imported by name.',
+      comment:
+        'A provider protocol (upstream/protocols/<name>/) is picked through protocols/registry.ts, never imported by name.',
       from: { path: '^(plugins|policies|pricing|bin)/', pathNot: '^plugins/upstream/protocols/' },
       to: { path: '^plugins/upstream/protocols/[^/]+/' },
     },
@@ -64,7 +65,8 @@ module.exports = {
     {
       name: 'below-the-call-path',
       severity: 'error',
-      comment: 'What the call path uses (jobs, billing, settlement, chains, accounts, metrics, store) names none of it: no call.ts, phase, route, dashboard or wiring.',
+      comment:
+        'What the call path uses (jobs, billing, settlement, chains, accounts, metrics, store) names none of it: no call.ts, phase, route, dashboard or wiring.',
       from: { path: '^plugins/(accounts|billing|chains|jobs|metrics|settlement|store)/' },
       to: { path: '^plugins/(call\\.ts|gateway\\.ts|serve\\.ts|embedded\\.ts|phases/|routes/|dashboard/)' },
     },
@@ -85,7 +87,8 @@ module.exports = {
     {
       name: 'money-knows-no-chain-library',
       severity: 'error',
-      comment: 'billing/ and settlement/ talk to chains through the port (chains/port.ts): only chains/ and the dashboard import viem.',
+      comment:
+        'billing/ and settlement/ talk to chains through the port (chains/port.ts): only chains/ and the dashboard import viem.',
       from: { path: '^plugins/(billing|settlement)/' },
       to: { path: 'node_modules/viem/' },
     },

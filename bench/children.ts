@@ -14,12 +14,14 @@ import { connect, createServer } from 'node:net';
  * old-space pages of dead objects committed (measured: 36.2 MiB after one GC, 31.2 after the second, 30.7 after the
  * third, with 26.7 MiB live), and V8 returns freed pages to the OS after its GC, so one GC read a sawtooth's phase.
  */
-const PROBE = 'data:text/javascript,' + encodeURIComponent(
-  "process.on('message',async(m)=>{if(m&&m.type==='mem'){let u=process.memoryUsage(),gcs=0;" +
-    "for(let last=Infinity;gcs<6&&last-u.rss>=524288;gcs++){last=u.rss;globalThis.gc?.();await new Promise((r)=>setTimeout(r,100));u=process.memoryUsage();}" +
-    "process.send({type:'mem',...u,gcs});}});" +
-    "process.on('disconnect',()=>process.kill(process.pid,'SIGTERM'));",
-);
+const PROBE =
+  'data:text/javascript,' +
+  encodeURIComponent(
+    "process.on('message',async(m)=>{if(m&&m.type==='mem'){let u=process.memoryUsage(),gcs=0;" +
+      'for(let last=Infinity;gcs<6&&last-u.rss>=524288;gcs++){last=u.rss;globalThis.gc?.();await new Promise((r)=>setTimeout(r,100));u=process.memoryUsage();}' +
+      "process.send({type:'mem',...u,gcs});}});" +
+      "process.on('disconnect',()=>process.kill(process.pid,'SIGTERM'));",
+  );
 
 /** A running child server. */
 export interface Child {
@@ -33,11 +35,22 @@ export interface Child {
 const children = new Set<Child>();
 
 /** Spawn `node [nodeArgs] script [args]` pinned to `cores` (a core, or a taskset list such as "0-1"). */
-export function spawnNode(name: string, cores: number | string, nodeArgs: string[], script: string, args: string[], env: NodeJS.ProcessEnv = process.env): Child {
-  const proc = spawn('taskset', ['-c', String(cores), process.execPath, '--expose-gc', `--import=${PROBE}`, ...nodeArgs, script, ...args], {
-    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-    env,
-  });
+export function spawnNode(
+  name: string,
+  cores: number | string,
+  nodeArgs: string[],
+  script: string,
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Child {
+  const proc = spawn(
+    'taskset',
+    ['-c', String(cores), process.execPath, '--expose-gc', `--import=${PROBE}`, ...nodeArgs, script, ...args],
+    {
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      env,
+    },
+  );
   if (proc.pid === undefined) throw new Error(`${name}: spawn failed`);
   const child: Child = { name, pid: proc.pid, proc, tail: [] };
   const keep = (chunk: Buffer) => {
@@ -101,7 +114,8 @@ export function readyUrl(child: Child, timeoutMs = 30_000): Promise<string> {
 export async function waitForPort(child: Child, port: number, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (child.proc.exitCode !== null) throw new Error(`${child.name} exited before it was ready:\n${child.tail.join('\n')}`);
+    if (child.proc.exitCode !== null)
+      throw new Error(`${child.name} exited before it was ready:\n${child.tail.join('\n')}`);
     const ok = await new Promise<boolean>((resolve) => {
       const s = connect(port, '127.0.0.1');
       s.once('connect', () => {
@@ -181,7 +195,9 @@ export function cpuMsOf(pid: number): number {
  * (proc(5)); steal is time the hypervisor gave to another guest.
  */
 export function coreBusyMsOf(core: number): number {
-  const line = readFileSync('/proc/stat', 'utf8').split('\n').find((l) => l.startsWith(`cpu${core} `));
+  const line = readFileSync('/proc/stat', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith(`cpu${core} `));
   if (!line) throw new Error(`/proc/stat has no line for cpu${core}`);
   const [user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number);
   return ((user! + nice! + system! + irq! + softirq! + (steal ?? 0)) * 1000) / TICKS_PER_S;
@@ -196,7 +212,12 @@ export function runWaitMsOf(pid: number): number {
 }
 
 /** Send `message` over the child's IPC channel and wait for the reply of type `replyType`. */
-export function ask<T>(child: Child, message: { type: string } & Record<string, unknown>, replyType: string, timeoutMs = 10_000): Promise<T> {
+export function ask<T>(
+  child: Child,
+  message: { type: string } & Record<string, unknown>,
+  replyType: string,
+  timeoutMs = 10_000,
+): Promise<T> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.proc.off('message', onMessage);

@@ -17,7 +17,11 @@ import { closeRedis, connectRedis } from '../plugins/store/redis.js';
 import { DEV_CHAINS_KEY, fundOnDevChain, tuneHeap } from '../plugins/serve.js';
 
 /** Start farebox on 127.0.0.1 (ephemeral port), upstreams at `simUrl`, Redis keys under `redisPrefix`. */
-export async function startFarebox(simUrl: string, redisUrl: string, redisPrefix: string): Promise<{ url: string; close(): Promise<void> }> {
+export async function startFarebox(
+  simUrl: string,
+  redisUrl: string,
+  redisPrefix: string,
+): Promise<{ url: string; close(): Promise<void> }> {
   // The process runs as `farebox serve` runs it.
   tuneHeap();
   const input = embeddedDefault(simUrl);
@@ -25,12 +29,16 @@ export async function startFarebox(simUrl: string, redisUrl: string, redisPrefix
   input.server = { host: '127.0.0.1', port: 0 };
   // Rate limits still count every call (their Redis round trip is part of the hot path) but never refuse one:
   // the defaults (3,000 requests/min per key, 6,000 video polls) would answer most of the load with 429.
-  input.limits = { default: { key: { rpm: 1e12 }, account: { rpm: 1e12 } }, video_polls: { key: { rpm: 1e12 }, account: { rpm: 1e12 } } };
+  input.limits = {
+    default: { key: { rpm: 1e12 }, account: { rpm: 1e12 } },
+    video_polls: { key: { rpm: 1e12 }, account: { rpm: 1e12 } },
+  };
   // Settlement runs in a `farebox settle` process beside it (bench/server.ts settle), as a production deployment
   // runs it: its CPU and garbage stay off the gateway's event loop. The bench counts its CPU with the gateway's.
   input.billing = { settler: false, watcher: false };
   // img-2 on gpt-image-2, whose 4K is a 4K-class image (2880x2880), so the image scenarios move 4K-sized answers.
-  for (const m of input.models as { id: string; upstream_model?: string }[]) if (m.id === 'img-2') m.upstream_model = 'gpt-image-2';
+  for (const m of input.models as { id: string; upstream_model?: string }[])
+    if (m.id === 'img-2') m.upstream_model = 'gpt-image-2';
   const published = connectRedis({ url: redisUrl, prefix: redisPrefix });
   const chains = await published.get(DEV_CHAINS_KEY);
   await closeRedis(published);

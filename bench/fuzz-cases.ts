@@ -35,20 +35,96 @@ const nest = (depth: number): unknown => {
 
 /** Values that have broken parsers, billing arithmetic and rewrites. */
 const HOSTILE: readonly unknown[] = [
-  null, true, false, 0, -1, 1.5, 0.25, -0, 1e308, -1e308, 2 ** 53, 2 ** 64, Number.MAX_SAFE_INTEGER,
-  '', 'x', '0', '1', '-1', 'NaN', 'Infinity', '1e309', '\ud800', 'a\u0000b', 'ü'.repeat(50), 'x'.repeat(5_000),
-  [], [[]], [1, 2, 3], ['a'], [null], {}, { a: 1 }, { type: 'text' }, { type: 'text', text: 5 },
+  null,
+  true,
+  false,
+  0,
+  -1,
+  1.5,
+  0.25,
+  -0,
+  1e308,
+  -1e308,
+  2 ** 53,
+  2 ** 64,
+  Number.MAX_SAFE_INTEGER,
+  '',
+  'x',
+  '0',
+  '1',
+  '-1',
+  'NaN',
+  'Infinity',
+  '1e309',
+  '\ud800',
+  'a\u0000b',
+  'ü'.repeat(50),
+  'x'.repeat(5_000),
+  [],
+  [[]],
+  [1, 2, 3],
+  ['a'],
+  [null],
+  {},
+  { a: 1 },
+  { type: 'text' },
+  { type: 'text', text: 5 },
   { type: 'image_url', image_url: { url: 'data:image/png;base64,@@@' } },
   { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } },
-  { type: 'ephemeral', ttl: '1h' }, { type: 'ephemeral', ttl: 5 }, { cache_control: 5 },
-  nest(40), nest(300), Array.from({ length: 500 }, (_, i) => i),
+  { type: 'ephemeral', ttl: '1h' },
+  { type: 'ephemeral', ttl: 5 },
+  { cache_control: 5 },
+  nest(40),
+  nest(300),
+  Array.from({ length: 500 }, (_, i) => i),
 ];
 
-const CHAT_FIELDS = ['model', 'messages', 'max_tokens', 'max_completion_tokens', 'n', 'stream', 'stream_options', 'tools', 'tool_choice', 'reasoning_effort', 'temperature', 'top_p', 'stop', 'service_tier', 'metadata', 'user', 'seed'];
-const MESSAGES_FIELDS = ['model', 'messages', 'max_tokens', 'stream', 'system', 'temperature', 'n', 'tools', 'tool_choice', 'thinking', 'metadata', 'stop_sequences', 'mcp_servers', 'container'];
+const CHAT_FIELDS = [
+  'model',
+  'messages',
+  'max_tokens',
+  'max_completion_tokens',
+  'n',
+  'stream',
+  'stream_options',
+  'tools',
+  'tool_choice',
+  'reasoning_effort',
+  'temperature',
+  'top_p',
+  'stop',
+  'service_tier',
+  'metadata',
+  'user',
+  'seed',
+];
+const MESSAGES_FIELDS = [
+  'model',
+  'messages',
+  'max_tokens',
+  'stream',
+  'system',
+  'temperature',
+  'n',
+  'tools',
+  'tool_choice',
+  'thinking',
+  'metadata',
+  'stop_sequences',
+  'mcp_servers',
+  'container',
+];
 
-const chatBase = () => ({ model: 'gamma-k3', max_tokens: 20, messages: [{ role: 'user', content: 'hi #sim:tokens=3' }] });
-const messagesBase = () => ({ model: 'alpha-haiku-4-5', max_tokens: 20, messages: [{ role: 'user', content: 'hi #sim:tokens=3' }] });
+const chatBase = () => ({
+  model: 'gamma-k3',
+  max_tokens: 20,
+  messages: [{ role: 'user', content: 'hi #sim:tokens=3' }],
+});
+const messagesBase = () => ({
+  model: 'alpha-haiku-4-5',
+  max_tokens: 20,
+  messages: [{ role: 'user', content: 'hi #sim:tokens=3' }],
+});
 
 /** `n` cases from `seed`, for the gateway at hand with a valid key. */
 export function fuzzCases(seed: number, n: number, key: string): FuzzCase[] {
@@ -86,12 +162,22 @@ export function fuzzCases(seed: number, n: number, key: string): FuzzCase[] {
       } else if (r < 0.75) {
         // A hostile message part, or a hostile message.
         const part = pick(HOSTILE);
-        const message = rnd() < 0.5 ? { role: pick(['user', 'assistant', 'system', 'tool', 'x', 5]), content: [part] } : part;
+        const message =
+          rnd() < 0.5 ? { role: pick(['user', 'assistant', 'system', 'tool', 'x', 5]), content: [part] } : part;
         body.messages = [message, ...(Array.isArray(body.messages) ? body.messages : [])];
         what.push(`message ${JSON.stringify(message)?.slice(0, 50)}`);
       } else if (r < 0.82) {
         const h = pick([
-          ['content-type', pick(['text/plain', 'application/json; charset=latin1', 'multipart/form-data; boundary=x', 'application/x-www-form-urlencoded', ''])],
+          [
+            'content-type',
+            pick([
+              'text/plain',
+              'application/json; charset=latin1',
+              'multipart/form-data; boundary=x',
+              'application/x-www-form-urlencoded',
+              '',
+            ]),
+          ],
           ['x-gw-billing-chain', pick(['chain_e', 'auto', 'CHAIN_A', '', 'chain_a,chain_b', 'chain_b'])],
           ['anthropic-version', pick(['', 'yesterday', '2023-06-01\u00e9'.replace('\u00e9', 'x'), '9999-99-99'])],
           ['anthropic-beta', pick(['context-1m-2025-08-07', ',,,', 'x'.repeat(300)])],
@@ -100,12 +186,30 @@ export function fuzzCases(seed: number, n: number, key: string): FuzzCase[] {
         headers[h[0]] = h[1];
         what.push(`header ${h[0]}=${h[1].slice(0, 30)}`);
       } else if (r < 0.9) {
-        raw = Buffer.from(pick(['', '{', 'null', '1', '"x"', '[]', '[{}]', '{"model":', '\u0000', '{"a":1}{"b":2}', '{"model":"gamma-k3",}']));
+        raw = Buffer.from(
+          pick([
+            '',
+            '{',
+            'null',
+            '1',
+            '"x"',
+            '[]',
+            '[{}]',
+            '{"model":',
+            '\u0000',
+            '{"a":1}{"b":2}',
+            '{"model":"gamma-k3",}',
+          ]),
+        );
         what.push(`raw ${raw.toString().slice(0, 20)}`);
       } else {
         // Bytes that are not UTF-8 inside a string.
         const text = JSON.stringify(body);
-        raw = Buffer.concat([Buffer.from(text.slice(0, text.length - 3)), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from(text.slice(-3))]);
+        raw = Buffer.concat([
+          Buffer.from(text.slice(0, text.length - 3)),
+          Buffer.from([0xc3, 0x28, 0xff]),
+          Buffer.from(text.slice(-3)),
+        ]);
         what.push('invalid UTF-8');
       }
     }
@@ -126,10 +230,16 @@ export function checkAnswer(c: FuzzCase, status: number, headers: Headers, text:
     return `${status} with a body that is not JSON: ${text.slice(0, 100)}`;
   }
   const anthropic = c.path.startsWith('/v1/messages');
-  if (anthropic && (body.type !== 'error' || typeof body.error?.type !== 'string' || typeof body.error?.message !== 'string')) {
+  if (
+    anthropic &&
+    (body.type !== 'error' || typeof body.error?.type !== 'string' || typeof body.error?.message !== 'string')
+  ) {
     return `${status} not in the Anthropic error shape: ${text.slice(0, 200)}`;
   }
-  if (!anthropic && (typeof body.error?.type !== 'string' || typeof body.error?.message !== 'string' || !('code' in (body.error ?? {})))) {
+  if (
+    !anthropic &&
+    (typeof body.error?.type !== 'string' || typeof body.error?.message !== 'string' || !('code' in (body.error ?? {})))
+  ) {
     return `${status} not in the OpenAI error shape: ${text.slice(0, 200)}`;
   }
   return null;

@@ -26,23 +26,43 @@ const PROMPT = 'A harbour at dawn, fishing boats and gulls';
 const OPENAI_SIZE: Record<'1k' | '4k', string> = { '1k': '1024x1024', '4k': '2880x2880' };
 
 /** The request of `scenario` to `target`, or null when the target has no such call. */
-export function imageRequestFor(scenario: ImageScenario, target: Target, simUrl: string, key: string): RequestSpec | null {
+export function imageRequestFor(
+  scenario: ImageScenario,
+  target: Target,
+  simUrl: string,
+  key: string,
+): RequestSpec | null {
   const [, protocol, cls] = scenario.split('-') as [string, 'gemini' | 'openai', '1k' | '4k'];
   const size = cls === '1k' ? '1K' : '4K';
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (target.name === 'farebox') {
     headers.authorization = `Bearer ${key}`;
     const body = { model: protocol === 'gemini' ? 'img-pro' : 'img-2', prompt: PROMPT, size };
-    return { method: 'POST', url: `${target.url}/v1/images/generations`, headers, body: JSON.stringify(body), stream: false };
+    return {
+      method: 'POST',
+      url: `${target.url}/v1/images/generations`,
+      headers,
+      body: JSON.stringify(body),
+      stream: false,
+    };
   }
   if (protocol === 'gemini') {
     if (target.name === 'peer') return null;
     headers['x-goog-api-key'] = 'sim-key';
     const body = {
       contents: [{ role: 'user', parts: [{ text: PROMPT }] }],
-      generationConfig: { responseModalities: ['TEXT', 'IMAGE'], imageConfig: size === '1K' ? { aspectRatio: '1:1' } : { aspectRatio: '1:1', imageSize: size } },
+      generationConfig: {
+        responseModalities: ['TEXT', 'IMAGE'],
+        imageConfig: size === '1K' ? { aspectRatio: '1:1' } : { aspectRatio: '1:1', imageSize: size },
+      },
     };
-    return { method: 'POST', url: `${target.url}/v1beta/models/gemini-3-pro-image-preview:generateContent`, headers, body: JSON.stringify(body), stream: false };
+    return {
+      method: 'POST',
+      url: `${target.url}/v1beta/models/gemini-3-pro-image-preview:generateContent`,
+      headers,
+      body: JSON.stringify(body),
+      stream: false,
+    };
   }
   headers.authorization = 'Bearer sim-key';
   if (target.name === 'peer') {
@@ -50,13 +70,22 @@ export function imageRequestFor(scenario: ImageScenario, target: Target, simUrl:
     headers['x-portkey-custom-host'] = `${simUrl}/v1`;
   }
   const body = { model: 'gpt-image-2', prompt: PROMPT, size: OPENAI_SIZE[cls] };
-  return { method: 'POST', url: `${target.url}/v1/images/generations`, headers, body: JSON.stringify(body), stream: false };
+  return {
+    method: 'POST',
+    url: `${target.url}/v1/images/generations`,
+    headers,
+    body: JSON.stringify(body),
+    stream: false,
+  };
 }
 
 /** Whether a body holds a whole image: an ImagesResponse's b64_json, or a Gemini answer's inline image. */
 export function completeImage(body: string): boolean {
   try {
-    const j = JSON.parse(body) as { data?: { b64_json?: string }[]; candidates?: { content?: { parts?: { inlineData?: { data?: string } }[] } }[] };
+    const j = JSON.parse(body) as {
+      data?: { b64_json?: string }[];
+      candidates?: { content?: { parts?: { inlineData?: { data?: string } }[] } }[];
+    };
     const b64 = j.data?.[0]?.b64_json ?? j.candidates?.[0]?.content?.parts?.find((p) => p.inlineData)?.inlineData?.data;
     return typeof b64 === 'string' && b64.startsWith('iVBOR') && b64.length > 10_000;
   } catch {
@@ -92,7 +121,10 @@ export interface ImageResults {
 
 /** Run every image scenario on every target that has it; `settlePid` is counted with farebox's CPU. */
 export async function runImages(
-  targets: Target[], simUrl: string, key: string, settlePid: number,
+  targets: Target[],
+  simUrl: string,
+  key: string,
+  settlePid: number,
   opts: { concurrency: number; durationS: number; warmupS: number; sequential: number; log: (s: string) => void },
 ): Promise<ImageResults> {
   const problems: string[] = [];
@@ -107,7 +139,10 @@ export async function runImages(
       try {
         const r = await sendOnce(spec, agent, 60_000, true);
         if (r.status === 200 && completeImage(r.body)) ok.add(`${scenario}/${t.name}`);
-        else problems.push(`${t.name} ${scenario}: HTTP ${r.status}, body ${JSON.stringify(r.body.slice(0, 200))}; left out`);
+        else
+          problems.push(
+            `${t.name} ${scenario}: HTTP ${r.status}, body ${JSON.stringify(r.body.slice(0, 200))}; left out`,
+          );
       } catch (err) {
         problems.push(`${t.name} ${scenario}: ${(err as Error).message}; left out`);
       }
@@ -126,7 +161,13 @@ export async function runImages(
       resetPeakRss(t.pid);
       const r = await runLoad(spec, opts.concurrency, opts.durationS);
       const cpu = pids.map((pid, i) => cpuMsOf(pid) - cpu0[i]!).reduce((a, b) => a + b, 0);
-      load.push({ ...r, scenario, target: t.name, serverCpuMsPerReq: r.ok ? round(cpu / r.ok, 2) : null, peakRssMiB: round(memOf(t.pid).hwmKiB / 1024, 1) });
+      load.push({
+        ...r,
+        scenario,
+        target: t.name,
+        serverCpuMsPerReq: r.ok ? round(cpu / r.ok, 2) : null,
+        peakRssMiB: round(memOf(t.pid).hwmKiB / 1024, 1),
+      });
       if (r.non2xx || r.errors) problems.push(`images ${scenario} ${t.name}: ${r.non2xx} non-2xx, ${r.errors} errors`);
     }
   }
@@ -136,22 +177,34 @@ export async function runImages(
       for (const t of targets) {
         if (!ok.has(`${scenario}/${t.name}`)) continue;
         opts.log(`images sequential ${scenario} ${t.name}`);
-        const r = await runSequential(imageRequestFor(scenario, t, simUrl, key)!, opts.sequential, Math.min(10, opts.sequential));
+        const r = await runSequential(
+          imageRequestFor(scenario, t, simUrl, key)!,
+          opts.sequential,
+          Math.min(10, opts.sequential),
+        );
         sequentialCells.push({ ...r, scenario, target: t.name });
       }
     }
   }
-  return { concurrency: opts.concurrency, durationS: opts.durationS, sequential: opts.sequential, load, sequentialCells, problems };
+  return {
+    concurrency: opts.concurrency,
+    durationS: opts.durationS,
+    sequential: opts.sequential,
+    load,
+    sequentialCells,
+    problems,
+  };
 }
 
-const f = (v: number | null | undefined, digits = 2) => (v === null || v === undefined || Number.isNaN(v) ? '-' : v.toFixed(digits));
+const f = (v: number | null | undefined, digits = 2) =>
+  v === null || v === undefined || Number.isNaN(v) ? '-' : v.toFixed(digits);
 
 /** The image tables, as markdown. */
 export function imagesMarkdown(r: ImageResults): string[] {
   const lines = [
     `## Images (b64_json, ${r.concurrency} at a time, ${r.durationS} s per cell; one at a time: ${r.sequential} calls)`,
     '',
-    'direct is the simulator\'s own protocol (Gemini generateContent, OpenAI Images); peak RSS is the server\'s during its cell alone.',
+    "direct is the simulator's own protocol (Gemini generateContent, OpenAI Images); peak RSS is the server's during its cell alone.",
     '',
     '| scenario | target | req/s | p50 ms | p99 ms | added p50 / p99 ms | CPU ms per call | peak RSS MiB | one at a time p50 / p99 ms | added one at a time p50 / p99 ms | non-2xx / errors |',
     '|---|---|---|---|---|---|---|---|---|---|---|',
@@ -160,9 +213,17 @@ export function imagesMarkdown(r: ImageResults): string[] {
     const d = r.load.find((x) => x.scenario === c.scenario && x.target === 'direct');
     const seq = r.sequentialCells.find((x) => x.scenario === c.scenario && x.target === c.target);
     const dseq = r.sequentialCells.find((x) => x.scenario === c.scenario && x.target === 'direct');
-    const added = c.target !== 'direct' && d?.latency && c.latency ? `${f(c.latency.p50 - d.latency.p50, 1)} / ${f(c.latency.p99 - d.latency.p99, 1)}` : '-';
-    const seqAdded = c.target !== 'direct' && seq?.total && dseq?.total ? `${f(seq.total.p50 - dseq.total.p50)} / ${f(seq.total.p99 - dseq.total.p99)}` : '-';
-    lines.push(`| ${c.scenario} | ${c.target} | ${f(c.rps, 1)} | ${f(c.latency?.p50, 1)} | ${f(c.latency?.p99, 1)} | ${added} | ${f(c.serverCpuMsPerReq)} | ${f(c.peakRssMiB, 1)} | ${seq?.total ? `${f(seq.total.p50)} / ${f(seq.total.p99)}` : '-'} | ${seqAdded} | ${c.non2xx} / ${c.errors} |`);
+    const added =
+      c.target !== 'direct' && d?.latency && c.latency
+        ? `${f(c.latency.p50 - d.latency.p50, 1)} / ${f(c.latency.p99 - d.latency.p99, 1)}`
+        : '-';
+    const seqAdded =
+      c.target !== 'direct' && seq?.total && dseq?.total
+        ? `${f(seq.total.p50 - dseq.total.p50)} / ${f(seq.total.p99 - dseq.total.p99)}`
+        : '-';
+    lines.push(
+      `| ${c.scenario} | ${c.target} | ${f(c.rps, 1)} | ${f(c.latency?.p50, 1)} | ${f(c.latency?.p99, 1)} | ${added} | ${f(c.serverCpuMsPerReq)} | ${f(c.peakRssMiB, 1)} | ${seq?.total ? `${f(seq.total.p50)} / ${f(seq.total.p99)}` : '-'} | ${seqAdded} | ${c.non2xx} / ${c.errors} |`,
+    );
   }
   lines.push('');
   if (r.problems.length) lines.push(...r.problems.map((x) => `- ${x}`), '');

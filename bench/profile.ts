@@ -44,7 +44,11 @@ function shortFile(url: string, root: string): string {
 }
 
 /** Top `limit` functions and areas by self time; percentages are of the busy (non-idle) time. */
-export function summarizeProfile(file: string, root: string, limit = 25): { busyMs: number; idleMs: number; functions: SelfTime[]; areas: SelfTime[] } {
+export function summarizeProfile(
+  file: string,
+  root: string,
+  limit = 25,
+): { busyMs: number; idleMs: number; functions: SelfTime[]; areas: SelfTime[] } {
   const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const fn = new Map<string, number>();

@@ -19,7 +19,9 @@ import { keys } from '../plugins/store/keys.js';
 import { writeFirstLayout, weigh } from '../test/helpers/record-layouts.js';
 import { callIdOf } from '../plugins/request-ids.js';
 
-const { values } = parseArgs({ options: { calls: { type: 'string', default: '20000' }, accounts: { type: 'string', default: '1' } } });
+const { values } = parseArgs({
+  options: { calls: { type: 'string', default: '20000' }, accounts: { type: 'string', default: '1' } },
+});
 const CALLS = Number(values.calls);
 const ACCOUNTS = Number(values.accounts);
 const RETENTION_MS = 30 * 86_400_000;
@@ -38,7 +40,23 @@ async function freePort(): Promise<number> {
 }
 
 const port = await freePort();
-const server = spawn('setpriv', ['--pdeathsig', 'KILL', 'redis-server', '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+const server = spawn(
+  'setpriv',
+  [
+    '--pdeathsig',
+    'KILL',
+    'redis-server',
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+  ],
+  { stdio: 'ignore' },
+);
 const redis = new Redis({ port, keyPrefix: PREFIX, retryStrategy: () => 100 });
 redis.on('error', () => {}); // refused until the server listens: ioredis retries, and the first command waits for it
 await redis.ping();
@@ -58,14 +76,42 @@ async function compact(ids: string[]): Promise<void> {
   const at = (i: number) => accounts[i % ACCOUNTS];
   for (let from = 0; from < ids.length; from += 500) {
     const part = ids.slice(from, from + 500);
-    await Promise.all(part.map(async (id, j) => {
-      const account = at(from + j);
-      const callId = callIdOf(id);
-      await placeHold(redis, { requestId: id, callId, account, chain: 'chain_a', amount: 300_000n, owner: 'gw-1-abcdef', ttlMs: 60_000, model: 'alpha-sonnet-4-6', keyId: 'key_5ff2f2d1cef982e2', retentionMs: RETENTION_MS });
-      await debitHold(redis, { requestId: id, callId, account, chain: 'chain_a', owner: 'gw-1-abcdef', price: 12_345n, usageJson: JSON.stringify(USAGE), retentionMs: RETENTION_MS });
-    }));
+    await Promise.all(
+      part.map(async (id, j) => {
+        const account = at(from + j);
+        const callId = callIdOf(id);
+        await placeHold(redis, {
+          requestId: id,
+          callId,
+          account,
+          chain: 'chain_a',
+          amount: 300_000n,
+          owner: 'gw-1-abcdef',
+          ttlMs: 60_000,
+          model: 'alpha-sonnet-4-6',
+          keyId: 'key_5ff2f2d1cef982e2',
+          retentionMs: RETENTION_MS,
+        });
+        await debitHold(redis, {
+          requestId: id,
+          callId,
+          account,
+          chain: 'chain_a',
+          owner: 'gw-1-abcdef',
+          price: 12_345n,
+          usageJson: JSON.stringify(USAGE),
+          retentionMs: RETENTION_MS,
+        });
+      }),
+    );
     const events: EscrowEvent[] = part.map((id, j) => ({
-      kind: 'charged', account: at(from + j) as Hex, amount: 12_345n, callId: callIdOf(id), blockNumber: BigInt(from + j + 1), logIndex: 0, txHash: tx(),
+      kind: 'charged',
+      account: at(from + j) as Hex,
+      amount: 12_345n,
+      callId: callIdOf(id),
+      blockNumber: BigInt(from + j + 1),
+      logIndex: 0,
+      txHash: tx(),
     }));
     await applyEventBatch(redis, 'chain_a', events);
   }
@@ -77,11 +123,29 @@ async function compact(ids: string[]): Promise<void> {
 async function firstLayout(ids: string[]): Promise<void> {
   const now = Date.now();
   for (let from = 0; from < ids.length; from += 500) {
-    await Promise.all(ids.slice(from, from + 500).map((id, j) => writeFirstLayout(redis, {
-      requestId: id, account: accounts[(from + j) % ACCOUNTS], keyId: 'key_5ff2f2d1cef982e2', model: 'alpha-sonnet-4-6', chain: 'chain_a',
-      held: 300_000n, owner: 'gw-1-abcdef', time: now + from + j, expires: now + from + j + 60_000, status: 'settled', price: 12_345n,
-      usage: USAGE, tx: tx(),
-    }, RETENTION_MS)));
+    await Promise.all(
+      ids.slice(from, from + 500).map((id, j) =>
+        writeFirstLayout(
+          redis,
+          {
+            requestId: id,
+            account: accounts[(from + j) % ACCOUNTS],
+            keyId: 'key_5ff2f2d1cef982e2',
+            model: 'alpha-sonnet-4-6',
+            chain: 'chain_a',
+            held: 300_000n,
+            owner: 'gw-1-abcdef',
+            time: now + from + j,
+            expires: now + from + j + 60_000,
+            status: 'settled',
+            price: 12_345n,
+            usage: USAGE,
+            tx: tx(),
+          },
+          RETENTION_MS,
+        ),
+      ),
+    );
   }
 }
 
@@ -95,7 +159,14 @@ async function moneyOnly(ids: string[]): Promise<void> {
     const batch = redis.pipeline();
     ids.slice(from, from + 500).forEach((id, j) => {
       const key = keys.call(callIdOf(id));
-      batch.hset(key, { t: String(now + from + j), c: 'chain_a', h: '300000', p: '12345', s: 'settled', x: tx().slice(2) });
+      batch.hset(key, {
+        t: String(now + from + j),
+        c: 'chain_a',
+        h: '300000',
+        p: '12345',
+        s: 'settled',
+        x: tx().slice(2),
+      });
       batch.pexpire(key, RETENTION_MS);
       batch.zadd(keys.usageIndex(accounts[(from + j) % ACCOUNTS]), now + from + j, id);
     });
@@ -122,14 +193,18 @@ async function measure(name: string, write: (ids: string[]) => Promise<void>): P
   for (const a of accounts) index += (await weigh(redis, keys.usageIndex(a))).bytes;
   const perCall = (after - before) / CALLS;
   const calls64 = 64e9 / perCall;
-  console.log(`${name}: record ${(record / sample.length).toFixed(0)} B (${[...encodings].map(([e, n]) => `${e} ${n}`).join(', ')}), ` +
-    `usage index ${(index / CALLS).toFixed(0)} B a call, used_memory ${perCall.toFixed(0)} B a call -> 64 GB holds ` +
-    `${(calls64 / 1e6).toFixed(0)} M calls: ${(calls64 / 30 / 1e6).toFixed(2)} M a day, ${(calls64 / (30 * 86_400)).toFixed(1)} a second over 30 days`);
+  console.log(
+    `${name}: record ${(record / sample.length).toFixed(0)} B (${[...encodings].map(([e, n]) => `${e} ${n}`).join(', ')}), ` +
+      `usage index ${(index / CALLS).toFixed(0)} B a call, used_memory ${perCall.toFixed(0)} B a call -> 64 GB holds ` +
+      `${(calls64 / 1e6).toFixed(0)} M calls: ${(calls64 / 30 / 1e6).toFixed(2)} M a day, ${(calls64 / (30 * 86_400)).toFixed(1)} a second over 30 days`,
+  );
   return perCall;
 }
 
 try {
-  console.log(`${CALLS} settled text calls over ${ACCOUNTS} account(s), key prefix "${PREFIX}", Redis ${(await redis.info('server')).match(/redis_version:(\S+)/)![1]}`);
+  console.log(
+    `${CALLS} settled text calls over ${ACCOUNTS} account(s), key prefix "${PREFIX}", Redis ${(await redis.info('server')).match(/redis_version:(\S+)/)![1]}`,
+  );
   const first = await measure('first layout  ', firstLayout);
   const now = await measure('compact layout', compact);
   await measure('money state only (the floor of streaming the detail out)', moneyOnly);

@@ -124,10 +124,17 @@ export function machine(): Machine {
   const driver = readTrimmed('/sys/devices/system/cpu/cpuidle/current_driver');
   const pollNs = readTrimmed('/sys/module/haltpoll/parameters/guest_halt_poll_ns');
   const idle = driver === null ? null : pollNs === null ? driver : `${driver}, guest_halt_poll_ns=${pollNs}`;
-  return { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, node: process.version, kernel: readTrimmed('/proc/sys/kernel/osrelease') ?? '', idle };
+  return {
+    cpu: cpus()[0]?.model ?? 'unknown',
+    cores: cpus().length,
+    node: process.version,
+    kernel: readTrimmed('/proc/sys/kernel/osrelease') ?? '',
+    idle,
+  };
 }
 
-const f = (v: number | null | undefined, digits = 2) => (v === null || v === undefined || Number.isNaN(v) ? '-' : v.toFixed(digits));
+const f = (v: number | null | undefined, digits = 2) =>
+  v === null || v === undefined || Number.isNaN(v) ? '-' : v.toFixed(digits);
 const p = (x: Percentiles | null, k: 'p50' | 'p90' | 'p99') => f(x?.[k] ?? null);
 
 function row(cells: Array<string | number>): string {
@@ -152,7 +159,8 @@ export interface Comparison {
 /** The comparisons of every load cell that farebox ran. */
 export function compare(load: LoadCell[]): Comparison[] {
   const out: Comparison[] = [];
-  const cell = (s: Scenario, c: number, t: TargetName) => load.find((x) => x.scenario === s && x.connections === c && x.target === t);
+  const cell = (s: Scenario, c: number, t: TargetName) =>
+    load.find((x) => x.scenario === s && x.connections === c && x.target === t);
   const ratio = (a?: LoadCell, b?: LoadCell) => (a && b && b.rps > 0 ? round(a.rps / b.rps, 3) : null);
   for (const fb of load.filter((x) => x.target === 'farebox')) {
     const d = cell(fb.scenario, fb.connections, 'direct');
@@ -180,26 +188,79 @@ export function toMarkdown(r: BenchResults): string {
     `Machine: ${m.cpu}, ${m.cores} cores, Node ${m.node}, Linux ${m.kernel}${m.idle ? `, cpuidle ${m.idle}` : ''}. ${r.settings.pinning}`,
     `Load average (1/5/15 min): ${r.loadAverage.start.join(' ')} at the start, ${r.loadAverage.end.join(' ')} at the end.`,
     `Load: autocannon, ${r.settings.durationS} s per cell after ${r.settings.warmupS} s of warm-up; latencies are each response's own time (ms, sub-ms clock).`,
-    `Versions: ${Object.entries(r.versions).map(([k, v]) => `${k} ${v}`).join(', ')}.`,
+    `Versions: ${Object.entries(r.versions)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}.`,
     '',
     '## Under load',
     '',
     ...table(
-      ['scenario', 'conc', 'target', 'req/s', 'p50', 'p90', 'p99', 'TTFB p50', 'TTFB p99', 'non-2xx', 'errors', 'server CPU ms/req', 'of it settle', 'server CPU %', 'sim CPU ms/req', 'run-queue wait % server/loadgen/sim', 'other on server core %', 'load core busy %', 'load core CPU ms/req loadgen/redis/chains'],
+      [
+        'scenario',
+        'conc',
+        'target',
+        'req/s',
+        'p50',
+        'p90',
+        'p99',
+        'TTFB p50',
+        'TTFB p99',
+        'non-2xx',
+        'errors',
+        'server CPU ms/req',
+        'of it settle',
+        'server CPU %',
+        'sim CPU ms/req',
+        'run-queue wait % server/loadgen/sim',
+        'other on server core %',
+        'load core busy %',
+        'load core CPU ms/req loadgen/redis/chains',
+      ],
       r.load.map((x) => [
-        x.scenario, x.connections, x.target, f(x.rps, 0), p(x.latency, 'p50'), p(x.latency, 'p90'), p(x.latency, 'p99'),
-        p(x.ttfb, 'p50'), p(x.ttfb, 'p99'), x.non2xx, x.errors, f(x.serverCpuMsPerReq, 3), f(x.settleCpuMsPerReq, 3), f(x.serverCpuPct, 0),
-        f(x.simCpuMsPerReq, 3), `${x.waitPct.server} / ${x.waitPct.loadgen} / ${x.waitPct.sim}`, f(x.otherOnServerCorePct, 1),
-        f(x.loadCoreBusyPct, 0), [x.loadCoreMsPerReq.loadgen, x.loadCoreMsPerReq.redis, x.loadCoreMsPerReq.chains].map((v) => f(v, 3)).join(' / '),
+        x.scenario,
+        x.connections,
+        x.target,
+        f(x.rps, 0),
+        p(x.latency, 'p50'),
+        p(x.latency, 'p90'),
+        p(x.latency, 'p99'),
+        p(x.ttfb, 'p50'),
+        p(x.ttfb, 'p99'),
+        x.non2xx,
+        x.errors,
+        f(x.serverCpuMsPerReq, 3),
+        f(x.settleCpuMsPerReq, 3),
+        f(x.serverCpuPct, 0),
+        f(x.simCpuMsPerReq, 3),
+        `${x.waitPct.server} / ${x.waitPct.loadgen} / ${x.waitPct.sim}`,
+        f(x.otherOnServerCorePct, 1),
+        f(x.loadCoreBusyPct, 0),
+        [x.loadCoreMsPerReq.loadgen, x.loadCoreMsPerReq.redis, x.loadCoreMsPerReq.chains]
+          .map((v) => f(v, 3))
+          .join(' / '),
       ]),
     ),
     '',
     '## farebox against direct and the peer (same cell)',
     '',
     ...table(
-      ['scenario', 'conc', 'farebox/direct req/s', 'farebox/peer req/s', 'added p50 ms', 'added p99 ms', 'peer/direct req/s'],
+      [
+        'scenario',
+        'conc',
+        'farebox/direct req/s',
+        'farebox/peer req/s',
+        'added p50 ms',
+        'added p99 ms',
+        'peer/direct req/s',
+      ],
       r.comparisons.map((c) => [
-        c.scenario, c.connections, f(c.fareboxOverDirect), f(c.fareboxOverPeer), f(c.addedP50Ms), f(c.addedP99Ms), f(c.peerOverDirect),
+        c.scenario,
+        c.connections,
+        f(c.fareboxOverDirect),
+        f(c.fareboxOverPeer),
+        f(c.addedP50Ms),
+        f(c.addedP99Ms),
+        f(c.peerOverDirect),
       ]),
     ),
     '',
@@ -209,20 +270,43 @@ export function toMarkdown(r: BenchResults): string {
   const direct = (s: Scenario) => r.sequential.find((x) => x.scenario === s && x.target === 'direct');
   lines.push(
     ...table(
-      ['scenario', 'target', 'total p50', 'total p99', 'TTFB p50', 'TTFB p99', 'added p50', 'added p99', 'added TTFB p50', 'failed'],
+      [
+        'scenario',
+        'target',
+        'total p50',
+        'total p99',
+        'TTFB p50',
+        'TTFB p99',
+        'added p50',
+        'added p99',
+        'added TTFB p50',
+        'failed',
+      ],
       r.sequential.map((x) => {
         const d = direct(x.scenario);
-        const add = (a: Percentiles | null, b: Percentiles | null | undefined, k: 'p50' | 'p99') => (x.target !== 'direct' && a && b ? f(a[k] - b[k], 3) : '-');
+        const add = (a: Percentiles | null, b: Percentiles | null | undefined, k: 'p50' | 'p99') =>
+          x.target !== 'direct' && a && b ? f(a[k] - b[k], 3) : '-';
         return [
-          x.scenario, x.target, f(x.total?.p50, 3), f(x.total?.p99, 3), f(x.ttfb?.p50, 3), f(x.ttfb?.p99, 3),
-          add(x.total, d?.total, 'p50'), add(x.total, d?.total, 'p99'), add(x.ttfb, d?.ttfb, 'p50'), x.failed,
+          x.scenario,
+          x.target,
+          f(x.total?.p50, 3),
+          f(x.total?.p99, 3),
+          f(x.ttfb?.p50, 3),
+          f(x.ttfb?.p99, 3),
+          add(x.total, d?.total, 'p50'),
+          add(x.total, d?.total, 'p99'),
+          add(x.ttfb, d?.ttfb, 'p50'),
+          x.failed,
         ];
       }),
     ),
     '',
     '## Memory',
     '',
-    ...table(['process', 'peak RSS MiB (VmHWM)'], Object.entries(r.memory.peakRssMiB).map(([k, v]) => [k, f(v, 1)])),
+    ...table(
+      ['process', 'peak RSS MiB (VmHWM)'],
+      Object.entries(r.memory.peakRssMiB).map(([k, v]) => [k, f(v, 1)]),
+    ),
     '',
     `Every server runs plain JS (farebox and the simulator compiled to dist/); an idle node holds ${f(r.memory.baselineRssMiB.node, 1)} MiB.`,
     '',
@@ -231,8 +315,28 @@ export function toMarkdown(r: BenchResults): string {
       '0.5 MiB (one GC right after load leaves pages of dead objects committed; V8 frees them on the next GCs).',
     '',
     ...table(
-      ['farebox', 'settled after s', 'RSS MiB', 'GCs', 'RSS at rest MiB', 'heap used at rest MiB', 'heap committed at rest MiB', 'external at rest MiB', 'settle process RSS MiB'],
-      r.memory.farebox.map((x) => [x.when, x.settleWaitS === null ? 'not in 60 s' : f(x.settleWaitS, 1), f(x.rssMiB, 1), String(x.gcs), f(x.rssAfterGcMiB, 1), f(x.heapUsedAfterGcMiB, 1), f(x.heapTotalAfterGcMiB, 1), f(x.externalAfterGcMiB, 1), f(x.settleRssMiB, 1)]),
+      [
+        'farebox',
+        'settled after s',
+        'RSS MiB',
+        'GCs',
+        'RSS at rest MiB',
+        'heap used at rest MiB',
+        'heap committed at rest MiB',
+        'external at rest MiB',
+        'settle process RSS MiB',
+      ],
+      r.memory.farebox.map((x) => [
+        x.when,
+        x.settleWaitS === null ? 'not in 60 s' : f(x.settleWaitS, 1),
+        f(x.rssMiB, 1),
+        String(x.gcs),
+        f(x.rssAfterGcMiB, 1),
+        f(x.heapUsedAfterGcMiB, 1),
+        f(x.heapTotalAfterGcMiB, 1),
+        f(x.externalAfterGcMiB, 1),
+        f(x.settleRssMiB, 1),
+      ]),
     ),
     '',
   );

@@ -38,15 +38,49 @@ import { createAccount, createKey } from '../plugins/accounts/accounts.js';
 import { connectRedis, deleteKeys } from '../plugins/store/redis.js';
 import { readWallet } from '../plugins/billing/wallets.js';
 import {
-  ask, coreBusyMsOf, cpuMsOf, freePort, localRedisPid, killAllNow, memAfterGc, memOf, pinLocalRedis, pinSelf, readyUrl, runWaitMsOf, spawnNode, stopAll, stopChild, waitForPort, type Child,
+  ask,
+  coreBusyMsOf,
+  cpuMsOf,
+  freePort,
+  localRedisPid,
+  killAllNow,
+  memAfterGc,
+  memOf,
+  pinLocalRedis,
+  pinSelf,
+  readyUrl,
+  runWaitMsOf,
+  spawnNode,
+  stopAll,
+  stopChild,
+  waitForPort,
+  type Child,
 } from './children.js';
 import { runLoad } from './load.js';
 import { summarizeProfile } from './profile.js';
-import { compare, machine, mib, toMarkdown, type BenchResults, type LoadCell, type MemoryPoint, type SequentialCell } from './report.js';
+import {
+  compare,
+  machine,
+  mib,
+  toMarkdown,
+  type BenchResults,
+  type LoadCell,
+  type MemoryPoint,
+  type SequentialCell,
+} from './report.js';
 import { IMAGE_SCENARIOS, imagesMarkdown, runImages } from './images.js';
 import { runSettlement, settlementMarkdown, type SettlementSettings } from './settlement.js';
 import {
-  SCENARIOS, TARGETS, completeAnswer, requestFor, runsOn, setVideoJob, videoSubmitFor, type Scenario, type Target, type TargetName,
+  SCENARIOS,
+  TARGETS,
+  completeAnswer,
+  requestFor,
+  runsOn,
+  setVideoJob,
+  videoSubmitFor,
+  type Scenario,
+  type Target,
+  type TargetName,
 } from './scenarios.js';
 import { runSequential, sendOnce } from './sequential.js';
 import { round } from './stats.js';
@@ -74,7 +108,12 @@ const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '50,200').split(',').map((
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const PROFILE = process.env.BENCH_PROFILE as Scenario | undefined;
 const PROFILE_PROCESS = (process.env.BENCH_PROFILE_PROCESS ?? 'farebox') as 'farebox' | 'settle' | 'chains' | 'sim';
-const PROCESS_NAME = { farebox: 'farebox', settle: "farebox's settle process", chains: "farebox's chains process", sim: 'the simulator' }[PROFILE_PROCESS];
+const PROCESS_NAME = {
+  farebox: 'farebox',
+  settle: "farebox's settle process",
+  chains: "farebox's chains process",
+  sim: 'the simulator',
+}[PROFILE_PROCESS];
 const QUICK_NAMES = process.env.BENCH_QUICK ? process.env.BENCH_QUICK.split(',').map((x) => x.trim()) : undefined;
 const QUICK_IMAGES = QUICK_NAMES?.includes('images') ?? false;
 const QUICK_SETTLEMENT = QUICK_NAMES?.includes('settlement') ?? false;
@@ -91,11 +130,16 @@ const SETTLE: SettlementSettings = {
   connections: intEnv('BENCH_SETTLE_CONNECTIONS', 64),
 };
 const FAREBOX_NODE_ARGS = (process.env.BENCH_FAREBOX_NODE_ARGS ?? '').split(' ').filter(Boolean);
-if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1)) throw new Error('BENCH_CONCURRENCY: comma-separated positive integers');
-if (PROFILE !== undefined && !SCENARIOS.includes(PROFILE)) throw new Error(`BENCH_PROFILE must be one of ${SCENARIOS.join(', ')}`);
-if (!['farebox', 'settle', 'chains', 'sim'].includes(PROFILE_PROCESS)) throw new Error('BENCH_PROFILE_PROCESS must be farebox, settle, chains or sim');
-if (QUICK?.some((q) => !SCENARIOS.includes(q))) throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}, images or settlement`);
-if (SETTLE.blockMs < 1 || SETTLE.confirmations < 1 || SETTLE.connections < 4) throw new Error('BENCH_SETTLE_BLOCK_MS and _CONFIRMATIONS at least 1, _CONNECTIONS at least 4');
+if (CONCURRENCY.some((c) => !Number.isInteger(c) || c < 1))
+  throw new Error('BENCH_CONCURRENCY: comma-separated positive integers');
+if (PROFILE !== undefined && !SCENARIOS.includes(PROFILE))
+  throw new Error(`BENCH_PROFILE must be one of ${SCENARIOS.join(', ')}`);
+if (!['farebox', 'settle', 'chains', 'sim'].includes(PROFILE_PROCESS))
+  throw new Error('BENCH_PROFILE_PROCESS must be farebox, settle, chains or sim');
+if (QUICK?.some((q) => !SCENARIOS.includes(q)))
+  throw new Error(`BENCH_QUICK: comma-separated scenarios of ${SCENARIOS.join(', ')}, images or settlement`);
+if (SETTLE.blockMs < 1 || SETTLE.confirmations < 1 || SETTLE.connections < 4)
+  throw new Error('BENCH_SETTLE_BLOCK_MS and _CONFIRMATIONS at least 1, _CONNECTIONS at least 4');
 if (!DURATION) throw new Error('BENCH_DURATION must be at least 1');
 
 const require = createRequire(import.meta.url);
@@ -128,7 +172,6 @@ function packageVersion(name: string): string {
   }
   return 'unknown';
 }
-
 
 const log = (s: string) => process.stderr.write(s + '\n');
 
@@ -209,7 +252,10 @@ async function sanity(targets: Target[], simUrl: string, key: string, problems: 
       try {
         const r = await sendOnce(requestFor(scenario, t, simUrl, key), agent, 10_000, true);
         if (r.status === 200 && completeAnswer(scenario, r.body)) ok.add(`${scenario}/${t.name}`);
-        else problems.push(`${t.name} ${scenario}: HTTP ${r.status}, body ${JSON.stringify(r.body.slice(0, 300))}; left out`);
+        else
+          problems.push(
+            `${t.name} ${scenario}: HTTP ${r.status}, body ${JSON.stringify(r.body.slice(0, 300))}; left out`,
+          );
       } catch (err) {
         problems.push(`${t.name} ${scenario}: ${(err as Error).message}; left out`);
       }
@@ -241,8 +287,15 @@ async function memoryPoint(s: Servers, when: string, redis: Redis): Promise<Memo
   const settleRss = memOf(s.settle.pid).rssKiB;
   const gc = await memAfterGc(s.fb);
   return {
-    when, rssMiB: mib(rss, 'KiB'), rssAfterGcMiB: mib(gc.rss, 'B'), heapUsedAfterGcMiB: mib(gc.heapUsed, 'B'),
-    heapTotalAfterGcMiB: mib(gc.heapTotal, 'B'), externalAfterGcMiB: mib(gc.external, 'B'), gcs: gc.gcs, settleRssMiB: mib(settleRss, 'KiB'), settleWaitS,
+    when,
+    rssMiB: mib(rss, 'KiB'),
+    rssAfterGcMiB: mib(gc.rss, 'B'),
+    heapUsedAfterGcMiB: mib(gc.heapUsed, 'B'),
+    heapTotalAfterGcMiB: mib(gc.heapTotal, 'B'),
+    externalAfterGcMiB: mib(gc.external, 'B'),
+    gcs: gc.gcs,
+    settleRssMiB: mib(settleRss, 'KiB'),
+    settleWaitS,
   };
 }
 
@@ -283,14 +336,19 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
  * CPU on the load core from now until the returned function is called with the cell's 2xx count: the core's busy
  * % and, per response, the load generator's (this process), Redis's and the dev chains' CPU in ms.
  */
-function loadCoreMeter(s: Servers, redisPid: number | null): (ok: number) => { busyPct: number; perReq: LoadCell['loadCoreMsPerReq'] } {
+function loadCoreMeter(
+  s: Servers,
+  redisPid: number | null,
+): (ok: number) => { busyPct: number; perReq: LoadCell['loadCoreMsPerReq'] } {
   const pids = [process.pid, redisPid, s.chains.pid];
   const cpu0 = pids.map((pid) => (pid === null ? 0 : cpuMsOf(pid)));
   const busy0 = coreBusyMsOf(LOAD_CORE);
   const wall0 = performance.now();
   return (ok) => {
     const wall = performance.now() - wall0;
-    const [loadgen, redis, chains] = pids.map((pid, i) => (pid === null || !ok ? null : round((cpuMsOf(pid) - cpu0[i]!) / ok, 4)));
+    const [loadgen, redis, chains] = pids.map((pid, i) =>
+      pid === null || !ok ? null : round((cpuMsOf(pid) - cpu0[i]!) / ok, 4),
+    );
     return { busyPct: round((100 * (coreBusyMsOf(LOAD_CORE) - busy0)) / wall, 1), perReq: { loadgen, redis, chains } };
   };
 }
@@ -323,7 +381,9 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
         const busy = round((100 * (coreBusyMsOf(SERVER_CORE) - core0)) / wall, 1);
         const lc = loadCore(r.ok);
         const perCall = (ms: number) => (r.ok ? round(ms / r.ok, 3) : '-');
-        const loadMs = [lc.perReq.loadgen, r.ok ? round(sim! / r.ok, 4) : null, lc.perReq.redis, lc.perReq.chains].map((v) => (v === null ? '-' : round(v, 3)));
+        const loadMs = [lc.perReq.loadgen, r.ok ? round(sim! / r.ok, 4) : null, lc.perReq.redis, lc.perReq.chains].map(
+          (v) => (v === null ? '-' : round(v, 3)),
+        );
         const line = `| ${scenario} | ${connections} | ${r.rps} | ${r.latency?.p50} | ${r.latency?.p99} | ${perCall(gw! + st!)} (${perCall(st!)}) | ${busy} | ${lc.busyPct} | ${loadMs.join(' / ')} | ${r.non2xx} / ${r.errors} |`;
         log(line);
         lines.push(line);
@@ -334,11 +394,19 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
     // One call at a time, direct and farebox alternating per repeat: the added p50 and p99 of a change.
     const direct: Target = { name: 'direct', url: s.simUrl, pid: s.sim.pid };
     if (scenarios.includes('video-poll')) await submitVideoJobs([direct], key, problems);
-    lines.push('', '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms |', '|---|---|---|---|---|');
+    lines.push(
+      '',
+      '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms |',
+      '|---|---|---|---|---|',
+    );
     for (const scenario of scenarios) {
       if (!ok.has(`${scenario}/farebox`)) continue;
       for (let i = 0; i < REPEAT; i++) {
-        const d = await runSequential(requestFor(scenario, direct, s.simUrl, key), SEQUENTIAL, Math.min(50, SEQUENTIAL));
+        const d = await runSequential(
+          requestFor(scenario, direct, s.simUrl, key),
+          SEQUENTIAL,
+          Math.min(50, SEQUENTIAL),
+        );
         const f = await runSequential(requestFor(scenario, fb, s.simUrl, key), SEQUENTIAL, Math.min(50, SEQUENTIAL));
         if (!d.total || !f.total) continue;
         const added = [round(f.total.p50 - d.total.p50, 2), round(f.total.p99 - d.total.p99, 2)];
@@ -354,15 +422,29 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
 
 /** The settlement cell on processes of its own. */
 function settlementCell() {
-  return runSettlement({ redisUrl: REDIS_URL, server: SERVER, loadCore: LOAD_CORE, serverCore: SERVER_CORE, settings: SETTLE, log });
+  return runSettlement({
+    redisUrl: REDIS_URL,
+    server: SERVER,
+    loadCore: LOAD_CORE,
+    serverCore: SERVER_CORE,
+    settings: SETTLE,
+    log,
+  });
 }
 
 /** The image scenarios on direct, farebox and (where it has the call) the peer. */
 function imageCells(s: Servers, key: string) {
-  const targets: Target[] = [{ name: 'direct', url: s.simUrl, pid: s.sim.pid }, { name: 'farebox', url: s.fbUrl, pid: s.fb.pid }];
+  const targets: Target[] = [
+    { name: 'direct', url: s.simUrl, pid: s.sim.pid },
+    { name: 'farebox', url: s.fbUrl, pid: s.fb.pid },
+  ];
   if (s.peer) targets.push({ name: 'peer', url: s.peerUrl!, pid: s.peer.pid });
   return runImages(targets, s.simUrl, key, s.settle.pid, {
-    concurrency: IMAGE_CONCURRENCY, durationS: IMAGE_DURATION, warmupS: Math.min(WARMUP, 2), sequential: IMAGE_SEQUENTIAL, log,
+    concurrency: IMAGE_CONCURRENCY,
+    durationS: IMAGE_DURATION,
+    warmupS: Math.min(WARMUP, 2),
+    sequential: IMAGE_SEQUENTIAL,
+    log,
   });
 }
 
@@ -426,11 +508,16 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
         const wall0 = performance.now();
         const r = await runLoad(spec, connections, DURATION);
         const wall = performance.now() - wall0;
-        const [serverWait, simWait, loadWait] = waits.map((pid, i) => round((100 * (runWaitMsOf(pid) - wait0[i]!)) / wall, 1));
+        const [serverWait, simWait, loadWait] = waits.map((pid, i) =>
+          round((100 * (runWaitMsOf(pid) - wait0[i]!)) / wall, 1),
+        );
         const cpu = pids.map((pid, i) => cpuMsOf(pid) - cpu0[i]!);
         const server = cpu.reduce((a, b) => a + b, 0);
         const sim = cpuMsOf(s.sim.pid) - sim0;
-        const other = round((100 * (coreBusyMsOf(SERVER_CORE) - onServerCore.map(cpuMsOf).reduce((a, b) => a + b, 0) - core0)) / wall, 1);
+        const other = round(
+          (100 * (coreBusyMsOf(SERVER_CORE) - onServerCore.map(cpuMsOf).reduce((a, b) => a + b, 0) - core0)) / wall,
+          1,
+        );
         const lc = loadCore(r.ok);
         const cell: LoadCell = {
           scenario,
@@ -448,7 +535,9 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
         };
         load.push(cell);
         if (other > 5) {
-          problems.push(`${scenario} c=${connections} ${t.name}: ${other}% of the server core went to neither server (other load on the machine)`);
+          problems.push(
+            `${scenario} c=${connections} ${t.name}: ${other}% of the server core went to neither server (other load on the machine)`,
+          );
         }
       }
     }
@@ -559,13 +648,26 @@ const quickCells = (QUICK?.length ?? 0) * CONCURRENCY.length;
 const imageS = IMAGE_SCENARIOS.length * 3 * (IMAGE_DURATION + Math.min(WARMUP, 2) + 2 + IMAGE_SEQUENTIAL * 2) + 60;
 // Start-up and funding (a deposit counts once confirmed), the two loads, and each phase's drain at its bound.
 const settleS = SETTLE.durationS
-  ? 120 + (SETTLE.confirmations * SETTLE.blockMs) / 1000 + SETTLE.durationS + SETTLE.backlogS + 2 * ((SETTLE.confirmations + 2) * SETTLE.blockMs / 1000 + 120) + 60
+  ? 120 +
+    (SETTLE.confirmations * SETTLE.blockMs) / 1000 +
+    SETTLE.durationS +
+    SETTLE.backlogS +
+    2 * (((SETTLE.confirmations + 2) * SETTLE.blockMs) / 1000 + 120) +
+    60
   : 0;
 const budgetS = PROFILE
   ? DURATION + WARMUP + 120
   : QUICK
-    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) + (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) + 120 + (QUICK_IMAGES ? imageS : 0) + (QUICK_SETTLEMENT ? settleS : 0)
-    : cells * (DURATION + WARMUP + 3) + SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) + 180 + imageS + settleS;
+    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) +
+      (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) +
+      120 +
+      (QUICK_IMAGES ? imageS : 0) +
+      (QUICK_SETTLEMENT ? settleS : 0)
+    : cells * (DURATION + WARMUP + 3) +
+      SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) +
+      180 +
+      imageS +
+      settleS;
 const deadline = setTimeout(() => {
   log(`bench: over its ${Math.round(budgetS)} s budget; stopping`);
   bail(1);

@@ -43,7 +43,12 @@ const BODIES: Record<Exclude<Scenario, 'video-poll'>, object> = {
     stream_options: { include_usage: true },
     messages: [{ role: 'user', content: TWENTY }],
   },
-  'messages-stream': { model: 'alpha-sonnet-4-6', max_tokens: 1024, stream: true, messages: [{ role: 'user', content: TWENTY }] },
+  'messages-stream': {
+    model: 'alpha-sonnet-4-6',
+    max_tokens: 1024,
+    stream: true,
+    messages: [{ role: 'user', content: TWENTY }],
+  },
 };
 
 /**
@@ -51,7 +56,10 @@ const BODIES: Record<Exclude<Scenario, 'video-poll'>, object> = {
  * poll (a Redis read) with the provider's own answer to it.
  */
 export const TARGETS_OF: Readonly<Record<Scenario, readonly TargetName[]>> = {
-  'chat-json': TARGETS, 'chat-stream': TARGETS, 'messages-stream': TARGETS, 'video-poll': ['direct', 'farebox'],
+  'chat-json': TARGETS,
+  'chat-stream': TARGETS,
+  'messages-stream': TARGETS,
+  'video-poll': ['direct', 'farebox'],
 };
 
 /** Whether `scenario` runs on `target`. */
@@ -72,8 +80,16 @@ export function videoSubmitFor(target: Target, key: string): RequestSpec {
   return {
     method: 'POST',
     url: `${target.url}/v1/videos`,
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${target.name === 'farebox' ? key : 'sim-key'}` },
-    body: JSON.stringify({ model: 'vidA-v6', prompt: 'A benchmark of polls', seconds: target.name === 'farebox' ? 4 : '4', size: '1280x720' }),
+    headers: {
+      'content-type': 'application/json',
+      authorization: `Bearer ${target.name === 'farebox' ? key : 'sim-key'}`,
+    },
+    body: JSON.stringify({
+      model: 'vidA-v6',
+      prompt: 'A benchmark of polls',
+      seconds: target.name === 'farebox' ? 4 : '4',
+      size: '1280x720',
+    }),
     stream: false,
   };
 }
@@ -84,7 +100,13 @@ export function requestFor(scenario: Scenario, target: Target, simUrl: string, k
     const id = videoJobs[target.name];
     if (id === undefined) throw new Error(`no video job submitted to ${target.name}`);
     const auth = `Bearer ${target.name === 'farebox' ? key : 'sim-key'}`;
-    return { method: 'GET', url: `${target.url}/v1/videos/${id}`, headers: { authorization: auth }, body: '', stream: false };
+    return {
+      method: 'GET',
+      url: `${target.url}/v1/videos/${id}`,
+      headers: { authorization: auth },
+      body: '',
+      stream: false,
+    };
   }
   const anthropic = scenario === 'messages-stream';
   const path = anthropic ? '/v1/messages' : '/v1/chat/completions';
@@ -102,7 +124,13 @@ export function requestFor(scenario: Scenario, target: Target, simUrl: string, k
     headers['x-portkey-provider'] = anthropic ? 'anthropic' : 'openai';
     headers['x-portkey-custom-host'] = `${simUrl}/v1`;
   }
-  return { method: 'POST', url: target.url + path, headers, body: JSON.stringify(BODIES[scenario as Exclude<Scenario, 'video-poll'>]), stream: scenario !== 'chat-json' };
+  return {
+    method: 'POST',
+    url: target.url + path,
+    headers,
+    body: JSON.stringify(BODIES[scenario as Exclude<Scenario, 'video-poll'>]),
+    stream: scenario !== 'chat-json',
+  };
 }
 
 /** Whether a response body is a complete answer of its scenario (checked before each target is loaded). */
@@ -110,7 +138,11 @@ export function completeAnswer(scenario: Scenario, body: string): boolean {
   if (scenario === 'video-poll') {
     try {
       const v = JSON.parse(body) as { id?: unknown; object?: unknown; status?: unknown };
-      return typeof v.id === 'string' && v.object === 'video' && ['queued', 'in_progress', 'completed'].includes(String(v.status));
+      return (
+        typeof v.id === 'string' &&
+        v.object === 'video' &&
+        ['queued', 'in_progress', 'completed'].includes(String(v.status))
+      );
     } catch {
       return false;
     }
@@ -124,7 +156,9 @@ export function completeAnswer(scenario: Scenario, body: string): boolean {
     }
   }
   if (scenario === 'chat-stream') {
-    const content = body.split('\n').filter((l) => l.startsWith('data: {') && l.includes('"content":"') && !l.includes('"content":""'));
+    const content = body
+      .split('\n')
+      .filter((l) => l.startsWith('data: {') && l.includes('"content":"') && !l.includes('"content":""'));
     return content.length === 20 && /"usage":\{"prompt_tokens"/.test(body) && body.trimEnd().endsWith('data: [DONE]');
   }
   const deltas = body.split('\n').filter((l) => l.startsWith('event: content_block_delta'));

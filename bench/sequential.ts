@@ -34,7 +34,12 @@ export function sendOnce(spec: RequestSpec, agent: Agent, timeoutMs = 10_000, ke
       });
       res.on('end', () => {
         const totalMs = performance.now() - start;
-        resolve({ status: res.statusCode ?? 0, totalMs, ttfbMs: ttfb < 0 ? totalMs : ttfb, body: Buffer.concat(chunks).toString('utf8') });
+        resolve({
+          status: res.statusCode ?? 0,
+          totalMs,
+          ttfbMs: ttfb < 0 ? totalMs : ttfb,
+          body: Buffer.concat(chunks).toString('utf8'),
+        });
       });
       res.on('error', reject);
     });

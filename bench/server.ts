@@ -38,14 +38,20 @@ if (kind === 'sim') {
   const chains = await redis.get(DEV_CHAINS_KEY);
   await closeRedis(redis);
   if (!chains) throw new Error('no dev chains published under this prefix: start the chains server first');
-  const { config, env } = embeddedSettleConfig(JSON.parse(chains), { ...process.env, REDIS_URL: args[0]!, FAREBOX_REDIS_PREFIX: args[1]! });
+  const { config, env } = embeddedSettleConfig(JSON.parse(chains), {
+    ...process.env,
+    REDIS_URL: args[0]!,
+    FAREBOX_REDIS_PREFIX: args[1]!,
+  });
   const settle = await startSettleProcess(config, env, { metricsPort: 0 });
   running = { url: settle.metricsUrl!, close: () => settle.close() };
 } else if (kind === 'farebox' && args.length === 3) {
   const { startFarebox } = await import('./farebox-target.js');
   running = await startFarebox(args[0]!, args[1]!, args[2]!);
 } else {
-  process.stderr.write('usage: server.js sim | chains <redisUrl> <redisPrefix> [<blockMs> <confirmations>] | settle <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n');
+  process.stderr.write(
+    'usage: server.js sim | chains <redisUrl> <redisPrefix> [<blockMs> <confirmations>] | settle <redisUrl> <redisPrefix> | farebox <simUrl> <redisUrl> <redisPrefix>\n',
+  );
   process.exit(2);
 }
 
@@ -73,7 +79,8 @@ process.on('message', (m: { type?: string; file?: string }) => {
     const s = new Session();
     session = s;
     s.connect();
-    void s.post('Profiler.enable')
+    void s
+      .post('Profiler.enable')
       .then(() => s.post('Profiler.start'))
       .then(() => process.send?.({ type: 'profile-started' }));
   } else if (m?.type === 'profile-stop' && session && m.file) {

@@ -92,7 +92,11 @@ interface Block {
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 async function rpc<T>(url: string, method: string, params: unknown[]): Promise<T> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
   const body = (await res.json()) as { result?: T; error?: { message: string } };
   if (body.error) throw new Error(`${method}: ${body.error.message}`);
   return body.result as T;
@@ -105,10 +109,16 @@ async function settlerBlocks(url: string, escrow: string, from: number, to: numb
   const settler = DEV_KEYS.settler.address.toLowerCase();
   const out: Block[] = [];
   for (let n = from; n <= to; n++) {
-    const block = await rpc<{ transactions: { hash: string; from: string; to: string | null }[] }>(url, 'eth_getBlockByNumber', [`0x${n.toString(16)}`, true]);
+    const block = await rpc<{ transactions: { hash: string; from: string; to: string | null }[] }>(
+      url,
+      'eth_getBlockByNumber',
+      [`0x${n.toString(16)}`, true],
+    );
     const b: Block = { number: n, charges: 0, txs: 0, reverted: 0, gas: 0 };
     // The settler's transactions alone (EDR has no eth_getBlockReceipts).
-    const mine = block.transactions.filter((tx) => tx.from.toLowerCase() === settler && tx.to?.toLowerCase() === escrow.toLowerCase());
+    const mine = block.transactions.filter(
+      (tx) => tx.from.toLowerCase() === settler && tx.to?.toLowerCase() === escrow.toLowerCase(),
+    );
     type Receipt = { status: string; gasUsed: string; logs: { address: string }[] };
     for (const r of await Promise.all(mine.map((tx) => rpc<Receipt>(url, 'eth_getTransactionReceipt', [tx.hash])))) {
       b.txs++;
@@ -128,7 +138,10 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-function settled(blocks: Block[], blockMs: number): Omit<ChainSettled, 'calls' | 'emptyAfterS' | 'appliedAfterS' | 'oldestMaxS' | 'oldestMedianS' | 'depthMax'> {
+function settled(
+  blocks: Block[],
+  blockMs: number,
+): Omit<ChainSettled, 'calls' | 'emptyAfterS' | 'appliedAfterS' | 'oldestMaxS' | 'oldestMedianS' | 'depthMax'> {
   const used = blocks.filter((b) => b.txs > 0);
   const charges = used.reduce((n, b) => n + b.charges, 0);
   const gas = used.reduce((n, b) => n + b.gas, 0);
@@ -175,7 +188,13 @@ export async function runSettlement(opts: {
   try {
     const sim = spawn('simulator (settlement)', loadCore, ['sim']);
     const simUrl = await readyUrl(sim);
-    const chainsChild = spawn('dev chains (settlement)', loadCore, ['chains', redisUrl, prefix, String(blockMs), String(confirmations)]);
+    const chainsChild = spawn('dev chains (settlement)', loadCore, [
+      'chains',
+      redisUrl,
+      prefix,
+      String(blockMs),
+      String(confirmations),
+    ]);
     await readyUrl(chainsChild);
     const startSettle = async () => {
       const c = spawn('farebox settle (settlement)', serverCore, ['settle', redisUrl, prefix]);
@@ -191,17 +210,19 @@ export async function runSettlement(opts: {
     log(`settlement: funding an account on each chain (${confirmations} confirmations of ${blockMs} ms blocks)`);
     const accounts = {} as Record<ChainName, { address: string; key: string }>;
     const DEPOSIT = 1_000_000_000_000n;
-    await Promise.all(CHAIN_NAMES.map(async (name) => {
-      const account = await createAccount(redis, { defaultChain: name });
-      const { key } = await createKey(redis, account.address);
-      accounts[name] = { address: account.address, key };
-      await mintAndDeposit(chains[name], account.address as `0x${string}`, DEPOSIT);
-      const deadline = Date.now() + confirmations * blockMs + 60_000;
-      while ((await readWallet(redis, account.address, name)).synced < DEPOSIT) {
-        if (Date.now() > deadline) throw new Error(`settlement: the deposit on ${name} was not synced in time`);
-        await sleep(250);
-      }
-    }));
+    await Promise.all(
+      CHAIN_NAMES.map(async (name) => {
+        const account = await createAccount(redis, { defaultChain: name });
+        const { key } = await createKey(redis, account.address);
+        accounts[name] = { address: account.address, key };
+        await mintAndDeposit(chains[name], account.address as `0x${string}`, DEPOSIT);
+        const deadline = Date.now() + confirmations * blockMs + 60_000;
+        while ((await readWallet(redis, account.address, name)).synced < DEPOSIT) {
+          if (Date.now() > deadline) throw new Error(`settlement: the deposit on ${name} was not synced in time`);
+          await sleep(250);
+        }
+      }),
+    );
 
     // Each second: every queue's depth and oldest entry.
     const samples: QueueSample[] = [];
@@ -209,14 +230,21 @@ export async function runSettlement(opts: {
     let sampling = true;
     const t0 = Date.now();
     const sampleOnce = async (): Promise<QueueSample> => {
-      const rows = await Promise.all(CHAIN_NAMES.map(async (name) => {
-        const [depth, first] = await Promise.all([
-          redis.xlen(keys.debits(name)), redis.xrange(keys.debits(name), '-', '+', 'COUNT', 1) as Promise<[string, string[]][]>,
-        ]);
-        const oldestS = first.length ? Math.max(0, (Date.now() - Number(first[0]![0].split('-')[0])) / 1000) : 0;
-        return [name, { depth, oldestS: round(oldestS, 1) }] as const;
-      }));
-      return { t: round((Date.now() - t0) / 1000, 1), phase, chains: Object.fromEntries(rows) as QueueSample['chains'] };
+      const rows = await Promise.all(
+        CHAIN_NAMES.map(async (name) => {
+          const [depth, first] = await Promise.all([
+            redis.xlen(keys.debits(name)),
+            redis.xrange(keys.debits(name), '-', '+', 'COUNT', 1) as Promise<[string, string[]][]>,
+          ]);
+          const oldestS = first.length ? Math.max(0, (Date.now() - Number(first[0]![0].split('-')[0])) / 1000) : 0;
+          return [name, { depth, oldestS: round(oldestS, 1) }] as const;
+        }),
+      );
+      return {
+        t: round((Date.now() - t0) / 1000, 1),
+        phase,
+        chains: Object.fromEntries(rows) as QueueSample['chains'],
+      };
     };
     const sampler = (async () => {
       while (sampling) {
@@ -237,33 +265,47 @@ export async function runSettlement(opts: {
       while (Date.now() - from < ms && names.some((n) => empty[n] === null || applied[n] === null)) {
         for (const n of names) {
           if (empty[n] === null && (await redis.xlen(keys.debits(n))) === 0) empty[n] = since();
-          if (applied[n] === null && (await readWallet(redis, accounts[n].address, n)).pending === 0n) applied[n] = since();
+          if (applied[n] === null && (await readWallet(redis, accounts[n].address, n)).pending === 0n)
+            applied[n] = since();
         }
         await sleep(250);
       }
       return { empty, applied };
     };
     const drainMs = (confirmations + 2) * blockMs + 120_000;
-    const heads = async () => Object.fromEntries(await Promise.all(CHAIN_NAMES.map(async (n) => [n, await head(chains[n].rpc_url)] as const))) as Record<ChainName, number>;
+    const heads = async () =>
+      Object.fromEntries(
+        await Promise.all(CHAIN_NAMES.map(async (n) => [n, await head(chains[n].rpc_url)] as const)),
+      ) as Record<ChainName, number>;
 
     // Live: the four chains at once, at the gateway's full rate.
     const per = Math.max(1, Math.floor(settings.connections / CHAIN_NAMES.length));
     log(`settlement: live, ${per * CHAIN_NAMES.length} connections over the four chains for ${settings.durationS} s`);
     const liveFrom = await heads();
     const cpu0 = cpuMsOf(settle.pid);
-    const load = await Promise.all(CHAIN_NAMES.map((n) => runLoad(requestFor('chat-json', target, simUrl, accounts[n].key), per, settings.durationS)));
+    const load = await Promise.all(
+      CHAIN_NAMES.map((n) =>
+        runLoad(requestFor('chat-json', target, simUrl, accounts[n].key), per, settings.durationS),
+      ),
+    );
     phase = 'live drain';
     const liveEmpty = await drain(CHAIN_NAMES, drainMs);
     const liveCpu = cpuMsOf(settle.pid) - cpu0;
     const liveTo = await heads();
-    for (const [i, r] of load.entries()) if (r.non2xx || r.errors) problems.push(`live ${CHAIN_NAMES[i]}: ${r.non2xx} non-2xx, ${r.errors} errors`);
+    for (const [i, r] of load.entries())
+      if (r.non2xx || r.errors) problems.push(`live ${CHAIN_NAMES[i]}: ${r.non2xx} non-2xx, ${r.errors} errors`);
 
     // One key: a backlog on chain_a queued with settlement stopped, then drained by a fresh settle process.
     phase = 'backlog';
     await stopChild(settle);
     log(`settlement: one key, ${settings.backlogS} s of calls on chain_a with settlement stopped`);
-    const backlogLoad = await runLoad(requestFor('chat-json', target, simUrl, accounts.chain_a.key), settings.connections, settings.backlogS);
-    if (backlogLoad.non2xx || backlogLoad.errors) problems.push(`backlog: ${backlogLoad.non2xx} non-2xx, ${backlogLoad.errors} errors`);
+    const backlogLoad = await runLoad(
+      requestFor('chat-json', target, simUrl, accounts.chain_a.key),
+      settings.connections,
+      settings.backlogS,
+    );
+    if (backlogLoad.non2xx || backlogLoad.errors)
+      problems.push(`backlog: ${backlogLoad.non2xx} non-2xx, ${backlogLoad.errors} errors`);
     const backlog = await redis.xlen(keys.debits('chain_a'));
     phase = 'one key';
     const keyFrom = await head(chains.chain_a.rpc_url);
@@ -273,40 +315,81 @@ export async function runSettlement(opts: {
     log(`settlement: one key draining ${backlog} debits on chain_a`);
     const drainFrom = Date.now();
     const keyEmpty = await drain(['chain_a'], drainMs);
-    const drainedS = keyEmpty.empty.chain_a === null ? null : round(keyEmpty.empty.chain_a + (drainFrom - drainStart) / 1000, 1);
+    const drainedS =
+      keyEmpty.empty.chain_a === null ? null : round(keyEmpty.empty.chain_a + (drainFrom - drainStart) / 1000, 1);
     const keyCpu = cpuMsOf(settle.pid) - cpu1;
     const keyTo = await head(chains.chain_a.rpc_url);
     sampling = false;
     await sampler;
 
     // Read back from the chains.
-    const window = (p: QueueSample['phase'][], name: ChainName) => samples.filter((s) => p.includes(s.phase)).map((s) => s.chains[name]);
+    const window = (p: QueueSample['phase'][], name: ChainName) =>
+      samples.filter((s) => p.includes(s.phase)).map((s) => s.chains[name]);
     const afterFirstWindow = (p: QueueSample['phase'][], name: ChainName) =>
-      samples.filter((s) => p.includes(s.phase) && s.t >= ((confirmations + 1) * blockMs) / 1000 + (p.includes('one key') ? samples.find((x) => x.phase === 'one key')!.t : 0)).map((s) => s.chains[name].oldestS);
+      samples
+        .filter(
+          (s) =>
+            p.includes(s.phase) &&
+            s.t >=
+              ((confirmations + 1) * blockMs) / 1000 +
+                (p.includes('one key') ? samples.find((x) => x.phase === 'one key')!.t : 0),
+        )
+        .map((s) => s.chains[name].oldestS);
     const liveChains = {} as Record<ChainName, ChainSettled>;
     let liveCharges = 0;
     for (const [i, name] of CHAIN_NAMES.entries()) {
-      const s = settled(await settlerBlocks(chains[name].rpc_url, chains[name].escrow, liveFrom[name] + 1, liveTo[name]), blockMs);
+      const s = settled(
+        await settlerBlocks(chains[name].rpc_url, chains[name].escrow, liveFrom[name] + 1, liveTo[name]),
+        blockMs,
+      );
       liveCharges += s.charges;
       const seen = window(['live', 'live drain'], name);
       liveChains[name] = {
-        calls: load[i]!.ok, ...s, emptyAfterS: liveEmpty.empty[name] ?? null, appliedAfterS: liveEmpty.applied[name] ?? null,
-        oldestMaxS: Math.max(0, ...seen.map((x) => x.oldestS)), oldestMedianS: median(afterFirstWindow(['live'], name)), depthMax: Math.max(0, ...seen.map((x) => x.depth)),
+        calls: load[i]!.ok,
+        ...s,
+        emptyAfterS: liveEmpty.empty[name] ?? null,
+        appliedAfterS: liveEmpty.applied[name] ?? null,
+        oldestMaxS: Math.max(0, ...seen.map((x) => x.oldestS)),
+        oldestMedianS: median(afterFirstWindow(['live'], name)),
+        depthMax: Math.max(0, ...seen.map((x) => x.depth)),
       };
     }
-    const keyBlocks = settled(await settlerBlocks(chains.chain_a.rpc_url, chains.chain_a.escrow, keyFrom + 1, keyTo), blockMs);
+    const keyBlocks = settled(
+      await settlerBlocks(chains.chain_a.rpc_url, chains.chain_a.escrow, keyFrom + 1, keyTo),
+      blockMs,
+    );
     const keySeen = window(['one key'], 'chain_a');
     return {
       settings,
-      live: { load, callsPerS: round(load.reduce((n, r) => n + r.rps, 0), 1), chains: liveChains },
+      live: {
+        load,
+        callsPerS: round(
+          load.reduce((n, r) => n + r.rps, 0),
+          1,
+        ),
+        chains: liveChains,
+      },
       oneKey: {
-        load: backlogLoad, backlog, drainedS,
+        load: backlogLoad,
+        backlog,
+        drainedS,
         chain: {
-          calls: backlogLoad.ok, ...keyBlocks, emptyAfterS: drainedS, appliedAfterS: keyEmpty.applied.chain_a === null ? null : round(keyEmpty.applied.chain_a + (drainFrom - drainStart) / 1000, 1),
-          oldestMaxS: Math.max(0, ...keySeen.map((x) => x.oldestS)), oldestMedianS: median(keySeen.map((x) => x.oldestS)), depthMax: Math.max(0, ...keySeen.map((x) => x.depth)),
+          calls: backlogLoad.ok,
+          ...keyBlocks,
+          emptyAfterS: drainedS,
+          appliedAfterS:
+            keyEmpty.applied.chain_a === null
+              ? null
+              : round(keyEmpty.applied.chain_a + (drainFrom - drainStart) / 1000, 1),
+          oldestMaxS: Math.max(0, ...keySeen.map((x) => x.oldestS)),
+          oldestMedianS: median(keySeen.map((x) => x.oldestS)),
+          depthMax: Math.max(0, ...keySeen.map((x) => x.depth)),
         },
       },
-      settleCpuMsPerCharge: { live: liveCharges ? round(liveCpu / liveCharges, 4) : null, oneKey: keyBlocks.charges ? round(keyCpu / keyBlocks.charges, 4) : null },
+      settleCpuMsPerCharge: {
+        live: liveCharges ? round(liveCpu / liveCharges, 4) : null,
+        oneKey: keyBlocks.charges ? round(keyCpu / keyBlocks.charges, 4) : null,
+      },
       samples,
       problems,
     };
@@ -320,10 +403,12 @@ export async function runSettlement(opts: {
 /** The cell as markdown: the two phases per chain, then the queues over time. */
 export function settlementMarkdown(r: SettlementResults): string[] {
   const { blockMs, confirmations } = r.settings;
-  const fmt = (v: number | null, digits = 0) => (v === null ? '-' : v.toLocaleString('en-US', { maximumFractionDigits: digits }));
+  const fmt = (v: number | null, digits = 0) =>
+    v === null ? '-' : v.toLocaleString('en-US', { maximumFractionDigits: digits });
   const row = (name: string, c: ChainSettled) =>
     `| ${name} | ${fmt(c.calls)} | ${fmt(c.charges)} | ${fmt(c.chargesPerS, 1)} | ${fmt(c.batches)} (${c.reverted} reverted) | ${fmt(c.batches ? c.charges / c.batches : null)} | ${fmt(c.maxChargesPerBlock)} | ${fmt(c.gasPerCharge)} | ${fmt(c.oldestMedianS, 1)} / ${fmt(c.oldestMaxS, 1)} | ${fmt(c.depthMax)} | ${fmt(c.emptyAfterS, 1)} / ${fmt(c.appliedAfterS, 1)} |`;
-  const head = '| chain | calls 2xx | charges onchain | charges/s while sending | batches | charges per batch | most in one block | gas per charge | oldest debit s, median / max | deepest queue | after the load, s: queue empty / charges applied |';
+  const head =
+    '| chain | calls 2xx | charges onchain | charges/s while sending | batches | charges per batch | most in one block | gas per charge | oldest debit s, median / max | deepest queue | after the load, s: queue empty / charges applied |';
   const lines = [
     `## Settlement: ${blockMs / 1000} s blocks, ${confirmations} confirmations`,
     '',
@@ -350,7 +435,9 @@ export function settlementMarkdown(r: SettlementResults): string[] {
   for (const s of r.samples) {
     if (s.t < next) continue;
     next = s.t + 5;
-    lines.push(`| ${Math.round(s.t)} | ${s.phase} | ${CHAIN_NAMES.map((n) => `${s.chains[n].oldestS} / ${s.chains[n].depth}`).join(' | ')} |`);
+    lines.push(
+      `| ${Math.round(s.t)} | ${s.phase} | ${CHAIN_NAMES.map((n) => `${s.chains[n].oldestS} / ${s.chains[n].depth}`).join(' | ')} |`,
+    );
   }
   if (r.problems.length) lines.push('', ...r.problems.map((p) => `- problem: ${p}`));
   return lines;

@@ -6,7 +6,13 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
-import { countOpenHolds, countQueuedDebits, getCallRecord, listCallRecords, type CallRecord } from '../plugins/billing/call-records.js';
+import {
+  countOpenHolds,
+  countQueuedDebits,
+  getCallRecord,
+  listCallRecords,
+  type CallRecord,
+} from '../plugins/billing/call-records.js';
 import { readWallet } from '../plugins/billing/wallets.js';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from '../plugins/chains/config.js';
 import { createEvmChain } from '../plugins/chains/evm.js';
@@ -29,7 +35,9 @@ export function spooledDebits(dirs: readonly string[]): number {
       if (!name.includes('.jsonl')) continue;
       try {
         // Every line but the file's header (the Redis it belongs to, plugins/billing/spool.ts) is a debit.
-        n += readFileSync(join(dir, name), 'utf8').split('\n').filter((l) => l.trim() && !l.startsWith('{"farebox_spool"')).length;
+        n += readFileSync(join(dir, name), 'utf8')
+          .split('\n')
+          .filter((l) => l.trim() && !l.startsWith('{"farebox_spool"')).length;
       } catch {
         // renamed away while read (adopted)
       }
@@ -39,7 +47,11 @@ export function spooledDebits(dirs: readonly string[]): number {
 }
 
 /** What is still in motion: holds, held and pending amounts, queued and spooled debits. */
-export async function inMotion(redis: Redis, callers: readonly Caller[], spoolDirs: readonly string[]): Promise<string[]> {
+export async function inMotion(
+  redis: Redis,
+  callers: readonly Caller[],
+  spoolDirs: readonly string[],
+): Promise<string[]> {
   const left: string[] = [];
   const holds = await countOpenHolds(redis);
   if (holds) left.push(`${holds} open holds`);
@@ -60,7 +72,12 @@ export async function inMotion(redis: Redis, callers: readonly Caller[], spoolDi
 }
 
 /** Wait (at most `timeoutMs`) until nothing is in motion; returns the seconds waited, or what was left. */
-export async function waitSettled(redis: Redis, callers: readonly Caller[], spoolDirs: readonly string[], timeoutMs: number): Promise<{ seconds: number; left: string[] }> {
+export async function waitSettled(
+  redis: Redis,
+  callers: readonly Caller[],
+  spoolDirs: readonly string[],
+  timeoutMs: number,
+): Promise<{ seconds: number; left: string[] }> {
   const started = Date.now();
   for (;;) {
     let left: string[];
@@ -161,7 +178,8 @@ async function readCharges(chains: ChainsConfig, recs: Records, say: Say): Promi
         out.sum.set(k, (out.sum.get(k) ?? 0n) + e.amount);
         const r = recs.byCallId.get(e.callId);
         if (!r) say(`${name}: call id ${e.callId} charged ${formatUsd(e.amount)}, no call record`);
-        else if (r.priceAtomic !== e.amount) say(`${r.call_id}: charged ${formatUsd(e.amount)} onchain, recorded ${formatUsd(r.priceAtomic)}`);
+        else if (r.priceAtomic !== e.amount)
+          say(`${r.call_id}: charged ${formatUsd(e.amount)} onchain, recorded ${formatUsd(r.priceAtomic)}`);
         else if (r.chain !== name) say(`${r.call_id}: charged on ${name}, recorded on ${r.chain}`);
       } else if (e.kind === 'charge_refused' || e.kind === 'charge_over_cap') {
         out.refused++;
@@ -177,7 +195,12 @@ async function readCharges(chains: ChainsConfig, recs: Records, say: Say): Promi
  * What callers saw against the records: a 200 has a record; an answer that arrived whole is billed, at the output
  * tokens it carried; a call that failed upstream or was refused costs nothing. Returns how the cut answers ended.
  */
-async function checkAnswers(redis: Redis, results: readonly CallResult[], recs: Records, say: Say): Promise<CheckReport['cut']> {
+async function checkAnswers(
+  redis: Redis,
+  results: readonly CallResult[],
+  recs: Records,
+  say: Say,
+): Promise<CheckReport['cut']> {
   const cut = { calls: 0, free: 0, billed: 0 };
   for (const c of results) {
     if (!c.requestId) continue;
@@ -187,22 +210,32 @@ async function checkAnswers(redis: Redis, results: readonly CallResult[], recs: 
       if (!r) {
         say(`${c.requestId} (${c.outcome}, ${when}): answered 200, no call record`);
       } else if (c.outcome === 'whole') {
-        if (r.priceAtomic === 0n) say(`${c.requestId} (${when}): answered in full, never billed (record ${r.status}${r.released ? `, released ${r.released}` : ''})`);
-        else if (r.usage.output_tokens !== c.tokens) say(`${c.requestId} (${when}): answered ${c.tokens} output tokens, billed ${r.usage.output_tokens}`);
+        if (r.priceAtomic === 0n)
+          say(
+            `${c.requestId} (${when}): answered in full, never billed (record ${r.status}${r.released ? `, released ${r.released}` : ''})`,
+          );
+        else if (r.usage.output_tokens !== c.tokens)
+          say(`${c.requestId} (${when}): answered ${c.tokens} output tokens, billed ${r.usage.output_tokens}`);
       } else if (c.outcome === 'cut') {
         cut.calls++;
         if (r.priceAtomic > 0n) cut.billed++;
         else cut.free++;
       }
     } else if (r && r.priceAtomic > 0n && (c.outcome === 'upstream_failed' || c.outcome === 'refused')) {
-      say(`${c.requestId} (${c.outcome} ${c.status} ${c.code}): charged ${formatUsd(r.priceAtomic)} for a call that failed`);
+      say(
+        `${c.requestId} (${c.outcome} ${c.status} ${c.code}): charged ${formatUsd(r.priceAtomic)} for a call that failed`,
+      );
     }
   }
   return cut;
 }
 
 /** Each record's money state: nothing left held or pending, every priced one settled with its transaction. */
-function checkRecords(records: readonly CallRecord[], charges: Charges, say: Say): Pick<CheckReport, 'statuses' | 'billed' | 'late'> {
+function checkRecords(
+  records: readonly CallRecord[],
+  charges: Charges,
+  say: Say,
+): Pick<CheckReport, 'statuses' | 'billed' | 'late'> {
   const statuses: Record<string, number> = {};
   let calls = 0;
   let atomic = 0n;
@@ -210,12 +243,14 @@ function checkRecords(records: readonly CallRecord[], charges: Charges, say: Say
   for (const r of records) {
     statuses[r.status] = (statuses[r.status] ?? 0) + 1;
     if (r.late) late++;
-    if (r.status === 'held' || r.status === 'pending') say(`${r.call_id}: left ${r.status} (${formatUsd(r.priceAtomic || r.held)})`);
+    if (r.status === 'held' || r.status === 'pending')
+      say(`${r.call_id}: left ${r.status} (${formatUsd(r.priceAtomic || r.held)})`);
     if (r.capped) say(`${r.call_id}: its price was above its hold and cut to it (the worst case was too low)`);
     if (r.priceAtomic === 0n) continue;
     calls++;
     atomic += r.priceAtomic;
-    if (r.status === 'failed') say(`${r.call_id}: the escrow refused its charge of ${formatUsd(r.priceAtomic)} (tx ${r.tx})`);
+    if (r.status === 'failed')
+      say(`${r.call_id}: the escrow refused its charge of ${formatUsd(r.priceAtomic)} (tx ${r.tx})`);
     if (r.status === 'settled' && !r.tx) say(`${r.call_id}: settled without a transaction`);
     const n = charges.count.get(callIdOf(r.call_id)) ?? 0;
     if (r.status === 'settled' && n !== 1) say(`${r.call_id}: settled, but charged ${n} times onchain`);
@@ -227,7 +262,13 @@ function checkRecords(records: readonly CallRecord[], charges: Charges, say: Say
  * In order: per gateway (a restarted one adopts its spool) and chain, no call charged before one that ended over
  * ORDER_SLACK_MS earlier. Returns how many calls were checked.
  */
-function checkOrder(results: readonly CallResult[], ordered: (c: CallResult) => boolean, recs: Records, charges: Charges, say: Say): number {
+function checkOrder(
+  results: readonly CallResult[],
+  ordered: (c: CallResult) => boolean,
+  recs: Records,
+  charges: Charges,
+  say: Say,
+): number {
   const groups = new Map<string, { end: number; at: bigint; id: string }[]>();
   for (const c of results) {
     if (c.outcome !== 'whole' || !c.requestId || !ordered(c)) continue;
@@ -244,7 +285,8 @@ function checkOrder(results: readonly CallResult[], ordered: (c: CallResult) => 
     calls.sort((a, b) => a.end - b.end);
     let latest: { at: bigint; id: string } | undefined;
     for (let i = 0, j = 0; i < calls.length; i++) {
-      for (; calls[j]!.end < calls[i]!.end - ORDER_SLACK_MS; j++) if (!latest || calls[j]!.at > latest.at) latest = calls[j];
+      for (; calls[j]!.end < calls[i]!.end - ORDER_SLACK_MS; j++)
+        if (!latest || calls[j]!.at > latest.at) latest = calls[j];
       if (latest && calls[i]!.at < latest.at) say(`${calls[i]!.id}: charged before ${latest.id}, which ended earlier`);
       checked++;
     }
@@ -293,13 +335,21 @@ export async function checkLedger(opts: {
         .filter((r) => r.chain === name && r.status === 'settled' && recs.accountOf.get(r) === c.account)
         .reduce((a, r) => a + r.priceAtomic, 0n);
       const w: WalletLedger = {
-        account: c.account, chain: name, deposited, escrowDecrease: deposited - balance, settledRecords,
-        chargedEvents: charges.sum.get(`${c.account} ${name}`) ?? 0n, synced: (await readWallet(redis, c.account, name)).synced, balance,
+        account: c.account,
+        chain: name,
+        deposited,
+        escrowDecrease: deposited - balance,
+        settledRecords,
+        chargedEvents: charges.sum.get(`${c.account} ${name}`) ?? 0n,
+        synced: (await readWallet(redis, c.account, name)).synced,
+        balance,
       };
       wallets.push(w);
       const where = `${c.account} ${name}`;
       if (w.escrowDecrease !== w.settledRecords || w.settledRecords !== w.chargedEvents) {
-        say(`${where}: escrow down ${formatUsd(w.escrowDecrease)}, settled records ${formatUsd(w.settledRecords)}, Charged events ${formatUsd(w.chargedEvents)}`);
+        say(
+          `${where}: escrow down ${formatUsd(w.escrowDecrease)}, settled records ${formatUsd(w.settledRecords)}, Charged events ${formatUsd(w.chargedEvents)}`,
+        );
       }
       if (w.synced !== w.balance) say(`${where}: synced ${formatUsd(w.synced)}, escrow ${formatUsd(w.balance)}`);
       const min = opts.minAvailable.get(where);
@@ -309,7 +359,14 @@ export async function checkLedger(opts: {
 
   const chargedTwice = [...charges.count.values()].filter((n) => n > 1).length;
   return {
-    findings, records: records.length, ...summary, charged: charges.total, chargedTwice, refusedOnchain: charges.refused,
-    wallets, cut, orderChecked,
+    findings,
+    records: records.length,
+    ...summary,
+    charged: charges.total,
+    chargedTwice,
+    refusedOnchain: charges.refused,
+    wallets,
+    cut,
+    orderChecked,
   };
 }

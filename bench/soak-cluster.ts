@@ -66,7 +66,11 @@ export interface Cluster {
   /** Start (or start again) a gateway; resolves once it listens (Redis may be away). */
   startGateway(g: Gateway): Promise<void>;
   /** Stop a gateway with `signal` (SIGKILL: at once; SIGTERM: waits for its shutdown, at most `graceMs`). */
-  stopGateway(g: Gateway, signal: 'SIGKILL' | 'SIGTERM', graceMs?: number): Promise<{ exitedMs: number; forced: boolean }>;
+  stopGateway(
+    g: Gateway,
+    signal: 'SIGKILL' | 'SIGTERM',
+    graceMs?: number,
+  ): Promise<{ exitedMs: number; forced: boolean }>;
   close(): Promise<void>;
 }
 
@@ -76,7 +80,13 @@ const OVERRIDES = ['PORT', 'HOST', 'REDIS_URL', 'FAREBOX_REDIS_PREFIX', 'FAREBOX
 function childEnv(configFile: string): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of OVERRIDES) delete env[k];
-  return { ...env, FAREBOX_CONFIG: configFile, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, LOG_LEVEL: 'warn' };
+  return {
+    ...env,
+    FAREBOX_CONFIG: configFile,
+    FAREBOX_SIM_KEY: 'sim-key',
+    [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey,
+    LOG_LEVEL: 'warn',
+  };
 }
 
 /** Copy a child's output into `<dir>/logs/<name>.log` (children.ts keeps only a short tail). */
@@ -92,7 +102,10 @@ function logTo(dir: string, child: Child): WriteStream {
 function jsonLine(child: Child, field: string, timeoutMs = 60_000): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => finish(new Error(`${child.name}: no ready line after ${timeoutMs} ms\n${child.tail.join('\n')}`)), timeoutMs);
+    const timer = setTimeout(
+      () => finish(new Error(`${child.name}: no ready line after ${timeoutMs} ms\n${child.tail.join('\n')}`)),
+      timeoutMs,
+    );
     const onData = (d: Buffer) => {
       buf += d.toString();
       for (const line of buf.split('\n').slice(0, -1)) {
@@ -144,12 +157,25 @@ export async function startCluster(opts: ClusterOptions, redis: Redis): Promise<
 
   const settleFile = join(opts.dir, 'settle.json');
   writeFileSync(settleFile, JSON.stringify(configOf(0, join(opts.dir, 'spool-settle'))));
-  const settle = spawnNode('farebox settle', cores, nodeArgs, cli, ['settle', '--metrics-port', '0', '--json'], childEnv(settleFile));
+  const settle = spawnNode(
+    'farebox settle',
+    cores,
+    nodeArgs,
+    cli,
+    ['settle', '--metrics-port', '0', '--json'],
+    childEnv(settleFile),
+  );
   logTo(opts.dir, settle);
   const settleMetrics = String((await jsonLine(settle, 'instance')).metrics);
 
   const gateways: Gateway[] = Array.from({ length: opts.gateways }, (_, i) => ({
-    name: `gateway-${i + 1}`, spoolDir: join(opts.dir, `spool-${i + 1}`), url: '', metricsUrl: '', child: null, up: false, starts: 0,
+    name: `gateway-${i + 1}`,
+    spoolDir: join(opts.dir, `spool-${i + 1}`),
+    url: '',
+    metricsUrl: '',
+    child: null,
+    up: false,
+    starts: 0,
   }));
 
   const startGateway = async (g: Gateway) => {
@@ -173,7 +199,9 @@ export async function startCluster(opts: ClusterOptions, redis: Redis): Promise<
     const child = g.child;
     if (!child) return { exitedMs: 0, forced: false };
     const started = Date.now();
-    const exited = new Promise<void>((r) => (child.proc.exitCode !== null || child.proc.signalCode !== null ? r() : child.proc.once('exit', () => r())));
+    const exited = new Promise<void>((r) =>
+      child.proc.exitCode !== null || child.proc.signalCode !== null ? r() : child.proc.once('exit', () => r()),
+    );
     child.proc.kill(signal);
     let forced = false;
     const timer = setTimeout(() => {
@@ -189,7 +217,14 @@ export async function startCluster(opts: ClusterOptions, redis: Redis): Promise<
   for (const g of gateways) await startGateway(g);
 
   return {
-    simUrl, chains, chainsChild, settle, settleMetrics, gateways, startGateway, stopGateway,
+    simUrl,
+    chains,
+    chainsChild,
+    settle,
+    settleMetrics,
+    gateways,
+    startGateway,
+    stopGateway,
     async close() {
       // A paused process would not hear SIGTERM.
       chainsChild.proc.kill('SIGCONT');

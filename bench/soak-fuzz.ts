@@ -17,7 +17,13 @@ export interface FuzzReport {
 }
 
 /** Send `n` cases from `seed` to `url` with `key`, `concurrency` at a time. */
-export async function runFuzz(url: string, key: string, seed: number, n: number, concurrency: number): Promise<FuzzReport> {
+export async function runFuzz(
+  url: string,
+  key: string,
+  seed: number,
+  n: number,
+  concurrency: number,
+): Promise<FuzzReport> {
   const started = Date.now();
   const cases = fuzzCases(seed, n, key);
   const statuses: Record<string, number> = {};
@@ -28,10 +34,17 @@ export async function runFuzz(url: string, key: string, seed: number, n: number,
       const c = cases[next++]!;
       let res: Response;
       try {
-        res = await fetch(`${url}${c.path}`, { method: 'POST', headers: c.headers, body: c.body, signal: AbortSignal.timeout(30_000) });
+        res = await fetch(`${url}${c.path}`, {
+          method: 'POST',
+          headers: c.headers,
+          body: c.body,
+          signal: AbortSignal.timeout(30_000),
+        });
       } catch (err) {
         const cause = (err as { cause?: { code?: string } }).cause;
-        unexpected.push(`${c.path} [${c.what}]: no answer (${(err as Error).message}${cause?.code ? `, ${cause.code}` : ''})`);
+        unexpected.push(
+          `${c.path} [${c.what}]: no answer (${(err as Error).message}${cause?.code ? `, ${cause.code}` : ''})`,
+        );
         continue;
       }
       const text = await res.text().catch(() => '');

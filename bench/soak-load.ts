@@ -81,7 +81,12 @@ export class Load {
   readonly results: CallResult[] = [];
   phase = 'warm-up';
   private readonly rnd: () => number;
-  private readonly agent = new Agent({ keepAliveTimeout: 4_000, headersTimeout: 60_000, bodyTimeout: 60_000, connections: 256 });
+  private readonly agent = new Agent({
+    keepAliveTimeout: 4_000,
+    headersTimeout: 60_000,
+    bodyTimeout: 60_000,
+    connections: 256,
+  });
   private readonly inflight = new Set<Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
   private launched = 0;
@@ -124,7 +129,13 @@ export class Load {
   stats(): { seconds: number; sent: number; perSecond: number; skipped: number; ttfb: Percentiles | null } {
     const seconds = this.startedAt ? ((this.stoppedAt || Date.now()) - this.startedAt) / 1000 : 0;
     const sent = this.launched - this.skipped;
-    return { seconds, sent, perSecond: seconds ? sent / seconds : 0, skipped: this.skipped, ttfb: this.ttfb.percentiles() };
+    return {
+      seconds,
+      sent,
+      perSecond: seconds ? sent / seconds : 0,
+      skipped: this.skipped,
+      ttfb: this.ttfb.percentiles(),
+    };
   }
 
   private launch(): void {
@@ -155,9 +166,19 @@ export class Load {
     const kind: Kind = k < 0.3 ? 'chat-json' : k < 0.6 ? 'chat-stream' : k < 0.75 ? 'messages-json' : 'messages-stream';
     const stream = kind.endsWith('stream');
     const t = r();
-    const twist: Twist = t < 0.08 ? 'upstream_500' : t < 0.11 ? 'over_window' : stream && t < 0.18 ? 'hang_up' : stream && t < 0.21 ? 'long' : 'none';
+    const twist: Twist =
+      t < 0.08
+        ? 'upstream_500'
+        : t < 0.11
+          ? 'over_window'
+          : stream && t < 0.18
+            ? 'hang_up'
+            : stream && t < 0.21
+              ? 'long'
+              : 'none';
     // Over the window: 300,000 tokens (1.2 MB) to Claude Haiku 4.5's 200,000, on either endpoint, refused upstream.
-    const model = twist === 'over_window' ? 'alpha-haiku-4-5' : pick(kind.startsWith('chat') ? CHAT_MODELS : MESSAGES_MODELS);
+    const model =
+      twist === 'over_window' ? 'alpha-haiku-4-5' : pick(kind.startsWith('chat') ? CHAT_MODELS : MESSAGES_MODELS);
     let tokens = 5 + Math.floor(r() * 60);
     let directives = '';
     if (twist === 'long') {
@@ -175,8 +196,17 @@ export class Load {
     const content = `${filler}soak call ${n} #sim:tokens=${tokens} ${directives}`;
     const payload: Record<string, unknown> = { model, max_tokens: 400, stream, messages: [{ role: 'user', content }] };
     return {
-      n, caller, key: pick(caller.keys), chain, named, kind, model, tokens, twist,
-      hangUpAfter: 2 + Math.floor(r() * 10), body: JSON.stringify(payload),
+      n,
+      caller,
+      key: pick(caller.keys),
+      chain,
+      named,
+      kind,
+      model,
+      tokens,
+      twist,
+      hangUpAfter: 2 + Math.floor(r() * 10),
+      body: JSON.stringify(payload),
     };
   }
 
@@ -184,11 +214,24 @@ export class Load {
     const started = Date.now();
     const t0 = process.hrtime.bigint();
     const base = {
-      n: c.n, gateway: g.child?.name ?? g.name, account: c.caller.account, chain: c.chain, kind: c.kind, model: c.model,
-      tokens: c.tokens, twist: c.twist, phase: this.phase, startedAt: started,
+      n: c.n,
+      gateway: g.child?.name ?? g.name,
+      account: c.caller.account,
+      chain: c.chain,
+      kind: c.kind,
+      model: c.model,
+      tokens: c.tokens,
+      twist: c.twist,
+      phase: this.phase,
+      startedAt: started,
     };
-    const done = (rest: Pick<CallResult, 'status' | 'requestId' | 'outcome' | 'code'> & { detail?: string }): CallResult => ({
-      ...base, endPhase: this.phase, ms: Date.now() - started, ...rest,
+    const done = (
+      rest: Pick<CallResult, 'status' | 'requestId' | 'outcome' | 'code'> & { detail?: string },
+    ): CallResult => ({
+      ...base,
+      endPhase: this.phase,
+      ms: Date.now() - started,
+      ...rest,
     });
     const messages = c.kind.startsWith('messages');
     const headers: Record<string, string> = { authorization: `Bearer ${c.key}`, 'content-type': 'application/json' };
@@ -198,10 +241,20 @@ export class Load {
     let res: Awaited<ReturnType<typeof request>>;
     try {
       res = await request(`${g.url}${messages ? '/v1/messages' : '/v1/chat/completions'}`, {
-        method: 'POST', headers, body: c.body, dispatcher: this.agent, signal: abort.signal,
+        method: 'POST',
+        headers,
+        body: c.body,
+        dispatcher: this.agent,
+        signal: abort.signal,
       });
     } catch (err) {
-      return done({ status: null, requestId: null, outcome: 'connection_lost', code: null, detail: (err as Error).message });
+      return done({
+        status: null,
+        requestId: null,
+        outcome: 'connection_lost',
+        code: null,
+        detail: (err as Error).message,
+      });
     }
     // Admitted calls only: a 503 waits for the gateway's next reconnection attempt to Redis.
     if (res.statusCode === 200) this.ttfb.push(Number(process.hrtime.bigint() - t0) / 1e6);
@@ -240,9 +293,15 @@ export class Load {
     } catch {
       // not JSON: unexpected below
     }
-    if (code?.startsWith('upstream_') && c.twist === 'upstream_500') return done({ status, requestId, outcome: 'upstream_failed', code });
-    if (status === 400 && code === 'upstream_invalid_request' && c.twist === 'over_window') return done({ status, requestId, outcome: 'upstream_failed', code });
-    if ((status === 503 && code === 'service_unavailable') || (status === 402 && code === 'insufficient_funds') || (status === 429 && code === 'rate_limited')) {
+    if (code?.startsWith('upstream_') && c.twist === 'upstream_500')
+      return done({ status, requestId, outcome: 'upstream_failed', code });
+    if (status === 400 && code === 'upstream_invalid_request' && c.twist === 'over_window')
+      return done({ status, requestId, outcome: 'upstream_failed', code });
+    if (
+      (status === 503 && code === 'service_unavailable') ||
+      (status === 402 && code === 'insufficient_funds') ||
+      (status === 429 && code === 'rate_limited')
+    ) {
       return done({ status, requestId, outcome: 'refused', code });
     }
     return done({ status, requestId, outcome: 'unexpected', code, detail: text.slice(0, 300) });

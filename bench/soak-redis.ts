@@ -57,9 +57,31 @@ export async function startPrivateRedis(dir: string): Promise<PrivateRedis> {
   const tail: string[] = [];
   const start = async () => {
     // setpriv --pdeathsig: the server dies with this process, even when it is killed.
-    const p = spawn('setpriv', ['--pdeathsig', 'KILL', 'redis-server',
-      '--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'always',
-      '--save', '', '--daemonize', 'no', '--loglevel', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(
+      'setpriv',
+      [
+        '--pdeathsig',
+        'KILL',
+        'redis-server',
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--appendonly',
+        'yes',
+        '--appendfsync',
+        'always',
+        '--save',
+        '',
+        '--daemonize',
+        'no',
+        '--loglevel',
+        'warning',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     for (const s of [p.stdout!, p.stderr!]) {
       s.on('data', (d: Buffer) => {
         tail.push(...d.toString().split('\n').filter(Boolean));
@@ -88,7 +110,7 @@ export async function startPrivateRedis(dir: string): Promise<PrivateRedis> {
     url: `redis://127.0.0.1:${port}`,
     port,
     dir,
-    pid: () => (proc && proc.exitCode === null && proc.signalCode === null ? proc.pid ?? null : null),
+    pid: () => (proc && proc.exitCode === null && proc.signalCode === null ? (proc.pid ?? null) : null),
     stop,
     start,
     close: stop,

@@ -77,12 +77,15 @@ async function fund(cluster: Cluster, redis: Redis, account: string, chain: Chai
   }
 }
 
-
 /** What each caller account holds on each of its chains at the start. */
 const PER_CHAIN = 20_000_000n;
 
 /** The callers (funded on every chain; the last one with 0.10 USD on chain_b, to run out under load) and the fuzz's account. */
-async function fundAccounts(cluster: Cluster, redis: Redis, opts: SoakOptions): Promise<{
+async function fundAccounts(
+  cluster: Cluster,
+  redis: Redis,
+  opts: SoakOptions,
+): Promise<{
   callers: Caller[];
   deposits: Map<string, Partial<Record<ChainName, bigint>>>;
   fuzz: { account: string; key: string };
@@ -102,14 +105,24 @@ async function fundAccounts(cluster: Cluster, redis: Redis, opts: SoakOptions): 
   fuzz.key = (await createKey(redis, fuzz.account)).key;
   const all: [string, Partial<Record<ChainName, bigint>>][] = [...deposits, [fuzz.account, { chain_a: 50_000_000n }]];
   // One chain's deposits one after another (one minter's nonces), the chains side by side.
-  await Promise.all(CHAIN_NAMES.map(async (chain) => {
-    for (const [account, amounts] of all) if (amounts[chain]) await fund(cluster, redis, account, chain, amounts[chain]);
-  }));
+  await Promise.all(
+    CHAIN_NAMES.map(async (chain) => {
+      for (const [account, amounts] of all)
+        if (amounts[chain]) await fund(cluster, redis, account, chain, amounts[chain]);
+    }),
+  );
   return { callers, deposits, fuzz };
 }
 
 /** Inject the faults in turn, each followed by a quiet gap of load; `mark` notes each step in the timeline. */
-async function injectFaults(opts: SoakOptions, c: Cluster, redisServer: PrivateRedis, load: Load, watch: Watch, mark: (what: string) => void): Promise<void> {
+async function injectFaults(
+  opts: SoakOptions,
+  c: Cluster,
+  redisServer: PrivateRedis,
+  load: Load,
+  watch: Watch,
+  mark: (what: string) => void,
+): Promise<void> {
   if (opts.gatewayKill) {
     const g = c.gateways[0]!;
     load.phase = 'gateway killed';
@@ -135,7 +148,9 @@ async function injectFaults(opts: SoakOptions, c: Cluster, redisServer: PrivateR
       const g = c.gateways[1]!;
       await watch.scrape();
       const stopped = await c.stopGateway(g, 'SIGTERM', third * 1000);
-      mark(`${g.name} stopped (SIGTERM) during the outage: exited after ${(stopped.exitedMs / 1000).toFixed(1)} s${stopped.forced ? ` (SIGKILL: still finishing calls after ${third.toFixed(0)} s)` : ''}`);
+      mark(
+        `${g.name} stopped (SIGTERM) during the outage: exited after ${(stopped.exitedMs / 1000).toFixed(1)} s${stopped.forced ? ` (SIGKILL: still finishing calls after ${third.toFixed(0)} s)` : ''}`,
+      );
       await c.startGateway(g);
       mark(`${g.name} started again during the outage (same spool folder)`);
     }
@@ -170,21 +185,35 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
   let keep = true;
   try {
     log(`private Redis ${redisServer.url} (AOF, appendfsync always) in ${dir}/redis`);
-    cluster = await startCluster({
-      runner: opts.runner, dir, redisUrl: redisServer.url, prefix: 'soak:', gateways: opts.gateways, billing: opts.billing,
-      // The fuzz sends one key's calls faster than the default limit of 3,000 a minute.
-      limits: { default: { key: { rpm: 1e9 }, account: { rpm: 1e9 } } },
-    }, redis);
+    cluster = await startCluster(
+      {
+        runner: opts.runner,
+        dir,
+        redisUrl: redisServer.url,
+        prefix: 'soak:',
+        gateways: opts.gateways,
+        billing: opts.billing,
+        // The fuzz sends one key's calls faster than the default limit of 3,000 a minute.
+        limits: { default: { key: { rpm: 1e9 }, account: { rpm: 1e9 } } },
+      },
+      redis,
+    );
     const c = cluster;
     log(`started: simulator, dev chains, farebox settle, ${opts.gateways} gateways (farebox serve, ${opts.runner})`);
     const { callers, deposits, fuzz: fuzzCaller } = await fundAccounts(c, redis, opts);
-    log(`funded: ${opts.accounts} accounts x ${opts.keysPerAccount} keys with ${formatUsd(PER_CHAIN)} USD on each chain, one with 0.10 USD on chain_b`);
+    log(
+      `funded: ${opts.accounts} accounts x ${opts.keysPerAccount} keys with ${formatUsd(PER_CHAIN)} USD on each chain, one with 0.10 USD on chain_b`,
+    );
 
     let fuzz: FuzzReport | undefined;
     if (opts.fuzzCases > 0) {
-      log(`fuzz: ${opts.fuzzCases} cases, seed ${opts.seed}, ${opts.fuzzConcurrency} at a time, against ${c.gateways[0]!.name}`);
+      log(
+        `fuzz: ${opts.fuzzCases} cases, seed ${opts.seed}, ${opts.fuzzConcurrency} at a time, against ${c.gateways[0]!.name}`,
+      );
       fuzz = await runFuzz(c.gateways[0]!.url, fuzzCaller.key, opts.seed, opts.fuzzCases, opts.fuzzConcurrency);
-      log(`fuzz: ${fuzz.seconds.toFixed(1)} s, statuses ${JSON.stringify(fuzz.statuses)}, ${fuzz.unexpected.length} unexpected`);
+      log(
+        `fuzz: ${fuzz.seconds.toFixed(1)} s, statuses ${JSON.stringify(fuzz.statuses)}, ${fuzz.unexpected.length} unexpected`,
+      );
     }
 
     const timeline: { at: number; what: string }[] = [];
@@ -204,19 +233,32 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
       await injectFaults(opts, c, redisServer, load, watch, mark);
       mark('load stopped; waiting for the calls in flight');
     }
-    const busyPct = opts.faults ? Math.round((100 * (busyMs() - busyAtStart)) / ((Date.now() - loadStart) * cpus().length)) : 0;
+    const busyPct = opts.faults
+      ? Math.round((100 * (busyMs() - busyAtStart)) / ((Date.now() - loadStart) * cpus().length))
+      : 0;
     await load.stop();
     if (opts.faults) mark('every call answered; waiting for settlement');
     const fuzzWallet: Caller = { account: fuzzCaller.account, keys: [], chains: ['chain_a'], tight: false };
     const spoolDirs = c.gateways.map((g) => g.spoolDir);
     const settle = await waitSettled(redis, [...callers, fuzzWallet], spoolDirs, opts.settleTimeoutS * 1000);
-    if (opts.faults) mark(settle.left.length ? `settlement did not catch up in ${opts.settleTimeoutS} s` : 'settled: nothing held, pending, queued or spooled');
+    if (opts.faults)
+      mark(
+        settle.left.length
+          ? `settlement did not catch up in ${opts.settleTimeoutS} s`
+          : 'settled: nothing held, pending, queued or spooled',
+      );
     await watch.stop();
 
     const results = load.results;
     const unexpected = results.filter((r) => r.outcome === 'unexpected').map(describe);
     const ledger = await checkLedger({
-      redis, chains: c.chains, callers, otherAccounts: [fuzzCaller.account], deposits, results, minAvailable: watch.minAvailable,
+      redis,
+      chains: c.chains,
+      callers,
+      otherAccounts: [fuzzCaller.account],
+      deposits,
+      results,
+      minAvailable: watch.minAvailable,
       ordered: (r) => r.endPhase === 'Redis away',
     });
     const gatewayMetrics = watch.gatewayMetrics();
@@ -228,17 +270,31 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     ];
     if (gatewayMetrics.debits_lost > 0) lost.push(`${gatewayMetrics.debits_lost} debits dropped by a full spool`);
     // A price capped at its hold is a worst case below the actual price (pricing/worst-case.ts): a money bug.
-    if (gatewayMetrics.price_above_hold > 0) lost.push(`${gatewayMetrics.price_above_hold} calls priced above their hold (farebox_price_above_hold_total)`);
+    if (gatewayMetrics.price_above_hold > 0)
+      lost.push(`${gatewayMetrics.price_above_hold} calls priced above their hold (farebox_price_above_hold_total)`);
     keep = lost.length > 0;
     const low = watch.lowest();
     const { log: _log, ...options } = opts;
     return {
       options,
       started: new Date(t0).toISOString(),
-      machine: { cpus: cpus().length, model: cpus()[0]?.model ?? '', load: loadavg().map((l) => Math.round(l * 100) / 100), busyPct },
-      fuzz, timeline, load: load.stats(), ...tally(results), unexpected,
+      machine: {
+        cpus: cpus().length,
+        model: cpus()[0]?.model ?? '',
+        load: loadavg().map((l) => Math.round(l * 100) / 100),
+        busyPct,
+      },
+      fuzz,
+      timeline,
+      load: load.stats(),
+      ...tally(results),
+      unexpected,
       peaks: { ...watch.peaks, minAvailable: low && { wallet: low.wallet, usd: formatUsd(low.available) } },
-      gatewayMetrics, settleMetrics: watch.settleMetrics(), settle, ledger, lost,
+      gatewayMetrics,
+      settleMetrics: watch.settleMetrics(),
+      settle,
+      ledger,
+      lost,
       seconds: Math.round((Date.now() - t0) / 1000),
     };
   } finally {

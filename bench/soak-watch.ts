@@ -67,12 +67,19 @@ export class Watch {
 
   /** Read every running process's metrics now (before a gateway is stopped, and at the end). */
   async scrape(): Promise<void> {
-    const read = (url: string) => fetch(url, { signal: AbortSignal.timeout(2_000) }).then((r) => (r.ok ? r.text() : null)).catch(() => null);
-    await Promise.all(this.cluster.gateways.filter((g) => g.up && g.child).map(async (g) => {
-      const name = g.child!.name;
-      const text = await read(g.metricsUrl);
-      if (text) this.scrapes.set(name, text);
-    }));
+    const read = (url: string) =>
+      fetch(url, { signal: AbortSignal.timeout(2_000) })
+        .then((r) => (r.ok ? r.text() : null))
+        .catch(() => null);
+    await Promise.all(
+      this.cluster.gateways
+        .filter((g) => g.up && g.child)
+        .map(async (g) => {
+          const name = g.child!.name;
+          const text = await read(g.metricsUrl);
+          if (text) this.scrapes.set(name, text);
+        }),
+    );
     const text = await read(this.cluster.settleMetrics);
     if (text) this.scrapes.set('settle', text);
   }
@@ -87,7 +94,8 @@ export class Watch {
   /** The lowest available balance of any wallet, with the wallet. */
   lowest(): { wallet: string; available: bigint } | null {
     let lowest: { wallet: string; available: bigint } | null = null;
-    for (const [wallet, available] of this.minAvailable) if (!lowest || available < lowest.available) lowest = { wallet, available };
+    for (const [wallet, available] of this.minAvailable)
+      if (!lowest || available < lowest.available) lowest = { wallet, available };
     return lowest;
   }
 

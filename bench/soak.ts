@@ -61,5 +61,8 @@ process.stdout.write(`${text}\n`);
 const results = join(ROOT, 'bench', 'results');
 mkdirSync(results, { recursive: true });
 writeFileSync(join(results, 'soak-latest.txt'), `${text}\n`);
-writeFileSync(join(results, 'soak-latest.json'), `${JSON.stringify(report, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
+writeFileSync(
+  join(results, 'soak-latest.json'),
+  `${JSON.stringify(report, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`,
+);
 process.exit(report.lost.length ? 1 : 0);

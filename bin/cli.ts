@@ -7,7 +7,18 @@
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Redis } from 'ioredis';
-import { ACCOUNT_STATUSES, createAccount, createKey, getAccount, isAddress, keyName, revokeKey, setAccountStatus, setDefaultChain, type AccountStatus } from '../plugins/accounts/accounts.js';
+import {
+  ACCOUNT_STATUSES,
+  createAccount,
+  createKey,
+  getAccount,
+  isAddress,
+  keyName,
+  revokeKey,
+  setAccountStatus,
+  setDefaultChain,
+  type AccountStatus,
+} from '../plugins/accounts/accounts.js';
 import { CHAIN_NAMES, chainsConfigSchema, type ChainName, type ChainsConfig } from '../plugins/chains/config.js';
 import { connectRedis } from '../plugins/store/redis.js';
 import { listUsage } from '../plugins/billing/call-records.js';
@@ -89,7 +100,8 @@ async function chainsOf(env: NodeJS.ProcessEnv, redis: Redis): Promise<ChainsCon
 
 function chainArg(flags: Flags): ChainName {
   const chain = str(flags, 'chain', true);
-  if (!(CHAIN_NAMES as readonly string[]).includes(chain)) throw new UsageError(`--chain must be one of ${CHAIN_NAMES.join(', ')}`);
+  if (!(CHAIN_NAMES as readonly string[]).includes(chain))
+    throw new UsageError(`--chain must be one of ${CHAIN_NAMES.join(', ')}`);
   return chain as ChainName;
 }
 
@@ -204,7 +216,11 @@ export async function main(
         const port = flags.port === undefined ? 8090 : Number(str(flags, 'port'));
         if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError('--port must be a port number');
         const { startSimulator } = await import('../plugins/simulator/index.js');
-        const sim = await startSimulator({ host: env.HOST ?? '127.0.0.1', port, inspectToken: env.FAREBOX_SIM_INSPECT_TOKEN });
+        const sim = await startSimulator({
+          host: env.HOST ?? '127.0.0.1',
+          port,
+          inspectToken: env.FAREBOX_SIM_INSPECT_TOKEN,
+        });
         out(json ? JSON.stringify({ url: sim.url }) : `farebox sim: simulated upstreams at ${sim.url}`);
         const stop = () => void sim.close().then(() => process.exit(0));
         process.once('SIGINT', stop);
@@ -214,7 +230,8 @@ export async function main(
       case 'settle': {
         // Settlement alone: run beside gateways whose config says billing.settler / billing.watcher false.
         const port = flags['metrics-port'] === undefined ? undefined : Number(str(flags, 'metrics-port'));
-        if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) throw new UsageError('--metrics-port must be a port number');
+        if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535))
+          throw new UsageError('--metrics-port must be a port number');
         const { startSettleProcess } = await import('../plugins/settlement/settlement.js');
         const { tuneHeap } = await import('../plugins/serve.js');
         tuneHeap();
@@ -224,7 +241,8 @@ export async function main(
           // It calls no provider: their keys need not be on the settle host.
           const providers = (configFile(env)?.providers ?? {}) as Record<string, { key_env?: unknown }>;
           const unused: Record<string, string> = {};
-          for (const p of Object.values(providers)) if (typeof p?.key_env === 'string' && !env[p.key_env]) unused[p.key_env] = 'unused';
+          for (const p of Object.values(providers))
+            if (typeof p?.key_env === 'string' && !env[p.key_env]) unused[p.key_env] = 'unused';
           const { loadConfig } = await import('../plugins/config.js');
           config = loadConfig({ ...env, ...unused });
         } else {
@@ -234,9 +252,11 @@ export async function main(
           redis = undefined;
         }
         const settle = await startSettleProcess(config, runEnv, { metricsPort: port });
-        out(json
-          ? JSON.stringify({ instance: settle.instance, metrics: settle.metricsUrl ?? null })
-          : `farebox settle: settling and watching chain_a..chain_d as ${settle.instance}${settle.metricsUrl ? `; metrics at ${settle.metricsUrl}` : ''}`);
+        out(
+          json
+            ? JSON.stringify({ instance: settle.instance, metrics: settle.metricsUrl ?? null })
+            : `farebox settle: settling and watching chain_a..chain_d as ${settle.instance}${settle.metricsUrl ? `; metrics at ${settle.metricsUrl}` : ''}`,
+        );
         const stop = () => void settle.close().then(() => process.exit(0));
         process.once('SIGINT', stop);
         process.once('SIGTERM', stop);
@@ -244,14 +264,16 @@ export async function main(
       }
       case 'account create': {
         const status = str(flags, 'status') as AccountStatus | undefined;
-        if (status !== undefined && !ACCOUNT_STATUSES.includes(status)) throw new UsageError(`--status must be one of ${ACCOUNT_STATUSES.join(', ')}`);
+        if (status !== undefined && !ACCOUNT_STATUSES.includes(status))
+          throw new UsageError(`--status must be one of ${ACCOUNT_STATUSES.join(', ')}`);
         const account = await createAccount(db(), { address: addressArg(flags, 'address'), status });
         out(json ? JSON.stringify({ account: account.address }) : `account ${account.address} (${account.status})`);
         return 0;
       }
       case 'account status': {
         const status = str(flags, 'set', true) as AccountStatus;
-        if (!ACCOUNT_STATUSES.includes(status)) throw new UsageError(`--set must be one of ${ACCOUNT_STATUSES.join(', ')}`);
+        if (!ACCOUNT_STATUSES.includes(status))
+          throw new UsageError(`--set must be one of ${ACCOUNT_STATUSES.join(', ')}`);
         const account = accountArg(flags);
         await setAccountStatus(db(), account, status);
         out(json ? JSON.stringify({ account, status }) : `account ${account} is ${status}`);
@@ -260,7 +282,11 @@ export async function main(
       case 'account sign-out': {
         const account = accountArg(flags);
         const ended = await endAllSessions(db(), account);
-        out(json ? JSON.stringify({ account, sessions_ended: ended }) : `account ${account}: ${ended} dashboard session(s) ended`);
+        out(
+          json
+            ? JSON.stringify({ account, sessions_ended: ended })
+            : `account ${account}: ${ended} dashboard session(s) ended`,
+        );
         return 0;
       }
       case 'key create': {
@@ -285,13 +311,24 @@ export async function main(
         const chains = await chainsOf(env, db());
         // Events the watcher could not apply (FareboxChainAnomaly), each with its transaction, to settle by hand.
         const anomalies = await Promise.all(CHAIN_NAMES.map((n) => readAnomalies(db(), n)));
-        const doc = Object.fromEntries(CHAIN_NAMES.map((n, i) => [n, {
-          chain_id: chains[n].chain_id, rpc_url: chains[n].rpc_url, stablecoin: chains[n].stablecoin, escrow: chains[n].escrow, anomalies: anomalies[i]!,
-        }]));
+        const doc = Object.fromEntries(
+          CHAIN_NAMES.map((n, i) => [
+            n,
+            {
+              chain_id: chains[n].chain_id,
+              rpc_url: chains[n].rpc_url,
+              stablecoin: chains[n].stablecoin,
+              escrow: chains[n].escrow,
+              anomalies: anomalies[i]!,
+            },
+          ]),
+        );
         if (json) out(JSON.stringify(doc));
         else {
           for (const [n, c] of Object.entries(doc)) {
-            out(`${n}  chain id ${c.chain_id}  ${c.rpc_url}  stablecoin ${c.stablecoin}  escrow ${c.escrow}${c.anomalies.length ? `  anomalies ${c.anomalies.length}` : ''}`);
+            out(
+              `${n}  chain id ${c.chain_id}  ${c.rpc_url}  stablecoin ${c.stablecoin}  escrow ${c.escrow}${c.anomalies.length ? `  anomalies ${c.anomalies.length}` : ''}`,
+            );
           }
         }
         return 0;
@@ -310,7 +347,9 @@ export async function main(
         const { DEV_CHAIN_IDS } = await import('../plugins/chains/dev-chains.js');
         const chains = await chainsOf(env, db());
         if (chains[chain].chain_id !== DEV_CHAIN_IDS[chain]) {
-          throw new Error(`${chain} is a configured chain (chain id ${chains[chain].chain_id}): fund mints test stablecoin on the embedded dev chains only`);
+          throw new Error(
+            `${chain} is a configured chain (chain id ${chains[chain].chain_id}): fund mints test stablecoin on the embedded dev chains only`,
+          );
         }
         const { fundOnDevChain } = await import('../plugins/serve.js');
         const status = statusLine();
@@ -320,7 +359,11 @@ export async function main(
         } finally {
           status.clear();
         }
-        out(json ? JSON.stringify({ chain, account, balance: formatUsd(balance) }) : `${account} holds ${formatUsd(balance)} USD on ${chain}`);
+        out(
+          json
+            ? JSON.stringify({ chain, account, balance: formatUsd(balance) })
+            : `${account} holds ${formatUsd(balance)} USD on ${chain}`,
+        );
         return 0;
       }
       case 'balance': {
@@ -330,11 +373,20 @@ export async function main(
         const chains: Record<string, Record<string, string>> = {};
         for (const n of CHAIN_NAMES) {
           const w = await readWallet(db(), account, n);
-          chains[n] = { balance: formatUsd(w.synced), held: formatUsd(w.held), pending: formatUsd(w.pending), available: formatUsd(w.available < 0n ? 0n : w.available) };
+          chains[n] = {
+            balance: formatUsd(w.synced),
+            held: formatUsd(w.held),
+            pending: formatUsd(w.pending),
+            available: formatUsd(w.available < 0n ? 0n : w.available),
+          };
         }
         const doc = { account, default_chain: acct?.default_chain ?? 'chain_a', chains };
         if (json) out(JSON.stringify(doc));
-        else for (const [n, c] of Object.entries(chains)) out(`${n}${n === doc.default_chain ? '*' : ' '} balance ${c.balance}  held ${c.held}  pending ${c.pending}  available ${c.available}`);
+        else
+          for (const [n, c] of Object.entries(chains))
+            out(
+              `${n}${n === doc.default_chain ? '*' : ' '} balance ${c.balance}  held ${c.held}  pending ${c.pending}  available ${c.available}`,
+            );
         return 0;
       }
       case 'default-chain': {
@@ -347,7 +399,9 @@ export async function main(
       case 'prices': {
         const file = configFile(env);
         const { videoFamilies } = await import('../plugins/config.js');
-        const doc = publishPrices(buildPriceTable(file?.prices ?? {}, 'prices', videoFamilies(Array.isArray(file?.models) ? file.models : [])));
+        const doc = publishPrices(
+          buildPriceTable(file?.prices ?? {}, 'prices', videoFamilies(Array.isArray(file?.models) ? file.models : [])),
+        );
         out(json ? JSON.stringify(doc) : JSON.stringify(doc, null, 2));
         return 0;
       }
@@ -357,7 +411,11 @@ export async function main(
         if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a positive whole number');
         const records = await listUsage(db(), account, limit);
         if (json) out(JSON.stringify(records));
-        else for (const r of records) out(`${r.time}  ${r.call_id}  ${r.model}  ${r.chain}  ${r.price} USD  ${r.status}${r.tx ? `  ${r.tx}` : ''}`);
+        else
+          for (const r of records)
+            out(
+              `${r.time}  ${r.call_id}  ${r.model}  ${r.chain}  ${r.price} USD  ${r.status}${r.tx ? `  ${r.tx}` : ''}`,
+            );
         return 0;
       }
       case '':

@@ -41,7 +41,9 @@ export const ARTIFACTS_PATH = join(root, 'dist', 'contracts', 'artifacts.json');
 
 function solFiles(): string[] {
   if (!existsSync(sourcesDir)) return [];
-  return readdirSync(sourcesDir).filter((f) => f.endsWith('.sol')).sort();
+  return readdirSync(sourcesDir)
+    .filter((f) => f.endsWith('.sol'))
+    .sort();
 }
 
 interface SolcOutput {

@@ -49,12 +49,17 @@ export interface DeployEscrowResult {
 
 /** Deploys Escrow after checking the stablecoin exists and has 6 decimals (farebox money is 6-decimal). */
 export async function deployEscrow(input: DeployEscrowInput): Promise<DeployEscrowResult> {
-  for (const [k, v] of Object.entries({ stablecoin: input.stablecoin, treasury: input.treasury, settler: input.settler })) {
+  for (const [k, v] of Object.entries({
+    stablecoin: input.stablecoin,
+    treasury: input.treasury,
+    settler: input.settler,
+  })) {
     if (!isAddress(v, { strict: false })) throw new Error(`${k}: not an address: ${v}`);
   }
   // The contract refuses these too; checked here so nothing is sent (or paid for) in vain.
   if (input.timelock <= 0n) throw new Error('timelock must be > 0 seconds: calls in flight settle during it');
-  if (input.roleDelay <= input.timelock) throw new Error(`role delay (${input.roleDelay} s) must be longer than the timelock (${input.timelock} s)`);
+  if (input.roleDelay <= input.timelock)
+    throw new Error(`role delay (${input.roleDelay} s) must be longer than the timelock (${input.timelock} s)`);
   if (input.maxCharge <= 0n) throw new Error('max charge must be > 0');
   const probe = createPublicClient({ transport: http(input.rpcUrl) });
   const chainId = await probe.getChainId();
@@ -68,7 +73,8 @@ export async function deployEscrow(input: DeployEscrowInput): Promise<DeployEscr
   const decimals = await pub
     .readContract({ address: input.stablecoin, abi: testStablecoinAbi, functionName: 'decimals' })
     .catch(() => undefined);
-  if (decimals !== 6) throw new Error(`stablecoin ${input.stablecoin} on chain ${chainId}: decimals ${decimals}, expected 6`);
+  if (decimals !== 6)
+    throw new Error(`stablecoin ${input.stablecoin} on chain ${chainId}: decimals ${decimals}, expected 6`);
   const account = privateKeyToAccount(input.deployerKey);
   const wallet = createWalletClient({ chain, transport: http(input.rpcUrl), account });
   const d = await deployEscrowContract(wallet, pub, {
@@ -80,7 +86,13 @@ export async function deployEscrow(input: DeployEscrowInput): Promise<DeployEscr
     roleDelay: input.roleDelay,
     maxCharge: input.maxCharge,
   });
-  return { chain_id: chainId, stablecoin: input.stablecoin, escrow: d.address, deploy_block: Number(d.blockNumber), tx: d.txHash };
+  return {
+    chain_id: chainId,
+    stablecoin: input.stablecoin,
+    escrow: d.address,
+    deploy_block: Number(d.blockNumber),
+    tx: d.txHash,
+  };
 }
 
 async function main(): Promise<void> {
@@ -96,10 +108,13 @@ async function main(): Promise<void> {
       owner: { type: 'string' },
     },
   });
-  const missing = ['rpc-url', 'stablecoin', 'treasury', 'settler', 'timelock', 'role-delay', 'max-charge'].filter((k) => !values[k as keyof typeof values]);
+  const missing = ['rpc-url', 'stablecoin', 'treasury', 'settler', 'timelock', 'role-delay', 'max-charge'].filter(
+    (k) => !values[k as keyof typeof values],
+  );
   if (missing.length) throw new Error(`missing --${missing.join(', --')}`);
   const key = process.env.FAREBOX_DEPLOYER_KEY;
-  if (!key || !/^0x[0-9a-fA-F]{64}$/.test(key)) throw new Error('set FAREBOX_DEPLOYER_KEY to the deployer private key (0x + 64 hex)');
+  if (!key || !/^0x[0-9a-fA-F]{64}$/.test(key))
+    throw new Error('set FAREBOX_DEPLOYER_KEY to the deployer private key (0x + 64 hex)');
   if (!/^\d+$/.test(values.timelock!)) throw new Error('--timelock: whole seconds');
   if (!/^\d+$/.test(values['role-delay']!)) throw new Error('--role-delay: whole seconds');
   let maxCharge: bigint;

@@ -55,7 +55,13 @@ export interface Call {
 }
 
 /** The endpoints of the call path (the `route` label of the metrics). */
-export type EndpointName = 'messages' | 'count_tokens' | 'chat_completions' | 'image_generations' | 'image_edits' | 'videos';
+export type EndpointName =
+  | 'messages'
+  | 'count_tokens'
+  | 'chat_completions'
+  | 'image_generations'
+  | 'image_edits'
+  | 'videos';
 
 /** What police made of a request: every endpoint's own result extends this. */
 export interface Policed {

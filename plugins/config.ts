@@ -5,7 +5,13 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { CHAIN_NAMES, chainsConfigSchema, type ChainsConfig } from './chains/config.js';
-import { modelSchema, PROTOCOLS_OF_KIND, providerSchema, type ModelConfig, type ProviderConfig } from '../policies/catalog.js';
+import {
+  modelSchema,
+  PROTOCOLS_OF_KIND,
+  providerSchema,
+  type ModelConfig,
+  type ProviderConfig,
+} from '../policies/catalog.js';
 import { buildSignatures, clientSignatureSchema, type ClientSignature } from '../policies/clients.js';
 import type { ReasoningLevel } from '../policies/families.js';
 import { limitsConfigSchema, type LimitsConfig } from '../policies/limits.js';
@@ -18,7 +24,11 @@ const serverSchema = z
     port: z.number().int().min(0).max(65535).default(8080),
     host: z.string().min(1).default('127.0.0.1'),
     /** Request bodies up to this many bytes (Claude Code sends 80 KB and more). */
-    body_limit: z.number().int().positive().default(32 * 1024 * 1024),
+    body_limit: z
+      .number()
+      .int()
+      .positive()
+      .default(32 * 1024 * 1024),
     /**
      * A request's headers must have arrived this long after its first byte (or after the connection opened): a client
      * that trickles them is cut (`farebox serve`; a host app sets its own server's, README "Slow clients").
@@ -52,7 +62,10 @@ const serverSchema = z
   });
 
 const redisSchema = z.strictObject({
-  url: z.string().regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL').default('redis://127.0.0.1:6379'),
+  url: z
+    .string()
+    .regex(/^rediss?:\/\//, 'a redis:// or rediss:// URL')
+    .default('redis://127.0.0.1:6379'),
   /** Prefix of every key, so several deployments (or tests) share one Redis. */
   prefix: z.string().default('farebox:'),
 });
@@ -144,13 +157,19 @@ const metricsSchema = z.strictObject({
   /** Serve /metrics on the gateway's own port instead: that port is public, so token_env is then required. */
   on_api_port: z.boolean().default(false),
   /** Name of an env var holding a bearer token the scraper must send. */
-  token_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+  token_env: z
+    .string()
+    .regex(/^[A-Z_][A-Z0-9_]*$/)
+    .optional(),
 });
 
 /** A web origin (scheme, host, port) as the dashboard's options and config take it, normalised by URL. */
 export const originSchema = z
   .url({ protocol: /^https?$/ })
-  .refine((u) => { const x = new URL(u); return x.pathname === '/' && !x.search && !x.hash && !x.username; }, 'an origin: scheme, host and port, no path')
+  .refine((u) => {
+    const x = new URL(u);
+    return x.pathname === '/' && !x.search && !x.hash && !x.username;
+  }, 'an origin: scheme, host and port, no path')
   .transform((u) => new URL(u).origin);
 
 /** Where `farebox serve` mounts the dashboard unless the config says otherwise. */
@@ -161,7 +180,10 @@ const dashboardSchema = z.strictObject({
   /** Whether `farebox serve` registers it. */
   enabled: z.boolean().default(true),
   /** Path prefix it is served under. */
-  path: z.string().regex(/^(\/[A-Za-z0-9._~-]+)+$/, 'a path such as /dashboard').default(DEFAULT_DASHBOARD_PATH),
+  path: z
+    .string()
+    .regex(/^(\/[A-Za-z0-9._~-]+)+$/, 'a path such as /dashboard')
+    .default(DEFAULT_DASHBOARD_PATH),
   /** Public origins of the dashboard (sign-in messages name them); absent = the address the server listens on. */
   origins: z.array(originSchema).min(1).optional(),
   /**
@@ -181,14 +203,26 @@ const dashboardSchema = z.strictObject({
 
 const imagesSchema = z.strictObject({
   /** How long a `response_format: url` image stays served (its URL's life), ms. One hour, as OpenAI's image URLs. */
-  url_ttl_ms: z.number().int().positive().max(7 * 86_400_000).default(3_600_000),
+  url_ttl_ms: z
+    .number()
+    .int()
+    .positive()
+    .max(7 * 86_400_000)
+    .default(3_600_000),
   /**
    * Most bytes of url images Redis holds at once, all instances together: past it, url calls get a 503 (and cost
    * nothing) until images expire. Redis holds the money state too: keep this well under its maxmemory.
    */
-  store_max_bytes: z.number().int().positive().default(256 * 1024 * 1024),
+  store_max_bytes: z
+    .number()
+    .int()
+    .positive()
+    .default(256 * 1024 * 1024),
   /** Origin the image URLs name (https://gateway.example.com); absent: the origin the call came in on. */
-  public_url: z.url({ protocol: /^https?$/ }).transform((u) => u.replace(/\/+$/, '')).optional(),
+  public_url: z
+    .url({ protocol: /^https?$/ })
+    .transform((u) => u.replace(/\/+$/, ''))
+    .optional(),
 });
 
 /** The whole configuration as written in a FAREBOX_CONFIG file. */
@@ -215,14 +249,23 @@ export const configSchema = z
   .superRefine((cfg, ctx) => {
     // Metrics show what every account spends and how often each model is called: never public by accident.
     if (cfg.metrics.on_api_port && !cfg.metrics.token_env) {
-      ctx.addIssue({ code: 'custom', path: ['metrics', 'token_env'], message: 'required with metrics.on_api_port: the API port is public, so /metrics there needs a bearer token' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['metrics', 'token_env'],
+        message: 'required with metrics.on_api_port: the API port is public, so /metrics there needs a bearer token',
+      });
     }
     if (cfg.metrics.on_api_port && cfg.metrics.port !== undefined) {
-      ctx.addIssue({ code: 'custom', path: ['metrics', 'port'], message: 'a port of its own and metrics.on_api_port exclude each other' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['metrics', 'port'],
+        message: 'a port of its own and metrics.on_api_port exclude each other',
+      });
     }
     const seen = new Set<string>();
     cfg.models.forEach((m, i) => {
-      if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
+      if (seen.has(m.id))
+        ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
       seen.add(m.id);
       for (const key of ['provider', 'chat_provider'] as const) {
         const name = (m as { provider: string; chat_provider?: string })[key];
@@ -231,24 +274,42 @@ export const configSchema = z
         if (!provider) {
           ctx.addIssue({ code: 'custom', path: ['models', i, key], message: `unknown provider ${name}` });
         } else if (!PROTOCOLS_OF_KIND[m.kind].includes(provider.protocol)) {
-          ctx.addIssue({ code: 'custom', path: ['models', i, key], message: `${m.kind} models are not served through the ${provider.protocol} protocol of ${name}` });
+          ctx.addIssue({
+            code: 'custom',
+            path: ['models', i, key],
+            message: `${m.kind} models are not served through the ${provider.protocol} protocol of ${name}`,
+          });
         }
       }
       // Fields of one image protocol are refused on the other: a setting that would never be sent is a mistake.
       const protocol = cfg.providers[m.provider]?.protocol;
       if (m.kind === 'image' && protocol === 'gemini') {
         for (const field of ['quality', 'input_fidelity'] as const) {
-          if (m[field] !== undefined) ctx.addIssue({ code: 'custom', path: ['models', i, field], message: 'is an OpenAI Images setting: this model is served through the gemini protocol' });
+          if (m[field] !== undefined)
+            ctx.addIssue({
+              code: 'custom',
+              path: ['models', i, field],
+              message: 'is an OpenAI Images setting: this model is served through the gemini protocol',
+            });
         }
       }
       if (m.kind === 'image' && protocol === 'openai' && m.max_output_tokens !== undefined) {
-        ctx.addIssue({ code: 'custom', path: ['models', i, 'max_output_tokens'], message: 'is a Gemini setting: this model is served through the openai protocol' });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['models', i, 'max_output_tokens'],
+          message: 'is a Gemini setting: this model is served through the openai protocol',
+        });
       }
       if (m.kind === 'image' && protocol === 'openai' && m.quality !== undefined) {
         // "Create image", quality: standard and hd are DALL-E's; low, medium and high the GPT image models'.
         const dalle = (m.upstream_model ?? m.id).startsWith('dall-e');
         const takes = dalle ? ['standard', 'hd'] : ['low', 'medium', 'high'];
-        if (!takes.includes(m.quality)) ctx.addIssue({ code: 'custom', path: ['models', i, 'quality'], message: `must be ${takes.join(' or ')} for ${m.upstream_model ?? m.id}` });
+        if (!takes.includes(m.quality))
+          ctx.addIssue({
+            code: 'custom',
+            path: ['models', i, 'quality'],
+            message: `must be ${takes.join(' or ')} for ${m.upstream_model ?? m.id}`,
+          });
       }
     });
   });
@@ -300,9 +361,7 @@ export class ConfigError extends Error {
 }
 
 function formatIssues(error: z.ZodError): string {
-  return error.issues
-    .map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`)
-    .join('; ');
+  return error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`).join('; ');
 }
 
 function deepFreeze<T>(value: T): T {
@@ -331,7 +390,9 @@ export interface ConfigEnv {
 export function withEnvironment(input: unknown, env: ConfigEnv): unknown {
   if (!input || typeof input !== 'object' || Array.isArray(input)) return input;
   const raw = { ...(input as Record<string, unknown>) } as Record<string, unknown> & {
-    server?: Record<string, unknown>; redis?: Record<string, unknown>; metrics?: Record<string, unknown>;
+    server?: Record<string, unknown>;
+    redis?: Record<string, unknown>;
+    metrics?: Record<string, unknown>;
   };
   if (env.PORT !== undefined || env.HOST !== undefined) {
     raw.server = { ...(raw.server ?? {}) };
@@ -360,7 +421,8 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
   const providers: Record<string, ProviderConfig> = {};
   for (const [name, p] of Object.entries(data.providers)) {
     const key = env[p.key_env];
-    if (!key) throw new ConfigError(`invalid config: providers.${name}.key_env: environment variable ${p.key_env} is not set`);
+    if (!key)
+      throw new ConfigError(`invalid config: providers.${name}.key_env: environment variable ${p.key_env} is not set`);
     providers[name] = { ...p, name, key };
   }
   let prices: PriceTable;
@@ -377,7 +439,9 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
       // no price at all
     }
     if (kind !== m.kind) {
-      throw new ConfigError(`invalid config: models.${i}.id: ${m.id} has no ${m.kind} price (add it under prices.${m.kind})`);
+      throw new ConfigError(
+        `invalid config: models.${i}.id: ${m.id} has no ${m.kind} price (add it under prices.${m.kind})`,
+      );
     }
   });
   let clients: readonly ClientSignature[];
@@ -387,8 +451,20 @@ export function buildConfig(input: unknown, env: ConfigEnv = process.env, embedd
     throw new ConfigError(`invalid config: clients: ${(err as Error).message}`);
   }
   const config: FareboxConfig = deepFreeze({
-    server: data.server, redis: data.redis, providers, models: data.models, prices, limits: data.limits, clients,
-    chains: data.chains, billing: data.billing, videos: data.videos, metrics: metricsOf(data), dashboard: data.dashboard, images: data.images, embedded,
+    server: data.server,
+    redis: data.redis,
+    providers,
+    models: data.models,
+    prices,
+    limits: data.limits,
+    clients,
+    chains: data.chains,
+    billing: data.billing,
+    videos: data.videos,
+    metrics: metricsOf(data),
+    dashboard: data.dashboard,
+    images: data.images,
+    embedded,
   });
   built.add(config);
   return config;
@@ -414,7 +490,11 @@ export function loadConfig(env: ConfigEnv = process.env, simulatorUrl?: string):
   const file = env.FAREBOX_CONFIG;
   if (!file) {
     if (!simulatorUrl) throw new ConfigError('the embedded default needs the simulator URL');
-    return buildConfig(withEnvironment(embeddedDefault(simulatorUrl), env), { ...env, FAREBOX_SIM_KEY: 'sim-key' }, true);
+    return buildConfig(
+      withEnvironment(embeddedDefault(simulatorUrl), env),
+      { ...env, FAREBOX_SIM_KEY: 'sim-key' },
+      true,
+    );
   }
   let text: string;
   try {
@@ -442,20 +522,48 @@ const BETA_LEVELS: ReasoningLevel[] = ['low', 'medium', 'high', 'xhigh', 'max'];
 export function embeddedDefault(simulatorUrl: string): ConfigInput {
   // Each context window is that of the provider model the id stands for, which the simulator enforces
   // (simulator/models.ts): a window here below the provider's would let a call bill more input than its hold covers.
-  const alpha = (id: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[], context_window: number) => ({
-    id, family: 'alpha' as const, provider: 'sim-anthropic', chat_provider: 'sim-anthropic-openai', max_tokens, temperature, reasoning_levels,
+  const alpha = (
+    id: string,
+    max_tokens: number,
+    temperature: boolean,
+    reasoning_levels: ReasoningLevel[],
+    context_window: number,
+  ) => ({
+    id,
+    family: 'alpha' as const,
+    provider: 'sim-anthropic',
+    chat_provider: 'sim-anthropic-openai',
+    max_tokens,
+    temperature,
+    reasoning_levels,
     context_window,
   });
   const openai = (
-    id: string, family: 'beta' | 'gamma', provider: string, max_tokens: number, temperature: boolean, reasoning_levels: ReasoningLevel[], context_window: number,
+    id: string,
+    family: 'beta' | 'gamma',
+    provider: string,
+    max_tokens: number,
+    temperature: boolean,
+    reasoning_levels: ReasoningLevel[],
+    context_window: number,
   ) => ({ id, family, provider, max_tokens, temperature, reasoning_levels, context_window });
   return {
     providers: {
       'sim-anthropic': { protocol: 'anthropic', base_url: simulatorUrl, key_env: 'FAREBOX_SIM_KEY' },
       // Anthropic's OpenAI-compatible endpoint serves alpha models on chat completions.
-      'sim-anthropic-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
+      'sim-anthropic-openai': {
+        protocol: 'openai',
+        base_url: `${simulatorUrl}/v1`,
+        key_env: 'FAREBOX_SIM_KEY',
+        max_tokens_field: 'max_tokens',
+      },
       'sim-openai': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' },
-      'sim-open-weights': { protocol: 'openai', base_url: `${simulatorUrl}/v1`, key_env: 'FAREBOX_SIM_KEY', max_tokens_field: 'max_tokens' },
+      'sim-open-weights': {
+        protocol: 'openai',
+        base_url: `${simulatorUrl}/v1`,
+        key_env: 'FAREBOX_SIM_KEY',
+        max_tokens_field: 'max_tokens',
+      },
       'sim-gemini': { protocol: 'gemini', base_url: `${simulatorUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' },
     },
     models: [

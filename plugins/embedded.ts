@@ -38,7 +38,10 @@ export function devChainsConfig(dev: DevChains): ChainsConfig {
  */
 export function embeddedSettleConfig(chains: ChainsConfig, env: ConfigEnv): { config: FareboxConfig; env: ConfigEnv } {
   const runEnv = { ...env, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
-  return { config: buildConfig(withEnvironment({ ...embeddedDefault('http://127.0.0.1:8090'), chains }, env), runEnv, true), env: runEnv };
+  return {
+    config: buildConfig(withEnvironment({ ...embeddedDefault('http://127.0.0.1:8090'), chains }, env), runEnv, true),
+    env: runEnv,
+  };
 }
 
 /** Clear what Redis knows of the previous dev chains: they start empty, so their balances and debits are gone. */
@@ -53,13 +56,15 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
       cursor = next;
       // `s` in the compact layout, `status` in the first (call-records.ts).
       const statuses = await Promise.all(keys.map((key) => raw.hmget(key, 's', 'status')));
-      await Promise.all(keys.map((key, i) => {
-        const [compact, first] = statuses[i];
-        const field = compact !== null ? 's' : 'status';
-        const status = compact ?? first;
-        const to = status === 'held' ? 'free' : status === 'pending' ? 'failed' : null;
-        return to ? raw.hset(key, field, to) : null;
-      }));
+      await Promise.all(
+        keys.map((key, i) => {
+          const [compact, first] = statuses[i];
+          const field = compact !== null ? 's' : 'status';
+          const status = compact ?? first;
+          const to = status === 'held' ? 'free' : status === 'pending' ? 'failed' : null;
+          return to ? raw.hset(key, field, to) : null;
+        }),
+      );
     } while (cursor !== '0');
     await deleteKeys(redis, CHAIN_STATE_PATTERNS);
   } finally {
@@ -91,9 +96,20 @@ export async function startEmbedded(env: ConfigEnv): Promise<Embedded> {
   };
   try {
     simulator = await startSimulator({ host: '127.0.0.1', port: 0 });
-    devChains = await startDevChains({ host: '127.0.0.1', basePort: env.FAREBOX_DEV_CHAIN_PORT ? Number(env.FAREBOX_DEV_CHAIN_PORT) : undefined });
-    const runEnv: ConfigEnv = { ...env, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey };
-    const config = buildConfig(withEnvironment({ ...embeddedDefault(simulator.url), chains: devChainsConfig(devChains) }, env), runEnv, true);
+    devChains = await startDevChains({
+      host: '127.0.0.1',
+      basePort: env.FAREBOX_DEV_CHAIN_PORT ? Number(env.FAREBOX_DEV_CHAIN_PORT) : undefined,
+    });
+    const runEnv: ConfigEnv = {
+      ...env,
+      FAREBOX_SIM_KEY: 'sim-key',
+      [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey,
+    };
+    const config = buildConfig(
+      withEnvironment({ ...embeddedDefault(simulator.url), chains: devChainsConfig(devChains) }, env),
+      runEnv,
+      true,
+    );
     const redis = connectRedis({ ...config.redis, failFast: true });
     try {
       await resyncDevChains(redis);

@@ -38,7 +38,14 @@ import { authenticate, identifyCall } from './phases/identify.js';
 import { policeCall } from './phases/police.js';
 import { prepareCall } from './phases/prepare.js';
 import { runPhases } from './phases/run-phases.js';
-import { ENDPOINTS, healthRoute, imageContentRoute, imageUrlOrigin, videoJobRoutes, type Endpoint } from './routes/index.js';
+import {
+  ENDPOINTS,
+  healthRoute,
+  imageContentRoute,
+  imageUrlOrigin,
+  videoJobRoutes,
+  type Endpoint,
+} from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors, redisUnavailable } from './store/redis.js';
@@ -72,26 +79,41 @@ export function checkOptions(opts: unknown): FareboxOptions {
   if (typeof opts !== 'object' || Array.isArray(opts)) throw new ConfigError('farebox options must be an object');
   const o = opts as Record<string, unknown>;
   for (const name of Object.keys(o)) {
-    if (!OPTION_NAMES.has(name) && !FASTIFY_OPTIONS.has(name)) throw new ConfigError(`farebox option ${name}: unknown option (config, redis, env, metrics)`);
+    if (!OPTION_NAMES.has(name) && !FASTIFY_OPTIONS.has(name))
+      throw new ConfigError(`farebox option ${name}: unknown option (config, redis, env, metrics)`);
   }
-  if ('config' in o && o.config !== undefined && (o.config === null || typeof o.config !== 'object' || Array.isArray(o.config))) {
-    throw new ConfigError('farebox option config: must be a config object (see deploy/farebox.example.json) or left out');
+  if (
+    'config' in o &&
+    o.config !== undefined &&
+    (o.config === null || typeof o.config !== 'object' || Array.isArray(o.config))
+  ) {
+    throw new ConfigError(
+      'farebox option config: must be a config object (see deploy/farebox.example.json) or left out',
+    );
   }
   if (o.redis !== undefined) {
     const r = o.redis as { sendCommand?: unknown; duplicate?: unknown; options?: unknown };
-    if (!r || typeof r !== 'object' || typeof r.sendCommand !== 'function' || typeof r.duplicate !== 'function' || typeof r.options !== 'object') {
+    if (
+      !r ||
+      typeof r !== 'object' ||
+      typeof r.sendCommand !== 'function' ||
+      typeof r.duplicate !== 'function' ||
+      typeof r.options !== 'object'
+    ) {
       throw new ConfigError('farebox option redis: must be an ioredis connection');
     }
   }
   if (o.env !== undefined) {
-    if (!o.env || typeof o.env !== 'object' || Array.isArray(o.env)) throw new ConfigError('farebox option env: must be an object of environment variables');
+    if (!o.env || typeof o.env !== 'object' || Array.isArray(o.env))
+      throw new ConfigError('farebox option env: must be an object of environment variables');
     for (const [k, v] of Object.entries(o.env)) {
       if (v !== undefined && typeof v !== 'string') throw new ConfigError(`farebox option env: ${k} must be a string`);
     }
   }
   if (o.metrics !== undefined) {
     const m = o.metrics as { registry?: { metrics?: unknown } };
-    if (!m || typeof m !== 'object' || typeof m.registry?.metrics !== 'function') throw new ConfigError('farebox option metrics: must come from createMetrics()');
+    if (!m || typeof m !== 'object' || typeof m.registry?.metrics !== 'function')
+      throw new ConfigError('farebox option metrics: must come from createMetrics()');
   }
   return o as FareboxOptions;
 }
@@ -118,7 +140,11 @@ function sendError(request: FastifyRequest, reply: FastifyReply, err: unknown): 
 }
 
 /** The config of a registration: the option, else FAREBOX_CONFIG, else the embedded default (started here). */
-async function configOf(app: FastifyInstance, opts: FareboxOptions, env: ConfigEnv): Promise<{ config: FareboxConfig; env: ConfigEnv }> {
+async function configOf(
+  app: FastifyInstance,
+  opts: FareboxOptions,
+  env: ConfigEnv,
+): Promise<{ config: FareboxConfig; env: ConfigEnv }> {
   if (opts.config !== undefined) {
     const config = isBuiltConfig(opts.config) ? opts.config : buildConfig(opts.config, env);
     return { config, env };
@@ -154,10 +180,18 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     // they delivered, as any caller who leaves is: a kill by the orchestrator would leave their holds to be released,
     // free. Nothing is kept per call for it: a collection of live calls made every call's objects outlive a
     // scavenge. An HTTP/2 server (a host app's) has no closeAllConnections: its sessions close as the host app's do.
-    cut = setTimeout(() => (app.server as { closeAllConnections?: () => void }).closeAllConnections?.(), config.server.shutdown_grace_ms);
+    cut = setTimeout(
+      () => (app.server as { closeAllConnections?: () => void }).closeAllConnections?.(),
+      config.server.shutdown_grace_ms,
+    );
     cut.unref();
   });
-  if (config.chains) initSeries(metrics, CHAIN_NAMES, config.models.map((m) => m.id));
+  if (config.chains)
+    initSeries(
+      metrics,
+      CHAIN_NAMES,
+      config.models.map((m) => m.id),
+    );
 
   // Heartbeats (and hold renewals) well inside the timeout, so a live instance is never taken for dead; a hold lives
   // at least three heartbeats past its last renewal, so one missed beat never lets it expire.
@@ -166,13 +200,18 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   let billing: Billing | undefined;
   try {
     billing = config.chains
-      ? new Billing(redis, {
-        retentionMs: config.billing.retention_days * 86_400_000,
-        holdTtlMs: Math.max(config.billing.hold_grace_ms, 3 * heartbeatMs),
-        instanceTimeoutMs: config.billing.instance_timeout_ms,
-        // No spool_dir: a folder named by the connection's Redis and prefix (billing/spool.ts).
-        spool: { dir: config.billing.spool_dir, maxEntries: config.billing.spool_max },
-      }, metrics, log)
+      ? new Billing(
+          redis,
+          {
+            retentionMs: config.billing.retention_days * 86_400_000,
+            holdTtlMs: Math.max(config.billing.hold_grace_ms, 3 * heartbeatMs),
+            instanceTimeoutMs: config.billing.instance_timeout_ms,
+            // No spool_dir: a folder named by the connection's Redis and prefix (billing/spool.ts).
+            spool: { dir: config.billing.spool_dir, maxEntries: config.billing.spool_max },
+          },
+          metrics,
+          log,
+        )
       : undefined;
   } catch (err) {
     // A spool folder refused (SpoolFolderRefused, naming it): the registration fails, leaving no connection of ours open.
@@ -181,16 +220,25 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   }
   const keys = new KeyResolver(redis);
   keys.listen((err) => log.warn({ err }, 'key invalidation channel'));
-  const admission = new Admission(new RateLimiter(redis, config.limits), billing, log, redis, {
-    stopRatio: config.billing.backlog_stop_ratio, checkMs: config.billing.backlog_check_ms,
-  }, metrics);
+  const admission = new Admission(
+    new RateLimiter(redis, config.limits),
+    billing,
+    log,
+    redis,
+    {
+      stopRatio: config.billing.backlog_stop_ratio,
+      checkMs: config.billing.backlog_check_ms,
+    },
+    metrics,
+  );
   const finisher = new Finisher(admission, config.prices, log, metrics);
   const videos = new VideoJobs({ redis, config, upstreams, admission, metrics, log, instance: billing?.instance });
   // The settler and the chain watcher beside the call path, unless this instance leaves them to others
   // (`farebox settle`, plugins/settlement/settlement.ts).
-  const settlement = billing && config.chains
-    ? new Settlement(redis, config.chains, config.billing, billing.instance, metrics, log, env)
-    : undefined;
+  const settlement =
+    billing && config.chains
+      ? new Settlement(redis, config.chains, config.billing, billing.instance, metrics, log, env)
+      : undefined;
   app.addHook('onReady', async () => {
     billing?.start(heartbeatMs);
     await admission.start();
@@ -216,11 +264,18 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     async (v1: FastifyInstance) => {
       v1.decorateRequest('farebox', null as unknown as Call);
       v1.removeContentTypeParser('application/json');
-      v1.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit: config.server.body_limit }, parseJsonBody);
+      v1.addContentTypeParser(
+        'application/json',
+        { parseAs: 'buffer', bodyLimit: config.server.body_limit },
+        parseJsonBody,
+      );
 
       v1.addHook('onRequest', identifyCall(metrics, finisher.finish));
       v1.setErrorHandler((err, request, reply) => {
-        const ge = toGatewayError(err, request.routeOptions.config.endpoint?.body === 'multipart' ? 'multipart/form-data' : undefined);
+        const ge = toGatewayError(
+          err,
+          request.routeOptions.config.endpoint?.body === 'multipart' ? 'multipart/form-data' : undefined,
+        );
         // Refusals are errors before the upstream was called; upstream failures have their own metric.
         if ((request.farebox as Call | null)?.exchange === undefined) metrics.rejections.inc({ code: ge.code });
         // Stopping: as proxied answers do, so the caller's keep-alive socket does not hold the server's close.
@@ -232,21 +287,27 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
 
       const identify = authenticate(keys);
-      const police = policeCall({ catalog, clients: config.clients, videos: config.videos, imageUrls: images.origin !== null });
+      const police = policeCall({
+        catalog,
+        clients: config.clients,
+        videos: config.videos,
+        imageUrls: images.origin !== null,
+      });
       const gate = gateCall(admission, config.prices, finisher.finish);
       const prepare = prepareCall({ metrics }, finisher.finish);
       const forward = forwardCall({ upstreams, metrics, images, videos });
       // The phases of a call, in order: identify (the v1 onRequest hook above, then the key), then police, gate,
       // prepare and forward in the route's handler (runPhases), each a function of plugins/phases/.
       const handler = runPhases(police, gate, prepare, forward);
-      const route = (context: FastifyInstance, endpoint: Endpoint) => context.route({
-        method: endpoint.method,
-        url: endpoint.path,
-        bodyLimit: config.server.body_limit,
-        config: { endpoint },
-        onRequest: identify,
-        handler,
-      });
+      const route = (context: FastifyInstance, endpoint: Endpoint) =>
+        context.route({
+          method: endpoint.method,
+          url: endpoint.path,
+          bodyLimit: config.server.body_limit,
+          config: { endpoint },
+          onRequest: identify,
+          handler,
+        });
       const multipart = (e: Endpoint) => e.body === 'multipart' || e.body === 'json-or-multipart';
       for (const endpoint of ENDPOINTS) if (!multipart(endpoint)) route(v1, endpoint);
       // Multipart endpoints (image edits, video submits) in a context of their own: @fastify/multipart's parser and

@@ -66,7 +66,10 @@ function flagName(arg: string): string {
  * `farebox serve` and `farebox settle` call this; an operator's own value of either, on node's command line or in
  * NODE_OPTIONS, wins, and a host app that registers the plugin keeps its own settings. Returns the flags it set.
  */
-export function tuneHeap(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ''): string[] {
+export function tuneHeap(
+  execArgv: readonly string[] = process.execArgv,
+  nodeOptions = process.env.NODE_OPTIONS ?? '',
+): string[] {
   const given = new Set([...execArgv, ...nodeOptions.split(/\s+/).filter(Boolean)].map(flagName));
   const set = V8_FLAGS.filter((f) => !given.has(flagName(f)));
   for (const f of set) setFlagsFromString(f);
@@ -77,7 +80,9 @@ export function tuneHeap(execArgv: readonly string[] = process.execArgv, nodeOpt
  * The Fastify options that bound how long a request may take to arrive (config server; README "Slow clients"): a
  * client that trickles its headers or its body, or stalls, is cut by the timeouts, never by the answer's length.
  */
-export function serverTimeouts(server: FareboxConfig['server']): Pick<FastifyServerOptions, 'requestTimeout' | 'keepAliveTimeout'> & { http: ServerOptions } {
+export function serverTimeouts(
+  server: FareboxConfig['server'],
+): Pick<FastifyServerOptions, 'requestTimeout' | 'keepAliveTimeout'> & { http: ServerOptions } {
   const shortest = Math.min(server.headers_timeout_ms, server.request_timeout_ms);
   return {
     // Fastify's default, 0, would let a request body trickle forever.
@@ -147,10 +152,12 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     if (config.dashboard.enabled) embedded?.devChains.allowOrigins(config.dashboard.origins ?? listeningOrigins(app));
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : config.server.port;
-    const origin = (p: number) => `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${p}`;
+    const origin = (p: number) =>
+      `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${p}`;
     const url = origin(port);
     let metricsUrl: string | undefined;
-    if (config.metrics.enabled) metricsUrl = config.metrics.on_api_port ? `${url}/metrics` : `${origin(metrics.server.port!)}/metrics`;
+    if (config.metrics.enabled)
+      metricsUrl = config.metrics.on_api_port ? `${url}/metrics` : `${origin(metrics.server.port!)}/metrics`;
     if (metricsUrl) app.log.info({ url: metricsUrl }, 'metrics served');
     const started = app;
     return {
@@ -189,17 +196,32 @@ export interface DevFundOptions {
 }
 
 /** Fund `account` on a dev chain and wait until the gateway's synced balance shows it. */
-export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: ChainName, account: string, amount: bigint, opts: DevFundOptions = {}): Promise<bigint> {
+export async function fundOnDevChain(
+  redis: Redis,
+  chains: ChainsConfig,
+  chain: ChainName,
+  account: string,
+  amount: bigint,
+  opts: DevFundOptions = {},
+): Promise<bigint> {
   const say = opts.onProgress;
   const onchain = await mintAndDeposit(chains[chain], account as `0x${string}`, amount, {
-    onStep: say && ((step) => say(`${chain}: ${step === 'minting' ? `minting ${formatUsd(amount)} test USD` : `depositing it for ${account}`}`)),
+    onStep:
+      say &&
+      ((step) =>
+        say(
+          `${chain}: ${step === 'minting' ? `minting ${formatUsd(amount)} test USD` : `depositing it for ${account}`}`,
+        )),
   });
   say?.(`${chain}: deposited; waiting for the gateway's watcher to see it`);
   const deadline = Date.now() + (opts.timeoutMs ?? 15_000);
   for (;;) {
     const w = await readWallet(redis, account, chain);
     if (w.synced >= onchain) return w.synced;
-    if (Date.now() > deadline) throw new Error(`${chain}: deposited, but the gateway's synced balance still shows ${w.synced}; is the gateway running?`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${chain}: deposited, but the gateway's synced balance still shows ${w.synced}; is the gateway running?`,
+      );
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -209,7 +231,11 @@ export async function fundOnDevChain(redis: Redis, chains: ChainsConfig, chain: 
  * scraped, then the dashboard's URL, last).
  */
 export async function demoGreeting(
-  redis: Redis, url: string, chains: ChainsConfig, metricsUrl?: string, onProgress?: (status: string) => void,
+  redis: Redis,
+  url: string,
+  chains: ChainsConfig,
+  metricsUrl?: string,
+  onProgress?: (status: string) => void,
 ): Promise<string[]> {
   const marker = await redis.get(keys.demoAccount);
   const existing = marker ? await getAccount(redis, marker) : null;

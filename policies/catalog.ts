@@ -90,24 +90,42 @@ const imageModelSchema = z.strictObject({
   caller_safety: z.boolean().default(false),
 });
 
-const videoModelSchema = z.strictObject({
-  kind: z.literal('video'),
-  ...common,
-  /** The family decides sizes, durations and references (SPEC "Sizes and durations per family"). */
-  family: z.enum(VIDEO_FAMILIES),
-  /** Subject/style references the model takes (two or more input_reference files); 0 = a starting frame only. */
-  max_references: z.number().int().min(0).max(30).default(0),
-  /** Whether the model takes last_reference (first-plus-last-frame animation). */
-  last_reference: z.boolean().default(false),
-}).superRefine((m, ctx) => {
-  // SPEC: subject references and a last frame are vidB's (vidB-2.5); vidA and vidC take one starting frame at most.
-  if (m.family === 'vidB') return;
-  if (m.max_references > 0) ctx.addIssue({ code: 'custom', path: ['max_references'], message: `must be 0 for family ${m.family}: only vidB models take subject references` });
-  if (m.last_reference) ctx.addIssue({ code: 'custom', path: ['last_reference'], message: `must be false for family ${m.family}: only vidB models take a last frame` });
-});
+const videoModelSchema = z
+  .strictObject({
+    kind: z.literal('video'),
+    ...common,
+    /** The family decides sizes, durations and references (SPEC "Sizes and durations per family"). */
+    family: z.enum(VIDEO_FAMILIES),
+    /** Subject/style references the model takes (two or more input_reference files); 0 = a starting frame only. */
+    max_references: z.number().int().min(0).max(30).default(0),
+    /** Whether the model takes last_reference (first-plus-last-frame animation). */
+    last_reference: z.boolean().default(false),
+  })
+  .superRefine((m, ctx) => {
+    // SPEC: subject references and a last frame are vidB's (vidB-2.5); vidA and vidC take one starting frame at most.
+    if (m.family === 'vidB') return;
+    if (m.max_references > 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['max_references'],
+        message: `must be 0 for family ${m.family}: only vidB models take subject references`,
+      });
+    if (m.last_reference)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['last_reference'],
+        message: `must be false for family ${m.family}: only vidB models take a last frame`,
+      });
+  });
 
 const KIND_OF_FAMILY: Record<string, 'text' | 'image' | 'video'> = {
-  alpha: 'text', beta: 'text', gamma: 'text', img: 'image', vidA: 'video', vidB: 'video', vidC: 'video',
+  alpha: 'text',
+  beta: 'text',
+  gamma: 'text',
+  img: 'image',
+  vidA: 'video',
+  vidB: 'video',
+  vidC: 'video',
 };
 
 /** One served model: a union by `kind`, which defaults from the family (alpha/beta/gamma text, img image, vid* video). */
@@ -179,7 +197,12 @@ export class ModelCatalog {
       const upstreamModel = model.upstream_model ?? model.id;
       const native = config.providers[model.provider];
       const add = (endpoint: CatalogEndpoint, provider: ProviderConfig) => {
-        this.routes.set(`${endpoint}\0${model.id}`, { model, provider, upstreamModel, url: urlOf(provider, endpoint, upstreamModel) });
+        this.routes.set(`${endpoint}\0${model.id}`, {
+          model,
+          provider,
+          upstreamModel,
+          url: urlOf(provider, endpoint, upstreamModel),
+        });
       };
       if (model.kind === 'image') {
         add('images', native);
@@ -201,8 +224,14 @@ export class ModelCatalog {
     const r = this.routes.get(`${endpoint}\0${modelId}`);
     if (r) return r;
     if (this.known.has(modelId)) {
-      throw new GatewayError('wrong_endpoint', { param: 'model', message: `The model ${modelId} is not served on this endpoint.` });
+      throw new GatewayError('wrong_endpoint', {
+        param: 'model',
+        message: `The model ${modelId} is not served on this endpoint.`,
+      });
     }
-    throw new GatewayError('unknown_model', { param: 'model', message: `Unknown model: ${JSON.stringify(modelId).slice(0, 120)}. Model ids must be copied exactly.` });
+    throw new GatewayError('unknown_model', {
+      param: 'model',
+      message: `Unknown model: ${JSON.stringify(modelId).slice(0, 120)}. Model ids must be copied exactly.`,
+    });
   }
 }

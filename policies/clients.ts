@@ -168,7 +168,12 @@ export const DEFAULT_SIGNATURES: readonly ClientSignature[] = freezeAll([
   // anthropics/anthropic-sdk-typescript src/client.ts getUserAgent: `Anthropic/JS ${VERSION}`
   { name: 'anthropic-js', class: 'direct', header: 'user-agent', regex: '^anthropic/js ' },
   // anthropics/anthropic-sdk-python src/anthropic/_base_client.py user_agent: `{class}/Python {version}`
-  { name: 'anthropic-python', class: 'direct', header: 'user-agent', regex: '^(async)?anthropic(bedrock|vertex|foundry)?/python ' },
+  {
+    name: 'anthropic-python',
+    class: 'direct',
+    header: 'user-agent',
+    regex: '^(async)?anthropic(bedrock|vertex|foundry)?/python ',
+  },
   // Any other Stainless-generated SDK: X-Stainless-Lang (openai/openai-node src/internal/detect-platform.ts)
   { name: 'stainless-sdk', class: 'direct', header: 'x-stainless-lang', regex: '.' },
   // curl/curl src/tool_version.h: CURL_NAME "/" CURL_VERSION

@@ -13,21 +13,42 @@ export const ERROR_CODES = {
   wrong_endpoint: { status: 400, message: 'The model is not served on this endpoint.' },
   too_many_stop_sequences: { status: 400, message: 'At most 4 stop sequences are allowed.' },
   invalid_reasoning_effort: { status: 400, message: 'reasoning_effort has a value the model does not accept.' },
-  invalid_billing_chain: { status: 400, message: 'x-gw-billing-chain must be chain_a, chain_b, chain_c, chain_d or auto.' },
-  unsupported_tool: { status: 400, message: 'A tool of this request is not supported: its cost cannot be bounded before the call.' },
-  unsupported_parameter: { status: 400, message: 'A parameter of this request is not supported: its cost is not in the price table.' },
+  invalid_billing_chain: {
+    status: 400,
+    message: 'x-gw-billing-chain must be chain_a, chain_b, chain_c, chain_d or auto.',
+  },
+  unsupported_tool: {
+    status: 400,
+    message: 'A tool of this request is not supported: its cost cannot be bounded before the call.',
+  },
+  unsupported_parameter: {
+    status: 400,
+    message: 'A parameter of this request is not supported: its cost is not in the price table.',
+  },
   context_window_exceeded: { status: 400, message: "The request cannot fit the model's context window." },
-  charge_cap_exceeded: { status: 400, message: 'The worst-case price of this call is above what one charge may take on its chain.' },
+  charge_cap_exceeded: {
+    status: 400,
+    message: 'The worst-case price of this call is above what one charge may take on its chain.',
+  },
   upstream_invalid_request: { status: 400, message: 'The model provider refused the request as invalid.' },
   content_refused: { status: 400, message: "The model provider's safety system refused the prompt or the image." },
   unsupported_video_size: { status: 400, message: 'The model does not take this video size.' },
   unsupported_video_seconds: { status: 400, message: 'The model does not take this video duration.' },
   missing_input_reference: { status: 400, message: 'The model needs an input_reference (a starting frame).' },
   too_many_references: { status: 400, message: 'More reference images than the endpoint or the model takes.' },
-  invalid_last_reference: { status: 400, message: 'last_reference goes with exactly one input_reference, on a model that takes a last frame.' },
-  invalid_reference_image: { status: 400, message: 'A reference image is not a PNG, JPEG or WebP image the gateway can read.' },
+  invalid_last_reference: {
+    status: 400,
+    message: 'last_reference goes with exactly one input_reference, on a model that takes a last frame.',
+  },
+  invalid_reference_image: {
+    status: 400,
+    message: 'A reference image is not a PNG, JPEG or WebP image the gateway can read.',
+  },
   // A byte limit passed is 413, as the body's own (request_too_large): see plugins/intake/multipart.ts.
-  reference_too_large: { status: 413, message: 'A reference image, or the reference images together, are over their size limit.' },
+  reference_too_large: {
+    status: 413,
+    message: 'A reference image, or the reference images together, are over their size limit.',
+  },
   missing_api_key: { status: 401, message: 'An API key is required: send x-api-key or Authorization: Bearer.' },
   invalid_api_key: { status: 401, message: 'The API key is not valid.' },
   insufficient_funds: { status: 402, message: 'The wallet does not cover the worst-case price of this call.' },
@@ -35,7 +56,10 @@ export const ERROR_CODES = {
   unsupported_client: { status: 403, message: 'This client is not supported for this model.' },
   not_found: { status: 404, message: 'No such endpoint.' },
   video_not_found: { status: 404, message: 'No video job with this id.' },
-  video_not_ready: { status: 409, message: 'The video is not rendered yet: poll the job until its status is completed.' },
+  video_not_ready: {
+    status: 409,
+    message: 'The video is not rendered yet: poll the job until its status is completed.',
+  },
   video_failed: { status: 409, message: 'The video job failed: it has no content.' },
   video_expired: { status: 410, message: 'The video is no longer available for download.' },
   request_too_large: { status: 413, message: 'The request body is too large.' },
@@ -48,7 +72,10 @@ export const ERROR_CODES = {
   internal_error: { status: 500, message: 'Internal error.' },
   upstream_error: { status: 502, message: 'The model provider failed to answer.' },
   service_unavailable: { status: 503, message: 'The gateway cannot serve requests right now.' },
-  chain_settlement_behind: { status: 503, message: "Settlement on the call's billing chain is behind; it takes no new calls until its debits are charged." },
+  chain_settlement_behind: {
+    status: 503,
+    message: "Settlement on the call's billing chain is behind; it takes no new calls until its debits are charged.",
+  },
   upstream_overloaded: { status: 503, message: 'The model provider is overloaded; retry later.' },
   upstream_timeout: { status: 504, message: 'The model provider did not answer in time.' },
 } as const satisfies Record<string, { status: number; message: string }>;

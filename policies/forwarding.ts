@@ -44,10 +44,17 @@ export function splitBetas(header: string | string[] | undefined): { forwarded: 
 }
 
 const unpriced = (param: string, why: string) =>
-  new GatewayError('unsupported_parameter', { param, message: `${param}: ${why}; the gateway's price table does not cover it.` });
+  new GatewayError('unsupported_parameter', {
+    param,
+    message: `${param}: ${why}; the gateway's price table does not cover it.`,
+  });
 
 /** Refuse body fields whose effect on the provider's bill the price table does not hold (400 unsupported_parameter). */
-export function refuseUnpriced(protocol: 'anthropic' | 'openai', body: Readonly<Record<string, unknown>>, serialized: string): void {
+export function refuseUnpriced(
+  protocol: 'anthropic' | 'openai',
+  body: Readonly<Record<string, unknown>>,
+  serialized: string,
+): void {
   if (protocol === 'anthropic') {
     if (body.container !== undefined) throw unpriced('container', 'code-execution containers bill by the hour');
     return;

@@ -49,7 +49,9 @@ const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
 
 /** The scalar fields of both image endpoints; null counts as absent, as in OpenAI's API. */
 export const imageBody = z.looseObject({
-  model: z.string({ error: 'is required: a model id such as img-pro or img-2' }).min(1, 'is required: a model id such as img-pro or img-2'),
+  model: z
+    .string({ error: 'is required: a model id such as img-pro or img-2' })
+    .min(1, 'is required: a model id such as img-pro or img-2'),
   prompt: z
     .string({ error: 'is required: a non-empty string' })
     .max(MAX_PROMPT_CHARS, `must be at most ${MAX_PROMPT_CHARS} characters`)

@@ -9,18 +9,42 @@ import { crc32 } from 'node:zlib';
 export type ImageFormat = 'png' | 'jpeg' | 'webp';
 
 /** The media type of each format. */
-export const IMAGE_MIME: Readonly<Record<ImageFormat, string>> = Object.freeze({ png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' });
+export const IMAGE_MIME: Readonly<Record<ImageFormat, string>> = Object.freeze({
+  png: 'image/png',
+  jpeg: 'image/jpeg',
+  webp: 'image/webp',
+});
 
 /**
  * The format of an image from its first bytes (at least 12), never from a file name or a declared type: PNG's
  * signature, JPEG's SOI marker followed by a marker, WebP's RIFF....WEBP container. Null for anything else.
  */
 export function imageFormat(b: Uint8Array): ImageFormat | null {
-  if (b.length >= 8 && b[0] === 0x89 && b[1] === 0x50 && b[2] === 0x4e && b[3] === 0x47 && b[4] === 0x0d && b[5] === 0x0a && b[6] === 0x1a && b[7] === 0x0a) {
+  if (
+    b.length >= 8 &&
+    b[0] === 0x89 &&
+    b[1] === 0x50 &&
+    b[2] === 0x4e &&
+    b[3] === 0x47 &&
+    b[4] === 0x0d &&
+    b[5] === 0x0a &&
+    b[6] === 0x1a &&
+    b[7] === 0x0a
+  ) {
     return 'png';
   }
   if (b.length >= 3 && b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff) return 'jpeg';
-  if (b.length >= 12 && b[0] === 0x52 && b[1] === 0x49 && b[2] === 0x46 && b[3] === 0x46 && b[8] === 0x57 && b[9] === 0x45 && b[10] === 0x42 && b[11] === 0x50) {
+  if (
+    b.length >= 12 &&
+    b[0] === 0x52 &&
+    b[1] === 0x49 &&
+    b[2] === 0x46 &&
+    b[3] === 0x46 &&
+    b[8] === 0x57 &&
+    b[9] === 0x45 &&
+    b[10] === 0x42 &&
+    b[11] === 0x50
+  ) {
     return 'webp';
   }
   return null;
@@ -33,12 +57,24 @@ export interface PixelSize {
 }
 
 /** PNG bit depths allowed for each colour type (PNG specification, 11.2.2 IHDR). */
-const PNG_DEPTHS: Readonly<Record<number, readonly number[]>> = { 0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16] };
+const PNG_DEPTHS: Readonly<Record<number, readonly number[]>> = {
+  0: [1, 2, 4, 8, 16],
+  2: [8, 16],
+  3: [1, 2, 4, 8],
+  4: [8, 16],
+  6: [8, 16],
+};
 
 function png(b: Buffer): PixelSize | null {
   // Signature, then the IHDR chunk (PNG specification 11.2.2): length 13, "IHDR", width and height (big-endian, 1 to
   // 2^31-1), bit depth, colour type, compression 0, filter 0, interlace 0 or 1, and its CRC: what a decoder reads first.
-  if (b.length < 33 || b.readUInt32BE(0) !== 0x89504e47 || b.readUInt32BE(8) !== 13 || b.toString('latin1', 12, 16) !== 'IHDR') return null;
+  if (
+    b.length < 33 ||
+    b.readUInt32BE(0) !== 0x89504e47 ||
+    b.readUInt32BE(8) !== 13 ||
+    b.toString('latin1', 12, 16) !== 'IHDR'
+  )
+    return null;
   const width = b.readUInt32BE(16);
   const height = b.readUInt32BE(20);
   if (width === 0 || height === 0 || width > 0x7fffffff || height > 0x7fffffff) return null;
@@ -111,7 +147,13 @@ export type HeaderProbe =
   | { readonly ok: true; readonly format: ImageFormat; readonly width: number; readonly height: number }
   | { readonly ok: false; readonly why: 'format' }
   | { readonly ok: false; readonly why: 'header'; readonly format: ImageFormat }
-  | { readonly ok: false; readonly why: 'pixels'; readonly format: ImageFormat; readonly width: number; readonly height: number };
+  | {
+      readonly ok: false;
+      readonly why: 'pixels';
+      readonly format: ImageFormat;
+      readonly width: number;
+      readonly height: number;
+    };
 
 /** Probe an uploaded image's header (HeaderProbe): the check every reader of uploads runs before any hold. */
 export function probeHeader(bytes: Buffer, maxPixels: number): HeaderProbe {

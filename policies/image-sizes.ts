@@ -76,7 +76,10 @@ export function nearestSize(sizes: readonly string[], size: ImageSize, ratio: As
   for (const s of sizes) {
     const [w, h] = dims(s);
     // Rounded so that sizes of one ratio tie exactly.
-    const key: [number, number] = [Math.round(Math.abs(Math.log(w / h) - target) * 1e9), Math.abs(Math.log((w * h) / CLASS_SIDE[size] ** 2))];
+    const key: [number, number] = [
+      Math.round(Math.abs(Math.log(w / h) - target) * 1e9),
+      Math.abs(Math.log((w * h) / CLASS_SIDE[size] ** 2)),
+    ];
     if (key[0] < bestKey[0] || (key[0] === bestKey[0] && key[1] < bestKey[1])) {
       best = s;
       bestKey = key;
@@ -93,7 +96,10 @@ export function openaiSize(upstreamModel: string, size: ImageSize, ratio: Aspect
 }
 
 /** The `imageConfig` sent to a Gemini image model. */
-export function geminiImageConfig(size: ImageSize, ratio: AspectRatio): { aspectRatio: AspectRatio; imageSize?: ImageSize } {
+export function geminiImageConfig(
+  size: ImageSize,
+  ratio: AspectRatio,
+): { aspectRatio: AspectRatio; imageSize?: ImageSize } {
   return size === '1K' ? { aspectRatio: ratio } : { aspectRatio: ratio, imageSize: size };
 }
 
@@ -120,10 +126,12 @@ export function documentedCapabilities(protocol: ImageProtocol, upstreamModel: s
   if (upstreamModel.startsWith(FREE_SIZE_PREFIX)) return EVERYTHING;
   // Fixed sizes: the largest holds 1.5 to 1.8 megapixels, a 1K image; a ratio is honoured where a size has it.
   const { sizes } = OPENAI_FIXED_SIZES.find((e) => upstreamModel.startsWith(e.prefix))!;
-  const ratios = ASPECT_RATIOS.filter((r) => sizes.some((s) => {
-    const [w, h] = dims(s);
-    return Math.abs(Math.log(w / h / ratioOf(r))) <= RATIO_TOLERANCE;
-  }));
+  const ratios = ASPECT_RATIOS.filter((r) =>
+    sizes.some((s) => {
+      const [w, h] = dims(s);
+      return Math.abs(Math.log(w / h / ratioOf(r))) <= RATIO_TOLERANCE;
+    }),
+  );
   return { sizes: ['1K'], ratios };
 }
 
@@ -132,7 +140,12 @@ export function documentedCapabilities(protocol: ImageProtocol, upstreamModel: s
  * class's area (the image generation guide's sizes hold it within 4% at every ratio: 1376x768 at 1K 16:9,
  * 6336x2688 at 4K 21:9).
  */
-export function renderedPixels(protocol: ImageProtocol, upstreamModel: string, size: ImageSize, ratio: AspectRatio): number {
+export function renderedPixels(
+  protocol: ImageProtocol,
+  upstreamModel: string,
+  size: ImageSize,
+  ratio: AspectRatio,
+): number {
   if (protocol === 'gemini') return CLASS_SIDE[size] ** 2;
   const [w, h] = dims(openaiSize(upstreamModel, size, ratio));
   return w * h;
@@ -148,7 +161,13 @@ const CLASS_PIXEL_SHARE = 0.9;
  * (a fixed-size GPT image model asked for 2K by a config that declares it): its image is billed as the smaller one.
  * `pixels` null (a header not read): the requested class, which the model declared it renders.
  */
-export function deliveredClass(protocol: ImageProtocol, upstreamModel: string, requested: ImageSize, ratio: AspectRatio, pixels: number | null): ImageSize {
+export function deliveredClass(
+  protocol: ImageProtocol,
+  upstreamModel: string,
+  requested: ImageSize,
+  ratio: AspectRatio,
+  pixels: number | null,
+): ImageSize {
   for (let i = IMAGE_SIZES.indexOf(requested); i > 0; i--) {
     const size = IMAGE_SIZES[i]!;
     const rendered = renderedPixels(protocol, upstreamModel, size, ratio);

@@ -44,8 +44,7 @@ const DEFAULT_KEY_POLL_RPM = 6_000;
 /** An account's polls, whatever its keys: two keys at their limit, so more keys do not multiply what one account may poll. */
 const DEFAULT_ACCOUNT_POLL_RPM = 12_000;
 
-const defaultPair = (rpm: number | null) =>
-  z.strictObject({ rpm: limit.default(rpm), tpm: limit.default(null) });
+const defaultPair = (rpm: number | null) => z.strictObject({ rpm: limit.default(rpm), tpm: limit.default(null) });
 const familyPair = z.strictObject({ rpm: limit.optional(), tpm: limit.optional() });
 const familyScope = z.strictObject({ key: familyPair.optional(), account: familyPair.optional() });
 
@@ -58,10 +57,12 @@ export const limitsConfigSchema = z.strictObject({
     })
     .prefault({}),
   families: z.partialRecord(z.enum(FAMILIES), familyScope).prefault({}),
-  video_polls: z.strictObject({
-    key: z.strictObject({ rpm: limit.default(DEFAULT_KEY_POLL_RPM) }).prefault({}),
-    account: z.strictObject({ rpm: limit.default(DEFAULT_ACCOUNT_POLL_RPM) }).prefault({}),
-  }).prefault({}),
+  video_polls: z
+    .strictObject({
+      key: z.strictObject({ rpm: limit.default(DEFAULT_KEY_POLL_RPM) }).prefault({}),
+      account: z.strictObject({ rpm: limit.default(DEFAULT_ACCOUNT_POLL_RPM) }).prefault({}),
+    })
+    .prefault({}),
 });
 
 /** The `limits` section as written. */
@@ -112,7 +113,14 @@ export interface Decision {
 
 /** The decision when no limit applies to a call (Redis is not asked). */
 export const UNLIMITED: Decision = Object.freeze({
-  allowed: true, which: null, limit: Infinity, remaining: Infinity, resetMs: 0, retryAfterMs: 0, requests: null, tokens: null,
+  allowed: true,
+  which: null,
+  limit: Infinity,
+  remaining: Infinity,
+  resetMs: 0,
+  retryAfterMs: 0,
+  requests: null,
+  tokens: null,
 });
 
 /**
@@ -177,7 +185,11 @@ function resetTime(nowMs: number, ms: number): string {
 }
 
 /** The rate-limit response headers of a decision for a caller of `protocol` (see the file comment). */
-export function rateLimitHeaders(decision: Decision, protocol: Protocol, nowMs: number = Date.now()): Record<string, string> {
+export function rateLimitHeaders(
+  decision: Decision,
+  protocol: Protocol,
+  nowMs: number = Date.now(),
+): Record<string, string> {
   const h: Record<string, string> = {};
   const r = decision.requests;
   const t = decision.tokens;

@@ -29,9 +29,14 @@ const COMMON_LEVELS = new Set(['low', 'medium', 'high', 'xhigh', 'max']);
  * SPEC: low..max on beta and alpha; alpha also accepts none and minimal and uses the nearest level it
  * supports; gamma does not use it; anything else is a 400.
  */
-export function mapReasoningEffort(family: string, supported: readonly ReasoningLevel[], requested: string): ReasoningLevel | undefined {
+export function mapReasoningEffort(
+  family: string,
+  supported: readonly ReasoningLevel[],
+  requested: string,
+): ReasoningLevel | undefined {
   if (family === 'gamma') return undefined;
-  const accepted = COMMON_LEVELS.has(requested) || (family === 'alpha' && (requested === 'none' || requested === 'minimal'));
+  const accepted =
+    COMMON_LEVELS.has(requested) || (family === 'alpha' && (requested === 'none' || requested === 'minimal'));
   if (!accepted) {
     throw new GatewayError('invalid_reasoning_effort', {
       param: 'reasoning_effort',

@@ -24,11 +24,7 @@ export const countTokensBody = z.looseObject({
   messages: z.array(z.looseObject({ role: z.string().min(1), content })).min(1),
 });
 
-const chatContent = z.union([
-  z.string(),
-  z.array(z.looseObject({ type: z.string() })),
-  z.null(),
-]);
+const chatContent = z.union([z.string(), z.array(z.looseObject({ type: z.string() })), z.null()]);
 
 /** POST /v1/chat/completions. */
 export const chatBody = z.looseObject({

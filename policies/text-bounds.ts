@@ -57,7 +57,8 @@ export const MAX_BYTES_PER_TOKEN = 64;
  * Input the gateway cannot size: media fetched by the upstream (any "url" that is not an inline `data:` one, in any
  * scheme or case), documents and files. A request with any is bounded by the whole context window.
  */
-const MEDIA_BY_REFERENCE = /"url"\s*:\s*"(?!data:)|"type"\s*:\s*"(?:document|file|input_file|container_upload|search_result)"|"file_id"\s*:/;
+const MEDIA_BY_REFERENCE =
+  /"url"\s*:\s*"(?!data:)|"type"\s*:\s*"(?:document|file|input_file|container_upload|search_result)"|"file_id"\s*:/;
 const CACHE_1H = /"ttl"\s*:\s*"1h"/;
 /** Nesting followed when looking for inline images; the body parser bounds nesting anyway. */
 const MAX_DEPTH = 64;
@@ -156,14 +157,18 @@ export function inputBounds(i: BoundsInput): InputBounds {
   let tools = 0;
   if (i.protocol === 'anthropic') {
     if (i.body.mcp_servers !== undefined) {
-      throw new GatewayError('unsupported_tool', { param: 'mcp_servers', message: 'MCP servers are not supported: their tools\' results cannot be priced before the call.' });
+      throw new GatewayError('unsupported_tool', {
+        param: 'mcp_servers',
+        message: "MCP servers are not supported: their tools' results cannot be priced before the call.",
+      });
     }
     tools = toolTokens(i.body.tools);
   }
-  const images = i.serialized.includes('"base64"') || i.serialized.includes('"data:')
-    ? inlineImages(i.body, i.family, i.maxImageTokens ?? MAX_IMAGE_TOKENS[i.family] ?? MAX_IMAGE_TOKENS.gamma!)
-    : { tokens: 0, chars: 0 };
-  if (i.mustFit !== false && (bytes - images.chars) > i.contextWindow * MAX_BYTES_PER_TOKEN) {
+  const images =
+    i.serialized.includes('"base64"') || i.serialized.includes('"data:')
+      ? inlineImages(i.body, i.family, i.maxImageTokens ?? MAX_IMAGE_TOKENS[i.family] ?? MAX_IMAGE_TOKENS.gamma!)
+      : { tokens: 0, chars: 0 };
+  if (i.mustFit !== false && bytes - images.chars > i.contextWindow * MAX_BYTES_PER_TOKEN) {
     throw new GatewayError('context_window_exceeded', {
       message: `The request cannot fit the model's context window of ${i.contextWindow} tokens: its text alone is ${bytes - images.chars} bytes.`,
     });

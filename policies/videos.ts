@@ -27,9 +27,24 @@ export interface VideoFamilyRule {
 
 /** The spec's table, per family. */
 export const VIDEO_FAMILY_RULES: Readonly<Record<VideoFamily, VideoFamilyRule>> = Object.freeze({
-  vidA: { sizes: ['1280x720', '720x1280'], seconds: VIDEO_DURATIONS.vidA, referenceRequired: false, frameFit: 'contain' },
-  vidB: { sizes: ['854x480', '480x854', '1280x720', '720x1280'], seconds: VIDEO_DURATIONS.vidB, referenceRequired: false, frameFit: 'cover' },
-  vidC: { sizes: ['640x480', '1280x720', '1920x1080'], seconds: VIDEO_DURATIONS.vidC, referenceRequired: true, frameFit: 'contain' },
+  vidA: {
+    sizes: ['1280x720', '720x1280'],
+    seconds: VIDEO_DURATIONS.vidA,
+    referenceRequired: false,
+    frameFit: 'contain',
+  },
+  vidB: {
+    sizes: ['854x480', '480x854', '1280x720', '720x1280'],
+    seconds: VIDEO_DURATIONS.vidB,
+    referenceRequired: false,
+    frameFit: 'cover',
+  },
+  vidC: {
+    sizes: ['640x480', '1280x720', '1920x1080'],
+    seconds: VIDEO_DURATIONS.vidC,
+    referenceRequired: true,
+    frameFit: 'contain',
+  },
 });
 
 /** SPEC default size: checked against the model like any value the caller sends. */
@@ -68,7 +83,11 @@ export interface VideoPlan {
   readonly references: ReferenceMode;
 }
 
-function bad(code: 'invalid_request' | 'unsupported_video_size' | 'unsupported_video_seconds', param: string, message: string): GatewayError {
+function bad(
+  code: 'invalid_request' | 'unsupported_video_size' | 'unsupported_video_seconds',
+  param: string,
+  message: string,
+): GatewayError {
   return new GatewayError(code, { param, message });
 }
 
@@ -104,7 +123,11 @@ function secondsOf(v: unknown): number | undefined {
  * many; last_reference only on a model that takes it, beside exactly one input_reference. Refusals are 400s that
  * say what the model takes; nothing is dropped or changed to fit.
  */
-export function planVideo(model: VideoModel, fields: VideoFields, refs: { readonly inputs: number; readonly lasts: number }): VideoPlan {
+export function planVideo(
+  model: VideoModel,
+  fields: VideoFields,
+  refs: { readonly inputs: number; readonly lasts: number },
+): VideoPlan {
   const rule = VIDEO_FAMILY_RULES[model.family];
   const prompt = checkPrompt(fields.prompt);
   const takes = `${model.id} (${model.family})`;
@@ -125,10 +148,21 @@ export function planVideo(model: VideoModel, fields: VideoFields, refs: { readon
   return { prompt, width, height, size, seconds, references: referenceMode(model, rule, refs) };
 }
 
-function referenceMode(model: VideoModel, rule: VideoFamilyRule, { inputs, lasts }: { inputs: number; lasts: number }): ReferenceMode {
-  if (lasts > 1) throw new GatewayError('invalid_last_reference', { param: 'last_reference', message: `At most one last_reference; got ${lasts}.` });
+function referenceMode(
+  model: VideoModel,
+  rule: VideoFamilyRule,
+  { inputs, lasts }: { inputs: number; lasts: number },
+): ReferenceMode {
+  if (lasts > 1)
+    throw new GatewayError('invalid_last_reference', {
+      param: 'last_reference',
+      message: `At most one last_reference; got ${lasts}.`,
+    });
   if (lasts === 1 && !model.last_reference) {
-    throw new GatewayError('invalid_last_reference', { param: 'last_reference', message: `${model.id} does not take last_reference (a last frame).` });
+    throw new GatewayError('invalid_last_reference', {
+      param: 'last_reference',
+      message: `${model.id} does not take last_reference (a last frame).`,
+    });
   }
   if (lasts === 1 && inputs !== 1) {
     throw new GatewayError('invalid_last_reference', {
@@ -138,14 +172,23 @@ function referenceMode(model: VideoModel, rule: VideoFamilyRule, { inputs, lasts
   }
   if (inputs === 0) {
     if (rule.referenceRequired) {
-      throw new GatewayError('missing_input_reference', { param: 'input_reference', message: `${model.id} (${model.family}) needs an input_reference: a starting frame, sent as multipart/form-data.` });
+      throw new GatewayError('missing_input_reference', {
+        param: 'input_reference',
+        message: `${model.id} (${model.family}) needs an input_reference: a starting frame, sent as multipart/form-data.`,
+      });
     }
     return { kind: 'none' };
   }
   if (inputs === 1) return { kind: 'frame', lastFrame: lasts === 1, fit: rule.frameFit };
   if (inputs > model.max_references) {
-    const takes = model.max_references === 0 ? 'one input_reference (a starting frame)' : `up to ${model.max_references} input_reference images`;
-    throw new GatewayError('too_many_references', { param: 'input_reference', message: `${model.id} takes ${takes}; got ${inputs}.` });
+    const takes =
+      model.max_references === 0
+        ? 'one input_reference (a starting frame)'
+        : `up to ${model.max_references} input_reference images`;
+    throw new GatewayError('too_many_references', {
+      param: 'input_reference',
+      message: `${model.id} takes ${takes}; got ${inputs}.`,
+    });
   }
   return { kind: 'subjects', count: inputs };
 }

@@ -20,7 +20,10 @@ export interface PriceCallOptions {
 /** Numerator over TEXT_DENOMINATOR of a text usage (exact, before rounding). */
 export function textNumerator(r: TextRates, u: Usage): bigint {
   return (
-    QUARTERS.base * (BigInt(u.input_tokens) * r.input + BigInt(u.output_tokens) * r.output + BigInt(u.cache_read_tokens) * r.cacheRead) +
+    QUARTERS.base *
+      (BigInt(u.input_tokens) * r.input +
+        BigInt(u.output_tokens) * r.output +
+        BigInt(u.cache_read_tokens) * r.cacheRead) +
     QUARTERS.cacheWrite5m * BigInt(u.cache_write_5m_tokens) * r.input +
     QUARTERS.cacheWrite1h * BigInt(u.cache_write_1h_tokens) * r.input
   );
@@ -34,7 +37,13 @@ function assertOnly(modelId: string, u: Usage, allowed: readonly (keyof Usage)[]
   }
 }
 
-const TEXT_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_5m_tokens', 'cache_write_1h_tokens'] as const;
+const TEXT_FIELDS = [
+  'input_tokens',
+  'output_tokens',
+  'cache_read_tokens',
+  'cache_write_5m_tokens',
+  'cache_write_1h_tokens',
+] as const;
 
 /**
  * The exact actual price of a call in atomic units, rounded up once. Text: every token term over TEXT_DENOMINATOR,

@@ -59,7 +59,10 @@ export interface PricesDocument {
 /** Thrown by buildPriceTable; `path` names the offending config field (e.g. "prices.text.alpha-haiku-4-5.input"). */
 export class PriceTableError extends Error {
   override name = 'PriceTableError';
-  constructor(readonly path: string, reason: string) {
+  constructor(
+    readonly path: string,
+    reason: string,
+  ) {
     super(`${path}: ${reason}`);
   }
 }
@@ -112,7 +115,9 @@ export const pricesConfigSchema = z.strictObject({
   text: z
     .record(modelId, z.strictObject({ input: usd.optional(), output: usd.optional(), cache_read: usd.optional() }))
     .optional(),
-  image: z.record(modelId, z.strictObject({ '1K': usd.optional(), '2K': usd.optional(), '4K': usd.optional() })).optional(),
+  image: z
+    .record(modelId, z.strictObject({ '1K': usd.optional(), '2K': usd.optional(), '4K': usd.optional() }))
+    .optional(),
   video: z.record(modelId, z.record(z.string().regex(/^[1-9]\d*$/, 'expected whole seconds'), usd)).optional(),
 });
 
@@ -162,10 +167,18 @@ function buildImage(path: string, fields: Partial<Record<ImageSize, string>>): I
   return Object.freeze({ kind: 'image', perImage: Object.freeze(perImage) });
 }
 
-function buildVideo(path: string, id: string, fields: Record<string, string>, families: Readonly<Record<string, string>>): VideoRates {
+function buildVideo(
+  path: string,
+  id: string,
+  fields: Record<string, string>,
+  families: Readonly<Record<string, string>>,
+): VideoRates {
   const family = videoFamily(id, families);
   if (family === undefined) {
-    throw new PriceTableError(path, `unknown video family; give the model a family (${Object.keys(VIDEO_DURATIONS).join(', ')}) in models, or an id that starts with one`);
+    throw new PriceTableError(
+      path,
+      `unknown video family; give the model a family (${Object.keys(VIDEO_DURATIONS).join(', ')}) in models, or an id that starts with one`,
+    );
   }
   const allowed: readonly number[] = VIDEO_DURATIONS[family];
   for (const key of Object.keys(fields)) {
@@ -185,13 +198,18 @@ function buildVideo(path: string, id: string, fields: Record<string, string>, fa
  * `configPath` is the section's name in those paths. `families` maps a video model id to the family its config gives
  * it (config `models`); ids it does not name take the family of their prefix.
  */
-export function buildPriceTable(overrides: unknown = {}, configPath = 'prices', families: Readonly<Record<string, string>> = {}): PriceTable {
+export function buildPriceTable(
+  overrides: unknown = {},
+  configPath = 'prices',
+  families: Readonly<Record<string, string>> = {},
+): PriceTable {
   const parsed = pricesConfigSchema.safeParse(overrides ?? {});
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
     const at = [configPath, ...issue.path.map(String)].join('.');
     // A bad record key reports only "Invalid key in record"; its own issue says why.
-    const reason = issue.code === 'invalid_key' ? `invalid key: ${issue.issues[0]?.message ?? issue.message}` : issue.message;
+    const reason =
+      issue.code === 'invalid_key' ? `invalid key: ${issue.issues[0]?.message ?? issue.message}` : issue.message;
     throw new PriceTableError(at, reason);
   }
   const kindOf = new Map<string, Kind>();
@@ -207,7 +225,9 @@ export function buildPriceTable(overrides: unknown = {}, configPath = 'prices', 
     for (const [id, fields] of Object.entries(parsed.data[kind] ?? {})) {
       const known = kindOf.get(id);
       if (known !== undefined && known !== kind) {
-        const why = defaultKindOf.has(id) ? `${id} is priced as ${known}, not ${kind}` : `${id} is also listed under ${known}`;
+        const why = defaultKindOf.has(id)
+          ? `${id} is priced as ${known}, not ${kind}`
+          : `${id} is also listed under ${known}`;
         throw new PriceTableError(`${configPath}.${kind}.${id}`, why);
       }
       kindOf.set(id, kind);
@@ -218,7 +238,12 @@ export function buildPriceTable(overrides: unknown = {}, configPath = 'prices', 
   for (const [id, kind] of kindOf) {
     const path = `${configPath}.${kind}.${id}`;
     const fields = merged[id]!;
-    table[id] = kind === 'text' ? buildText(path, fields) : kind === 'image' ? buildImage(path, fields) : buildVideo(path, id, fields, families);
+    table[id] =
+      kind === 'text'
+        ? buildText(path, fields)
+        : kind === 'image'
+          ? buildImage(path, fields)
+          : buildVideo(path, id, fields, families);
   }
   return Object.freeze(table);
 }
@@ -237,9 +262,17 @@ export function publishPrices(table: PriceTable): PricesDocument {
   const doc: PricesDocument = { text: {}, image: {}, video: {} };
   for (const [id, r] of Object.entries(table)) {
     if (r.kind === 'text') {
-      doc.text[id] = { input: formatUsdRate(r.input), output: formatUsdRate(r.output), cache_read: formatUsdRate(r.cacheRead) };
+      doc.text[id] = {
+        input: formatUsdRate(r.input),
+        output: formatUsdRate(r.output),
+        cache_read: formatUsdRate(r.cacheRead),
+      };
     } else if (r.kind === 'image') {
-      doc.image[id] = { '1K': formatUsdRate(r.perImage['1K']), '2K': formatUsdRate(r.perImage['2K']), '4K': formatUsdRate(r.perImage['4K']) };
+      doc.image[id] = {
+        '1K': formatUsdRate(r.perImage['1K']),
+        '2K': formatUsdRate(r.perImage['2K']),
+        '4K': formatUsdRate(r.perImage['4K']),
+      };
     } else {
       const clips: Record<string, string> = {};
       for (const [s, atomic] of Object.entries(r.perClip)) clips[s] = formatUsdRate(atomic);

@@ -110,7 +110,10 @@ export function fromAnthropicUsage(
 export function fromOpenAIUsage(u: OpenAIUsageLike | null | undefined): Usage {
   const src = u ?? {};
   const prompt = count(src.prompt_tokens, 'prompt_tokens');
-  const cached = Math.min(prompt, count(src.prompt_tokens_details?.cached_tokens, 'prompt_tokens_details.cached_tokens'));
+  const cached = Math.min(
+    prompt,
+    count(src.prompt_tokens_details?.cached_tokens, 'prompt_tokens_details.cached_tokens'),
+  );
   return makeUsage({
     input_tokens: prompt - cached,
     cache_read_tokens: cached,

@@ -33,7 +33,8 @@ export interface TextBounds {
 }
 
 function bound(value: number, name: string): bigint {
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < 0)
+    throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
   return BigInt(value);
 }
 

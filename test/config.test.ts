@@ -20,7 +20,18 @@ const fails = (t: Test, input: unknown, field: RegExp, e: Record<string, string>
 t.test('the embedded default validates and covers every text model id of the spec', async (t) => {
   const c = buildConfig(good(), env, true);
   const ids = c.models.map((m) => m.id);
-  for (const id of ['alpha-fable-5', 'alpha-haiku-4-5', 'alpha-opus-4-6', 'alpha-opus-4-7', 'alpha-opus-4-8', 'alpha-opus-5', 'alpha-sonnet-4-6', 'alpha-sonnet-5', 'beta-5.6-sol', 'gamma-k3']) {
+  for (const id of [
+    'alpha-fable-5',
+    'alpha-haiku-4-5',
+    'alpha-opus-4-6',
+    'alpha-opus-4-7',
+    'alpha-opus-4-8',
+    'alpha-opus-5',
+    'alpha-sonnet-4-6',
+    'alpha-sonnet-5',
+    'beta-5.6-sol',
+    'gamma-k3',
+  ]) {
     t.ok(ids.includes(id), id);
   }
   t.equal(c.embedded, true);
@@ -76,32 +87,44 @@ t.test('a bad config fails with a message naming the field', async (t) => {
     return { c, i };
   };
   for (const [id, set, field] of [
-    ['img-pro', { quality: 'high' }, 'quality'], ['img-pro', { input_fidelity: 'high' }, 'input_fidelity'],
-    ['img-2', { max_output_tokens: 4096 }, 'max_output_tokens'], ['img-2', { quality: 'hd' }, 'quality'],
-    ['img-2', { sizes: ['8K'] }, 'sizes'], ['img-2', { aspect_ratios: [] }, 'aspect_ratios'],
+    ['img-pro', { quality: 'high' }, 'quality'],
+    ['img-pro', { input_fidelity: 'high' }, 'input_fidelity'],
+    ['img-2', { max_output_tokens: 4096 }, 'max_output_tokens'],
+    ['img-2', { quality: 'hd' }, 'quality'],
+    ['img-2', { sizes: ['8K'] }, 'sizes'],
+    ['img-2', { aspect_ratios: [] }, 'aspect_ratios'],
   ] as const) {
     const { c, i } = image(id, set);
     fails(t, c, new RegExp(`models\\.${i}\\.${field}`));
   }
 });
 
-t.test('the environment overrides server and redis settings of a config file; an explicit config keeps its own', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));
-  const file = join(dir, 'c.json');
-  const chains = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8')).chains;
-  writeFileSync(file, JSON.stringify({ ...good(), chains }));
-  const over = { ...env, PORT: '9099', HOST: '0.0.0.0', REDIS_URL: 'redis://10.0.0.1:6380', FAREBOX_REDIS_PREFIX: 'x:' };
-  const c = loadConfig({ ...over, FAREBOX_CONFIG: file });
-  t.equal(c.server.port, 9099);
-  t.equal(c.server.host, '0.0.0.0');
-  t.equal(c.redis.url, 'redis://10.0.0.1:6380');
-  t.equal(c.redis.prefix, 'x:');
-  t.throws(() => loadConfig({ ...env, PORT: 'eighty', FAREBOX_CONFIG: file }), /server\.port/);
-  const explicit = buildConfig({ ...good(), server: { port: 7070 }, redis: { url: 'redis://127.0.0.1:6390' } }, over);
-  t.equal(explicit.server.port, 7070, 'an explicit config wins over PORT');
-  t.equal(explicit.redis.url, 'redis://127.0.0.1:6390', 'and over REDIS_URL');
-  t.equal(explicit.redis.prefix, 'farebox:', 'and over FAREBOX_REDIS_PREFIX');
-});
+t.test(
+  'the environment overrides server and redis settings of a config file; an explicit config keeps its own',
+  async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));
+    const file = join(dir, 'c.json');
+    const chains = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8')).chains;
+    writeFileSync(file, JSON.stringify({ ...good(), chains }));
+    const over = {
+      ...env,
+      PORT: '9099',
+      HOST: '0.0.0.0',
+      REDIS_URL: 'redis://10.0.0.1:6380',
+      FAREBOX_REDIS_PREFIX: 'x:',
+    };
+    const c = loadConfig({ ...over, FAREBOX_CONFIG: file });
+    t.equal(c.server.port, 9099);
+    t.equal(c.server.host, '0.0.0.0');
+    t.equal(c.redis.url, 'redis://10.0.0.1:6380');
+    t.equal(c.redis.prefix, 'x:');
+    t.throws(() => loadConfig({ ...env, PORT: 'eighty', FAREBOX_CONFIG: file }), /server\.port/);
+    const explicit = buildConfig({ ...good(), server: { port: 7070 }, redis: { url: 'redis://127.0.0.1:6390' } }, over);
+    t.equal(explicit.server.port, 7070, 'an explicit config wins over PORT');
+    t.equal(explicit.redis.url, 'redis://127.0.0.1:6390', 'and over REDIS_URL');
+    t.equal(explicit.redis.prefix, 'farebox:', 'and over FAREBOX_REDIS_PREFIX');
+  },
+);
 
 t.test('FAREBOX_CONFIG is read from its file; unreadable or invalid JSON fails clearly', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));

@@ -16,41 +16,57 @@ const readme = await readFile(new URL('../README.md', import.meta.url), 'utf8');
 const section = readme.slice(readme.indexOf('With the official SDKs'));
 const snippet = /node --input-type=module -e "\n([\s\S]*?)\n"\n```/.exec(section)?.[1];
 
-t.test('the README SDK example runs as pasted: text, a stream, an image and its edit, each charged its price', async (t) => {
-  t.ok(snippet, 'the README has its SDK example');
-  const h = await startHarness({ chains: true });
-  const dir = await mkdtemp(join(tmpdir(), 'farebox-readme-'));
-  t.teardown(async () => {
-    await h.close();
-    await closeDevChains();
-    await rm(dir, { recursive: true, force: true });
-  });
-  await h.fund('chain_a', 10_000_000n);
-  // Only where it runs changes: this gateway's address, and the images written to a temporary folder.
-  const code = snippet!
-    .replaceAll('http://127.0.0.1:8080', h.url)
-    .replaceAll("'lighthouse.png'", JSON.stringify(join(dir, 'lighthouse.png')))
-    .replaceAll("'night.png'", JSON.stringify(join(dir, 'night.png')));
-  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', code], {
-    env: { ...process.env, FAREBOX_KEY: h.key }, timeout: 60_000,
-  });
-  t.equal(stdout.trim().split('\n').length, 2, 'the chat answer and the streamed message, a line each');
+t.test(
+  'the README SDK example runs as pasted: text, a stream, an image and its edit, each charged its price',
+  async (t) => {
+    t.ok(snippet, 'the README has its SDK example');
+    const h = await startHarness({ chains: true });
+    const dir = await mkdtemp(join(tmpdir(), 'farebox-readme-'));
+    t.teardown(async () => {
+      await h.close();
+      await closeDevChains();
+      await rm(dir, { recursive: true, force: true });
+    });
+    await h.fund('chain_a', 10_000_000n);
+    // Only where it runs changes: this gateway's address, and the images written to a temporary folder.
+    const code = snippet!
+      .replaceAll('http://127.0.0.1:8080', h.url)
+      .replaceAll("'lighthouse.png'", JSON.stringify(join(dir, 'lighthouse.png')))
+      .replaceAll("'night.png'", JSON.stringify(join(dir, 'night.png')));
+    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', code], {
+      env: { ...process.env, FAREBOX_KEY: h.key },
+      timeout: 60_000,
+    });
+    t.equal(stdout.trim().split('\n').length, 2, 'the chat answer and the streamed message, a line each');
 
-  const lighthouse = await sharp(join(dir, 'lighthouse.png')).metadata();
-  t.same([lighthouse.format, lighthouse.width, lighthouse.height], ['png', 2752, 1536], 'img-pro at 2K, 16:9');
-  const night = await sharp(join(dir, 'night.png')).metadata();
-  t.same([night.format, night.width, night.height], ['png', 1024, 1024], 'img-2 at its default 1K, 1:1');
-  const edited = h.sim.images.received.at(-1)!.images;
-  t.same(edited.map((i) => [i.format, i.width, i.height]), [['png', 2752, 1536]], 'the edit sent the generated image');
+    const lighthouse = await sharp(join(dir, 'lighthouse.png')).metadata();
+    t.same([lighthouse.format, lighthouse.width, lighthouse.height], ['png', 2752, 1536], 'img-pro at 2K, 16:9');
+    const night = await sharp(join(dir, 'night.png')).metadata();
+    t.same([night.format, night.width, night.height], ['png', 1024, 1024], 'img-2 at its default 1K, 1:1');
+    const edited = h.sim.images.received.at(-1)!.images;
+    t.same(
+      edited.map((i) => [i.format, i.width, i.height]),
+      [['png', 2752, 1536]],
+      'the edit sent the generated image',
+    );
 
-  const records = await until('all four calls debited', async () => {
-    const r = await listUsage(h.redis, h.account);
-    return r.length === 4 && r.every((x) => x.status !== 'held') ? r : null;
-  });
-  const published = publishPrices(h.config.prices).image;
-  const byModel = new Map(records.map((r) => [r.model, r]));
-  t.equal(parseUsd(byModel.get('img-pro')!.price), parseUsd(published['img-pro']!['2K']), 'img-pro: the published 2K price');
-  t.equal(parseUsd(byModel.get('img-2')!.price), parseUsd(published['img-2']!['1K']), 'img-2: the published 1K price');
-  for (const r of records) t.ok(parseUsd(r.price) > 0n, `${r.model} charged`);
-  t.same(records.map((r) => r.model).sort(), ['alpha-sonnet-4-6', 'beta-5.6-sol', 'img-2', 'img-pro']);
-});
+    const records = await until('all four calls debited', async () => {
+      const r = await listUsage(h.redis, h.account);
+      return r.length === 4 && r.every((x) => x.status !== 'held') ? r : null;
+    });
+    const published = publishPrices(h.config.prices).image;
+    const byModel = new Map(records.map((r) => [r.model, r]));
+    t.equal(
+      parseUsd(byModel.get('img-pro')!.price),
+      parseUsd(published['img-pro']!['2K']),
+      'img-pro: the published 2K price',
+    );
+    t.equal(
+      parseUsd(byModel.get('img-2')!.price),
+      parseUsd(published['img-2']!['1K']),
+      'img-2: the published 1K price',
+    );
+    for (const r of records) t.ok(parseUsd(r.price) > 0n, `${r.model} charged`);
+    t.same(records.map((r) => r.model).sort(), ['alpha-sonnet-4-6', 'beta-5.6-sol', 'img-2', 'img-pro']);
+  },
+);

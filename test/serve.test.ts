@@ -23,16 +23,32 @@ process.on('exit', () => {
 });
 t.teardown(async () => {
   // Each server gone before its keys are dropped: one still stopping could write after the drop.
-  await Promise.all(children.filter((c) => c.exitCode === null && c.signalCode === null).map((c) => new Promise((exited) => {
-    c.once('exit', exited);
-    c.kill('SIGKILL');
-  })));
+  await Promise.all(
+    children
+      .filter((c) => c.exitCode === null && c.signalCode === null)
+      .map(
+        (c) =>
+          new Promise((exited) => {
+            c.once('exit', exited);
+            c.kill('SIGKILL');
+          }),
+      ),
+  );
   await dropPrefix(redis, prefix);
   await redis.quit();
 });
 
 // METRICS_PORT=0: other test files run gateways beside this one, and 9464 is one port.
-const env = { ...process.env, FAREBOX_CONFIG: '', FAREBOX_REDIS_PREFIX: prefix, REDIS_URL, HOST: '127.0.0.1', FAREBOX_DEV_CHAIN_PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'warn' };
+const env = {
+  ...process.env,
+  FAREBOX_CONFIG: '',
+  FAREBOX_REDIS_PREFIX: prefix,
+  REDIS_URL,
+  HOST: '127.0.0.1',
+  FAREBOX_DEV_CHAIN_PORT: '0',
+  METRICS_PORT: '0',
+  LOG_LEVEL: 'warn',
+};
 
 async function freePort(): Promise<number> {
   const srv = createServer();
@@ -50,7 +66,10 @@ function serve(port: number): Promise<{ child: ChildProcess; stdout: string; std
   let stderr = '';
   child.stderr!.on('data', (d) => (stderr += d));
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`serve printed no greeting in 90 s:\n${stdout}\n${stderr}`)), 90_000);
+    const timer = setTimeout(
+      () => reject(new Error(`serve printed no greeting in 90 s:\n${stdout}\n${stderr}`)),
+      90_000,
+    );
     child.on('exit', (code) => {
       clearTimeout(timer);
       reject(new Error(`serve exited (${code}) before its greeting:\n${stdout}\n${stderr}`));
@@ -97,19 +116,37 @@ function chat(url: string, key: string, content: string) {
 const port = await freePort();
 const first = await serve(port);
 const url = `http://127.0.0.1:${port}`;
-const head = /^farebox: embedded default at (\S+) \(simulated upstreams, dev chains\)\. Demo account (0x[0-9a-f]{40}), 10 USD on chain_a\./m.exec(first.stdout);
+const head =
+  /^farebox: embedded default at (\S+) \(simulated upstreams, dev chains\)\. Demo account (0x[0-9a-f]{40}), 10 USD on chain_a\./m.exec(
+    first.stdout,
+  );
 const demo = head?.[2] as Address;
 const demoKey = /^ {2}export FAREBOX_KEY=(sk_[A-Za-z0-9_-]+)$/m.exec(first.stdout)?.[1] ?? '';
 
 t.test("serve's heap tuning: flags this node's V8 knows, each set unless the operator set it", async (t) => {
   // setFlagsFromString ignores unknown flags silently: make sure this Node's V8 still has them.
   const options = await new Promise<string>((resolve, reject) =>
-    execFile(process.execPath, ['--v8-options'], { maxBuffer: 16 * 2 ** 20 }, (err, out) => (err ? reject(err) : resolve(out))));
+    execFile(process.execPath, ['--v8-options'], { maxBuffer: 16 * 2 ** 20 }, (err, out) =>
+      err ? reject(err) : resolve(out),
+    ),
+  );
   t.match(options, /--heap-growing-percent \(/);
   t.match(options, /--allocation-site-pretenuring \(/);
-  t.same(tuneHeap(['--heap-growing-percent=80'], ''), ['--no-allocation-site-pretenuring'], "the operator's own value wins");
-  t.same(tuneHeap(['--allocation_site_pretenuring', '--enable-source-maps'], ''), ['--heap-growing-percent=50'], 'in either spelling');
-  t.same(tuneHeap([], '--max-old-space-size=512 --allocation-site-pretenuring'), ['--heap-growing-percent=50'], 'or in NODE_OPTIONS');
+  t.same(
+    tuneHeap(['--heap-growing-percent=80'], ''),
+    ['--no-allocation-site-pretenuring'],
+    "the operator's own value wins",
+  );
+  t.same(
+    tuneHeap(['--allocation_site_pretenuring', '--enable-source-maps'], ''),
+    ['--heap-growing-percent=50'],
+    'in either spelling',
+  );
+  t.same(
+    tuneHeap([], '--max-old-space-size=512 --allocation-site-pretenuring'),
+    ['--heap-growing-percent=50'],
+    'or in NODE_OPTIONS',
+  );
   t.same(tuneHeap(['--enable-source-maps'], ''), [...V8_FLAGS]);
 });
 
@@ -143,35 +180,49 @@ t.test('farebox fund then farebox balance on the same Redis show the deposit, eq
   const onchainC = await createEvmChain('chain_c', chains.chain_c).balanceOf(demo);
   const onchainA = await createEvmChain('chain_a', chains.chain_a).balanceOf(demo);
   t.equal(onchainC, 1_500_000n);
-  t.same(doc.chains.chain_c, { balance: formatUsd(onchainC), held: '0.000000', pending: '0.000000', available: '1.500000' });
+  t.same(doc.chains.chain_c, {
+    balance: formatUsd(onchainC),
+    held: '0.000000',
+    pending: '0.000000',
+    available: '1.500000',
+  });
   t.equal(doc.chains.chain_a.balance, formatUsd(onchainA), 'chain_a: 10 USD less the curl call');
   t.ok(onchainA < 10_000_000n && onchainA > 9_000_000n);
 });
 
-t.test('serve prints where metrics are; they answer there, on a port of their own, and not on the API port', async (t) => {
-  const printed = /^ {2}Metrics: (http:\/\/127\.0\.0\.1:(\d+)\/metrics) \(Prometheus\)$/m.exec(first.stdout);
-  t.ok(printed, first.stdout);
-  t.not(Number(printed?.[2]), port, 'a port other than the API port');
-  t.match(first.stdout, /Metrics: [^\n]*\n {2}Dashboard: /, "the dashboard's URL stays last");
-  const api = await fetch(`${url}/metrics`);
-  await api.text();
-  t.equal(api.status, 404, 'the API port does not serve /metrics');
-  const res = await fetch(printed![1]);
-  t.equal(res.status, 200);
-  t.match(res.headers.get('content-type'), /^text\/plain/);
-  const text = await res.text();
-  for (const name of ['farebox_requests_total', 'farebox_holds_placed_total', 'farebox_chain_events_total', 'farebox_settlement_batches_total']) {
-    t.match(text, new RegExp(`^${name}`, 'm'), name);
-  }
-  t.match(text, /^farebox_requests_total\{route="chat_completions",model="gamma-k3",status="200"\} [1-9]/m);
-});
+t.test(
+  'serve prints where metrics are; they answer there, on a port of their own, and not on the API port',
+  async (t) => {
+    const printed = /^ {2}Metrics: (http:\/\/127\.0\.0\.1:(\d+)\/metrics) \(Prometheus\)$/m.exec(first.stdout);
+    t.ok(printed, first.stdout);
+    t.not(Number(printed?.[2]), port, 'a port other than the API port');
+    t.match(first.stdout, /Metrics: [^\n]*\n {2}Dashboard: /, "the dashboard's URL stays last");
+    const api = await fetch(`${url}/metrics`);
+    await api.text();
+    t.equal(api.status, 404, 'the API port does not serve /metrics');
+    const res = await fetch(printed![1]);
+    t.equal(res.status, 200);
+    t.match(res.headers.get('content-type'), /^text\/plain/);
+    const text = await res.text();
+    for (const name of [
+      'farebox_requests_total',
+      'farebox_holds_placed_total',
+      'farebox_chain_events_total',
+      'farebox_settlement_batches_total',
+    ]) {
+      t.match(text, new RegExp(`^${name}`, 'm'), name);
+    }
+    t.match(text, /^farebox_requests_total\{route="chat_completions",model="gamma-k3",status="200"\} [1-9]/m);
+  },
+);
 
 t.test("the dev chains answer web pages of the dashboard's origins alone", async (t) => {
   const rpc = (await published()).chain_a.rpc_url;
-  const preflight = (origin: string) => fetch(rpc, {
-    method: 'OPTIONS',
-    headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
-  });
+  const preflight = (origin: string) =>
+    fetch(rpc, {
+      method: 'OPTIONS',
+      headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+    });
   for (const origin of [url, `http://localhost:${port}`]) {
     const r = await preflight(origin);
     t.equal(r.status, 204, `${origin}: preflight answered`);
@@ -184,88 +235,112 @@ t.test("the dev chains answer web pages of the dashboard's origins alone", async
   await page.arrayBuffer();
 });
 
-t.test("serve's dev chains refuse hardhat_setCode, from the dashboard's origin too: nobody signs in as the demo account", async (t) => {
-  const chainA = (await published()).chain_a;
-  const rpc = (method: string, params: unknown[]) => fetch(chainA.rpc_url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', origin: url },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
-  }).then((r) => r.json() as Promise<{ result?: unknown; error?: { code: number } }>);
-  // Code answering every ERC-1271 isValidSignature with the magic value: the demo account would accept any signature.
-  const setCode = await rpc('hardhat_setCode', [demo, '0x631626ba7e60e01b60005260206000f3']);
-  t.equal(setCode.error?.code, -32601, 'refused: method not found');
-  t.equal((await rpc('eth_getCode', [demo, 'latest'])).result, '0x', 'the demo account has no code');
-  // The dashboard's sign-in, as a stranger's browser would try it for the demo account.
-  const board = `${url}/dashboard`;
-  const nonce = await fetch(`${board}/auth/nonce`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json', origin: url },
-    body: JSON.stringify({ address: demo, chainId: chainA.chain_id }),
-  });
-  t.equal(nonce.status, 200);
-  const { message } = (await nonce.json()) as { message: string };
-  const cookie = nonce.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
-  const stranger = privateKeyToAccount(generatePrivateKey());
-  const verify = await fetch(`${board}/auth/verify`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/json', origin: url, cookie },
-    body: JSON.stringify({ message, signature: await stranger.signMessage({ message }) }),
-  });
-  t.equal(verify.status, 401, 'a signature not of the demo key signs nobody in');
-  t.equal(verify.headers.getSetCookie().filter((c) => c.startsWith('farebox_session=')).length, 0, 'no session');
-  await verify.arrayBuffer();
-});
+t.test(
+  "serve's dev chains refuse hardhat_setCode, from the dashboard's origin too: nobody signs in as the demo account",
+  async (t) => {
+    const chainA = (await published()).chain_a;
+    const rpc = (method: string, params: unknown[]) =>
+      fetch(chainA.rpc_url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', origin: url },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+      }).then((r) => r.json() as Promise<{ result?: unknown; error?: { code: number } }>);
+    // Code answering every ERC-1271 isValidSignature with the magic value: the demo account would accept any signature.
+    const setCode = await rpc('hardhat_setCode', [demo, '0x631626ba7e60e01b60005260206000f3']);
+    t.equal(setCode.error?.code, -32601, 'refused: method not found');
+    t.equal((await rpc('eth_getCode', [demo, 'latest'])).result, '0x', 'the demo account has no code');
+    // The dashboard's sign-in, as a stranger's browser would try it for the demo account.
+    const board = `${url}/dashboard`;
+    const nonce = await fetch(`${board}/auth/nonce`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json', origin: url },
+      body: JSON.stringify({ address: demo, chainId: chainA.chain_id }),
+    });
+    t.equal(nonce.status, 200);
+    const { message } = (await nonce.json()) as { message: string };
+    const cookie = nonce.headers
+      .getSetCookie()
+      .map((c) => c.split(';')[0])
+      .join('; ');
+    const stranger = privateKeyToAccount(generatePrivateKey());
+    const verify = await fetch(`${board}/auth/verify`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json', origin: url, cookie },
+      body: JSON.stringify({ message, signature: await stranger.signMessage({ message }) }),
+    });
+    t.equal(verify.status, 401, 'a signature not of the demo key signs nobody in');
+    t.equal(verify.headers.getSetCookie().filter((c) => c.startsWith('farebox_session=')).length, 0, 'no session');
+    await verify.arrayBuffer();
+  },
+);
 
-t.test('restart on the same Redis: account and key survive, funds re-deposited on the new chains, nothing stale', async (t) => {
-  const oldChains = await published();
-  // A call in flight on a keep-alive connection (as the SDKs make them) while the server stops.
-  const agent = new Agent();
-  const inFlight = request(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    dispatcher: agent,
-    headers: { authorization: `Bearer ${demoKey}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'gamma-k3', messages: [{ role: 'user', content: 'slow #sim:delay_ms=1500' }] }),
-  });
-  await until('hold placed', async () => (await redis.zcard('holds')) > 0);
-  first.child.kill('SIGTERM');
-  const res1 = await inFlight;
-  await res1.body.text();
-  t.equal(res1.statusCode, 200, 'the call in flight completes');
-  // RFC 9112 9.6: a server closing the connection after a response says so; else the socket lingers until the
-  // keep-alive timeout and holds the shutdown (the client hangs up here so the test does not wait for it).
-  t.equal(res1.headers.connection, 'close', 'a stopping server closes keep-alive connections after their call');
-  await agent.destroy();
-  t.equal(await exited(first.child), 0, 'clean exit on SIGTERM');
+t.test(
+  'restart on the same Redis: account and key survive, funds re-deposited on the new chains, nothing stale',
+  async (t) => {
+    const oldChains = await published();
+    // A call in flight on a keep-alive connection (as the SDKs make them) while the server stops.
+    const agent = new Agent();
+    const inFlight = request(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      dispatcher: agent,
+      headers: { authorization: `Bearer ${demoKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gamma-k3', messages: [{ role: 'user', content: 'slow #sim:delay_ms=1500' }] }),
+    });
+    await until('hold placed', async () => (await redis.zcard('holds')) > 0);
+    first.child.kill('SIGTERM');
+    const res1 = await inFlight;
+    await res1.body.text();
+    t.equal(res1.statusCode, 200, 'the call in flight completes');
+    // RFC 9112 9.6: a server closing the connection after a response says so; else the socket lingers until the
+    // keep-alive timeout and holds the shutdown (the client hangs up here so the test does not wait for it).
+    t.equal(res1.headers.connection, 'close', 'a stopping server closes keep-alive connections after their call');
+    await agent.destroy();
+    t.equal(await exited(first.child), 0, 'clean exit on SIGTERM');
 
-  const port2 = await freePort();
-  const second = await serve(port2);
-  const url2 = `http://127.0.0.1:${port2}`;
-  t.match(second.stdout, new RegExp(`Demo account ${demo}, 10 USD on chain_a\\.`), 'the same demo account');
-  t.match(second.stdout, new RegExp(`A new key for it: npx farebox key create --account ${demo}\\n`));
-  t.notMatch(second.stdout, /FAREBOX_KEY=/, 'the old key is not shown again');
+    const port2 = await freePort();
+    const second = await serve(port2);
+    const url2 = `http://127.0.0.1:${port2}`;
+    t.match(second.stdout, new RegExp(`Demo account ${demo}, 10 USD on chain_a\\.`), 'the same demo account');
+    t.match(second.stdout, new RegExp(`A new key for it: npx farebox key create --account ${demo}\\n`));
+    t.notMatch(second.stdout, /FAREBOX_KEY=/, 'the old key is not shown again');
 
-  const chains = await published();
-  t.not(chains.chain_a.rpc_url, oldChains.chain_a.rpc_url, 'new dev chains published');
-  for (const [n, want] of [['chain_a', 10_000_000n], ['chain_b', 0n], ['chain_c', 0n], ['chain_d', 0n]] as const) {
-    const w = await readWallet(redis, demo, n);
-    const onchain = await createEvmChain(n, chains[n]).balanceOf(demo);
-    t.equal(onchain, want, `${n}: new chain holds ${want}`);
-    t.same({ synced: w.synced, held: w.held, pending: w.pending, locked: w.locked }, { synced: onchain, held: 0n, pending: 0n, locked: 0n }, `${n}: synced rebuilt, nothing stale`);
-  }
-  t.equal(await redis.zcard('holds'), 0, 'no holds of the old server');
-  for (const r of await listUsage(redis, demo)) t.notMatch(r.status, /^(held|pending)$/, `${r.call_id} (${r.status}) waits on no old chain`);
-  t.equal(await redis.xlen('debits:chain_a'), 0, 'no debits of the old chains queued');
+    const chains = await published();
+    t.not(chains.chain_a.rpc_url, oldChains.chain_a.rpc_url, 'new dev chains published');
+    for (const [n, want] of [
+      ['chain_a', 10_000_000n],
+      ['chain_b', 0n],
+      ['chain_c', 0n],
+      ['chain_d', 0n],
+    ] as const) {
+      const w = await readWallet(redis, demo, n);
+      const onchain = await createEvmChain(n, chains[n]).balanceOf(demo);
+      t.equal(onchain, want, `${n}: new chain holds ${want}`);
+      t.same(
+        { synced: w.synced, held: w.held, pending: w.pending, locked: w.locked },
+        { synced: onchain, held: 0n, pending: 0n, locked: 0n },
+        `${n}: synced rebuilt, nothing stale`,
+      );
+    }
+    t.equal(await redis.zcard('holds'), 0, 'no holds of the old server');
+    for (const r of await listUsage(redis, demo))
+      t.notMatch(r.status, /^(held|pending)$/, `${r.call_id} (${r.status}) waits on no old chain`);
+    t.equal(await redis.xlen('debits:chain_a'), 0, 'no debits of the old chains queued');
 
-  const res = await chat(url2, demoKey, 'after restart');
-  t.equal(res.status, 200, 'the old key still works');
-  t.equal(res.headers.get('x-gw-billing-chain'), 'chain_a');
-  await res.arrayBuffer();
-  const settled = await until('settled on the new chain_a', async () => {
-    const w = await readWallet(redis, demo, 'chain_a');
-    return w.pending === 0n && w.held === 0n && w.synced < 10_000_000n ? w : null;
-  });
-  t.equal(settled.synced, await createEvmChain('chain_a', chains.chain_a).balanceOf(demo), 'charged on the new chain: synced = balanceOf');
+    const res = await chat(url2, demoKey, 'after restart');
+    t.equal(res.status, 200, 'the old key still works');
+    t.equal(res.headers.get('x-gw-billing-chain'), 'chain_a');
+    await res.arrayBuffer();
+    const settled = await until('settled on the new chain_a', async () => {
+      const w = await readWallet(redis, demo, 'chain_a');
+      return w.pending === 0n && w.held === 0n && w.synced < 10_000_000n ? w : null;
+    });
+    t.equal(
+      settled.synced,
+      await createEvmChain('chain_a', chains.chain_a).balanceOf(demo),
+      'charged on the new chain: synced = balanceOf',
+    );
 
-  second.child.kill('SIGTERM');
-  t.equal(await exited(second.child), 0);
-});
+    second.child.kill('SIGTERM');
+    t.equal(await exited(second.child), 0);
+  },
+);

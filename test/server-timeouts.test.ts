@@ -36,16 +36,22 @@ t.teardown(async () => {
 /** `farebox serve` on a config file (the embedded default's models and dev chains) with these server settings. */
 async function start(server: ConfigInput['server']): Promise<Server> {
   const file = join(dir, `farebox-${servers.length}.json`);
-  writeFileSync(file, JSON.stringify({
-    ...embeddedDefault(sim.url),
-    server: { port: 0, host: '127.0.0.1', ...server },
-    redis: { url: REDIS_URL, prefix },
-    chains: devChainsConfig(dev),
-    billing: { batch_wait_ms: 0 },
-    metrics: { port: 0 },
-    dashboard: { enabled: false },
-  }));
-  const s = await serve({ FAREBOX_CONFIG: file, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey }, { logger: false });
+  writeFileSync(
+    file,
+    JSON.stringify({
+      ...embeddedDefault(sim.url),
+      server: { port: 0, host: '127.0.0.1', ...server },
+      redis: { url: REDIS_URL, prefix },
+      chains: devChainsConfig(dev),
+      billing: { batch_wait_ms: 0 },
+      metrics: { port: 0 },
+      dashboard: { enabled: false },
+    }),
+  );
+  const s = await serve(
+    { FAREBOX_CONFIG: file, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey },
+    { logger: false },
+  );
   servers.push(s);
   return s;
 }
@@ -60,7 +66,11 @@ const CHAT_HEAD = (extra: string) =>
   `POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\n${extra}\r\n`;
 
 /** A raw connection that sends `data` and then nothing (or `trickle` every `everyMs`); resolves when the server closes it. */
-function stalled(to: number, data: string, trickle?: { data: string; everyMs: number }): { socket: Socket; closed: Promise<{ ms: number; answer: string }> } {
+function stalled(
+  to: number,
+  data: string,
+  trickle?: { data: string; everyMs: number },
+): { socket: Socket; closed: Promise<{ ms: number; answer: string }> } {
   const socket = connect(to, '127.0.0.1');
   const started = performance.now();
   let answer = '';
@@ -72,10 +82,12 @@ function stalled(to: number, data: string, trickle?: { data: string; everyMs: nu
     socket.write(data);
     if (trickle) timer = setInterval(() => socket.write(trickle.data), trickle.everyMs);
   });
-  const closed = new Promise<{ ms: number; answer: string }>((resolve) => socket.on('close', () => {
-    clearInterval(timer);
-    resolve({ ms: performance.now() - started, answer });
-  }));
+  const closed = new Promise<{ ms: number; answer: string }>((resolve) =>
+    socket.on('close', () => {
+      clearInterval(timer);
+      resolve({ ms: performance.now() - started, answer });
+    }),
+  );
   return { socket, closed };
 }
 
@@ -89,8 +101,12 @@ const LATE_MS = 4_000;
 /** Resolves with `p`, or rejects after `ms`: what a server that never cuts would make the test wait for. */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
-  return Promise.race([p, new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: still open after ${ms} ms`)), ms)))])
-    .finally(() => clearTimeout(timer));
+  return Promise.race([
+    p,
+    new Promise<T>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: still open after ${ms} ms`)), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
 }
 
 /** Connections the server holds open now. */
@@ -107,11 +123,21 @@ function chat(url: string, content: string, stream = false): Promise<Response> {
 }
 
 t.test('server timeouts are validated: headers within the request', async (t) => {
-  const input = { ...embeddedDefault('http://127.0.0.1:9'), server: { headers_timeout_ms: 5_000, request_timeout_ms: 4_000 } };
+  const input = {
+    ...embeddedDefault('http://127.0.0.1:9'),
+    server: { headers_timeout_ms: 5_000, request_timeout_ms: 4_000 },
+  };
   t.throws(() => buildConfig(input, { FAREBOX_SIM_KEY: 'k' }), ConfigError);
-  t.throws(() => buildConfig(input, { FAREBOX_SIM_KEY: 'k' }), /server\.headers_timeout_ms: must not be above server\.request_timeout_ms/);
+  t.throws(
+    () => buildConfig(input, { FAREBOX_SIM_KEY: 'k' }),
+    /server\.headers_timeout_ms: must not be above server\.request_timeout_ms/,
+  );
   const d = buildConfig(embeddedDefault('http://127.0.0.1:9'), { FAREBOX_SIM_KEY: 'k' }).server;
-  t.match(d, { headers_timeout_ms: 10_000, request_timeout_ms: 60_000, keep_alive_timeout_ms: 72_000, max_connections: 0 }, 'defaults');
+  t.match(
+    d,
+    { headers_timeout_ms: 10_000, request_timeout_ms: 60_000, keep_alive_timeout_ms: 72_000, max_connections: 0 },
+    'defaults',
+  );
 });
 
 t.test('headers that stall are cut within headers_timeout_ms', async (t) => {
@@ -136,7 +162,10 @@ t.test('a body that stalls is cut within request_timeout_ms; nothing is held for
 
 t.test('a chunked upload that trickles forever is cut within request_timeout_ms', async (t) => {
   // One byte of JSON whitespace every 200 ms: never idle long enough for an idle timer, still cut.
-  const { closed } = stalled(port, `${CHAT_HEAD('transfer-encoding: chunked\r\n')}1\r\n{\r\n`, { data: '1\r\n \r\n', everyMs: 200 });
+  const { closed } = stalled(port, `${CHAT_HEAD('transfer-encoding: chunked\r\n')}1\r\n{\r\n`, {
+    data: '1\r\n \r\n',
+    everyMs: 200,
+  });
   const { ms } = await within(closed, 12_000, 'trickled chunked body');
   t.ok(ms >= 1_900 && ms < 2_000 + LATE_MS, `cut after ${Math.round(ms)} ms (request_timeout_ms 2000)`);
 });
@@ -167,41 +196,55 @@ t.test('answers that take longer than every timeout are not cut: a slow first by
   t.match(text, /data: \[DONE\]\n\n$/, 'to the end');
 });
 
-t.test('the defaults reach the server; 100 stalled connections leave the latency of calls beside them as it was', async (t) => {
-  const plain = await start({});
-  const http = plain.app.server;
-  t.match({ headers: http.headersTimeout, request: http.requestTimeout, keepAlive: http.keepAliveTimeout }, { headers: 10_000, request: 60_000, keepAlive: 72_000 }, 'default timeouts');
-  const plainPort = Number(new URL(plain.url).port);
+t.test(
+  'the defaults reach the server; 100 stalled connections leave the latency of calls beside them as it was',
+  async (t) => {
+    const plain = await start({});
+    const http = plain.app.server;
+    t.match(
+      { headers: http.headersTimeout, request: http.requestTimeout, keepAlive: http.keepAliveTimeout },
+      { headers: 10_000, request: 60_000, keepAlive: 72_000 },
+      'default timeouts',
+    );
+    const plainPort = Number(new URL(plain.url).port);
 
-  /** Median latency of `n` calls in a row, billed and answered. */
-  const median = async (n: number) => {
-    const ms: number[] = [];
-    for (let i = 0; i < n; i++) {
-      const t0 = performance.now();
-      const res = await chat(plain.url, 'hi');
-      await res.arrayBuffer();
-      if (res.status !== 200) throw new Error(`call answered ${res.status}`);
-      ms.push(performance.now() - t0);
-    }
-    return ms.sort((a, b) => a - b)[Math.floor(n / 2)];
-  };
-  await median(10); // warm up: connections, JIT
-  const before = await median(30);
+    /** Median latency of `n` calls in a row, billed and answered. */
+    const median = async (n: number) => {
+      const ms: number[] = [];
+      for (let i = 0; i < n; i++) {
+        const t0 = performance.now();
+        const res = await chat(plain.url, 'hi');
+        await res.arrayBuffer();
+        if (res.status !== 200) throw new Error(`call answered ${res.status}`);
+        ms.push(performance.now() - t0);
+      }
+      return ms.sort((a, b) => a - b)[Math.floor(n / 2)];
+    };
+    await median(10); // warm up: connections, JIT
+    const before = await median(30);
 
-  const sockets = Array.from({ length: 100 }, (_, i) => stalled(plainPort, i % 2
-    ? `POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:${plainPort}\r\nauthoriz`
-    : `${CHAT_HEAD('content-length: 200\r\n')}{"model":"gamma-k3","mess`));
-  let closedEarly = 0;
-  for (const s of sockets) void s.closed.then(() => closedEarly++);
-  await until('the 100 connections accepted', async () => (await connections(http)) >= 100);
-  const during = await median(30);
-  t.equal(closedEarly, 0, 'the 100 stalled connections were open throughout');
-  t.comment(`median call latency: ${before.toFixed(1)} ms alone, ${during.toFixed(1)} ms beside 100 stalled connections`);
-  // A ratio, loose enough for a machine whose load changes between the two medians; connections that each cost the
-  // event loop work (a timer per socket, a scan per check) multiply it far past this.
-  t.ok(during <= before * 3 + 20, `${during.toFixed(1)} ms beside them vs ${before.toFixed(1)} ms alone`);
-  for (const s of sockets) s.socket.destroy();
-});
+    const sockets = Array.from({ length: 100 }, (_, i) =>
+      stalled(
+        plainPort,
+        i % 2
+          ? `POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:${plainPort}\r\nauthoriz`
+          : `${CHAT_HEAD('content-length: 200\r\n')}{"model":"gamma-k3","mess`,
+      ),
+    );
+    let closedEarly = 0;
+    for (const s of sockets) void s.closed.then(() => closedEarly++);
+    await until('the 100 connections accepted', async () => (await connections(http)) >= 100);
+    const during = await median(30);
+    t.equal(closedEarly, 0, 'the 100 stalled connections were open throughout');
+    t.comment(
+      `median call latency: ${before.toFixed(1)} ms alone, ${during.toFixed(1)} ms beside 100 stalled connections`,
+    );
+    // A ratio, loose enough for a machine whose load changes between the two medians; connections that each cost the
+    // event loop work (a timer per socket, a scan per check) multiply it far past this.
+    t.ok(during <= before * 3 + 20, `${during.toFixed(1)} ms beside them vs ${before.toFixed(1)} ms alone`);
+    for (const s of sockets) s.socket.destroy();
+  },
+);
 
 t.test('server.max_connections: connections past the cap are closed as they come', async (t) => {
   const capped = await start({ max_connections: 5 });
@@ -209,7 +252,11 @@ t.test('server.max_connections: connections past the cap are closed as they come
   t.equal(capped.app.server.maxConnections, 5);
   const held = Array.from({ length: 5 }, () => stalled(cappedPort, 'GET /v1/health HTTP/1.1\r\n'));
   await until('the 5 connections accepted', async () => (await connections(capped.app.server)) === 5);
-  const { answer } = await within(stalled(cappedPort, `GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n`).closed, 3_000, 'a connection past the cap');
+  const { answer } = await within(
+    stalled(cappedPort, `GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n`).closed,
+    3_000,
+    'a connection past the cap',
+  );
   t.equal(answer, '', 'closed unanswered');
   for (const s of held) s.socket.destroy();
   await Promise.all(held.map((s) => s.closed));

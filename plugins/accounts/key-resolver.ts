@@ -15,7 +15,8 @@ export function presentedKey(headers: IncomingHttpHeaders): string | undefined {
   const x = headers['x-api-key'];
   if (typeof x === 'string' && x.length > 0) return x.trim();
   const auth = headers.authorization;
-  if (typeof auth === 'string' && auth.length > 7 && auth.slice(0, 7).toLowerCase() === 'bearer ') return auth.slice(7).trim();
+  if (typeof auth === 'string' && auth.length > 7 && auth.slice(0, 7).toLowerCase() === 'bearer ')
+    return auth.slice(7).trim();
   return undefined;
 }
 

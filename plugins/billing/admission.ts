@@ -72,11 +72,11 @@ export function tokensOf(u: Usage): number {
 /** The chain a call bills on: `x-gw-billing-chain` (chain_a..chain_d), else (`auto` or absent) the account's default. */
 export function chooseChain(identity: KeyIdentity, header: string | string[] | undefined): ChainName {
   const names = CHAIN_NAMES as readonly string[];
-  if (header === undefined || header === 'auto') return names.includes(identity.defaultChain) ? (identity.defaultChain as ChainName) : 'chain_a';
+  if (header === undefined || header === 'auto')
+    return names.includes(identity.defaultChain) ? (identity.defaultChain as ChainName) : 'chain_a';
   if (typeof header === 'string' && names.includes(header)) return header as ChainName;
   throw new GatewayError('invalid_billing_chain', { param: 'x-gw-billing-chain' });
 }
-
 
 /** How admission bounds each chain's debit backlog (billing.backlog_stop_ratio, billing.backlog_check_ms). */
 export interface BacklogSettings {
@@ -123,13 +123,15 @@ export class Admission {
   async start(): Promise<void> {
     // Logged once per stretch of failures (Redis away): not once a second.
     let failing = false;
-    const refresh = () => this.refresh().then(
-      () => void (failing = false),
-      (err: unknown) => {
-        if (!failing) this.log.warn({ err }, "reading the escrows' terms and the debit backlogs failed; the last verdicts stand");
-        failing = true;
-      },
-    );
+    const refresh = () =>
+      this.refresh().then(
+        () => void (failing = false),
+        (err: unknown) => {
+          if (!failing)
+            this.log.warn({ err }, "reading the escrows' terms and the debit backlogs failed; the last verdicts stand");
+          failing = true;
+        },
+      );
     await refresh();
     this.timer = setInterval(refresh, this.checkMs);
     this.timer.unref();
@@ -159,7 +161,11 @@ export class Admission {
       else this.caps.delete(c);
       const delay = terms[2 * i + 1];
       const head = (heads[i] as [string, string[]][])[0];
-      this.judge(c, head ? Math.max(0, now - entryTime(head[0])) : 0, delay && /^\d+$/.test(delay) ? Number(delay) : undefined);
+      this.judge(
+        c,
+        head ? Math.max(0, now - entryTime(head[0])) : 0,
+        delay && /^\d+$/.test(delay) ? Number(delay) : undefined,
+      );
     });
   }
 
@@ -175,14 +181,22 @@ export class Admission {
       }
     } else if (was) {
       this.behind.delete(chain);
-      this.log.warn({ chain, oldest_debit_s: Math.floor(ageMs / 1000) }, 'settlement caught up: the chain takes new calls again');
+      this.log.warn(
+        { chain, oldest_debit_s: Math.floor(ageMs / 1000) },
+        'settlement caught up: the chain takes new calls again',
+      );
     }
     this.metrics?.chainAdmissionStopped.set({ chain }, this.behind.has(chain) ? 1 : 0);
   }
 
   /** Admit a call, or throw its refusal: 400 bad chain or over the cap, 503 chain behind, 429 rate limited, 402 insufficient funds. */
   async admit(req: AdmitRequest): Promise<Admitted> {
-    const limits: RateLimitInput = { keyId: req.identity.keyId, account: req.identity.account, family: req.family, tokens: req.tokens };
+    const limits: RateLimitInput = {
+      keyId: req.identity.keyId,
+      account: req.identity.account,
+      family: req.family,
+      tokens: req.tokens,
+    };
     if (!this.billing || !req.quote) {
       const decision = await this.limiter.check(limits);
       if (!decision.allowed) throw rateLimitedError(decision, req.protocol);
@@ -201,16 +215,25 @@ export class Admission {
     if (behind) {
       const age = Math.floor(behind.ageMs / 1000);
       throw new GatewayError('chain_settlement_behind', {
-        message: `Settlement on ${chain} is behind: its oldest unsettled debit is ${age} s old, and its escrow pays a withdrawal ${behind.delayS} s after it is asked. ` +
+        message:
+          `Settlement on ${chain} is behind: its oldest unsettled debit is ${age} s old, and its escrow pays a withdrawal ${behind.delayS} s after it is asked. ` +
           `${chain} takes no new calls until its debits are charged; retry later, or bill another chain with x-gw-billing-chain.`,
         headers: { 'x-gw-billing-chain': chain },
       });
     }
     const prepared = this.limiter.prepare(limits);
-    const { result, hold } = await this.billing.hold({
-      requestId: req.requestId, account: req.identity.account, keyId: req.identity.keyId, chain, quote: req.quote,
-      owner: req.owner, ttlMs: req.ttlMs,
-    }, prepared ?? undefined);
+    const { result, hold } = await this.billing.hold(
+      {
+        requestId: req.requestId,
+        account: req.identity.account,
+        keyId: req.identity.keyId,
+        chain,
+        quote: req.quote,
+        owner: req.owner,
+        ttlMs: req.ttlMs,
+      },
+      prepared ?? undefined,
+    );
     const decision = prepared ? this.limiter.decide(prepared, result.limits) : UNLIMITED;
     if (!result.placed && result.rateLimited) throw rateLimitedError(decision, req.protocol);
     if (!result.placed) {

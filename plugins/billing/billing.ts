@@ -16,7 +16,15 @@ import type { Log } from '../log.js';
 import { usdOf } from '../metrics/metrics.js';
 import type { PreparedAdjust, PreparedLimits } from './rate-limit.js';
 import { DebitSpool, type SpooledDebit } from './spool.js';
-import { debitHold, MAX_AMOUNT, placeHold, redisNow, renewHolds, type DebitResult, type HoldResult } from './wallets.js';
+import {
+  debitHold,
+  MAX_AMOUNT,
+  placeHold,
+  redisNow,
+  renewHolds,
+  type DebitResult,
+  type HoldResult,
+} from './wallets.js';
 import { ifAnswering, redisIdentity, redisUnavailable, RedisUnanswered } from '../store/redis.js';
 import { keys } from '../store/keys.js';
 import { makeUsage, type Usage } from '../../pricing/index.js';
@@ -58,7 +66,10 @@ const DEBIT_TIMEOUT_MS = 5_000;
 
 /** A debit that could not reach Redis through its retries, with no spool to keep it. */
 export class DebitNotReached extends Error {
-  constructor(readonly requestId: string, cause: unknown) {
+  constructor(
+    readonly requestId: string,
+    cause: unknown,
+  ) {
     super(`the debit of ${requestId} did not reach Redis; its hold will expire`, { cause });
     this.name = 'DebitNotReached';
   }
@@ -93,7 +104,6 @@ export interface HoldRequest {
   ttlMs?: number;
 }
 
-
 /** Holds and debits. */
 export class Billing {
   readonly instance = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
@@ -117,14 +127,23 @@ export class Billing {
     if (settings.spool) {
       // The spool belongs to the Redis this connection writes to, as its options name it (reachable or not).
       const owner = { redis: redisIdentity(r), prefix: (r.options.keyPrefix as string | undefined) ?? '' };
-      this.spool = new DebitSpool(settings.spool.dir, owner, this.instance, settings.spool.maxEntries, (d) => this.debitOnce(d), redisUnavailable, {
-        spooled: () => metrics.debitsSpooled.inc(),
-        drained: (done, d) => this.counted(d.chain, d.model, JSON.parse(d.usageJson) as Usage, d.requestId, done),
-        lost: () => metrics.debitsLost.inc(),
-        refused: (d, err) => this.refused(d, err, false),
-        resized: (size) => metrics.debitSpoolSize.set(size),
-        notAdopted: (files) => metrics.debitSpoolFilesNotAdopted.set(files),
-      }, log);
+      this.spool = new DebitSpool(
+        settings.spool.dir,
+        owner,
+        this.instance,
+        settings.spool.maxEntries,
+        (d) => this.debitOnce(d),
+        redisUnavailable,
+        {
+          spooled: () => metrics.debitsSpooled.inc(),
+          drained: (done, d) => this.counted(d.chain, d.model, JSON.parse(d.usageJson) as Usage, d.requestId, done),
+          lost: () => metrics.debitsLost.inc(),
+          refused: (d, err) => this.refused(d, err, false),
+          resized: (size) => metrics.debitSpoolSize.set(size),
+          notAdopted: (files) => metrics.debitSpoolFilesNotAdopted.set(files),
+        },
+        log,
+      );
     }
   }
 
@@ -142,18 +161,22 @@ export class Billing {
     };
     // Written out, not `{ ...hold, ttlMs, retentionMs }`: a spread followed by new keys takes V8's slow path
     // (bench/README.md, 2026-11-26).
-    const result = await placeHold(this.r, {
-      requestId: hold.requestId,
-      callId: hold.callId,
-      account: hold.account,
-      keyId: hold.keyId,
-      chain: hold.chain,
-      model: hold.model,
-      amount: hold.amount,
-      owner: hold.owner,
-      ttlMs: req.ttlMs ?? this.settings.holdTtlMs,
-      retentionMs: this.settings.retentionMs,
-    }, limits);
+    const result = await placeHold(
+      this.r,
+      {
+        requestId: hold.requestId,
+        callId: hold.callId,
+        account: hold.account,
+        keyId: hold.keyId,
+        chain: hold.chain,
+        model: hold.model,
+        amount: hold.amount,
+        owner: hold.owner,
+        ttlMs: req.ttlMs ?? this.settings.holdTtlMs,
+        retentionMs: this.settings.retentionMs,
+      },
+      limits,
+    );
     if (result.placed) this.metrics.holdsPlaced.inc({ chain: hold.chain });
     return { result, hold };
   }
@@ -224,7 +247,10 @@ export class Billing {
    */
   private debitOnce(input: SpooledDebit): Promise<DebitResult | null> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new RedisUnanswered(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)), DEBIT_TIMEOUT_MS);
+      const timer = setTimeout(
+        () => reject(new RedisUnanswered(`debit unanswered after ${DEBIT_TIMEOUT_MS} ms`)),
+        DEBIT_TIMEOUT_MS,
+      );
       debitHold(this.r, input).then(
         (done) => {
           clearTimeout(timer);
@@ -242,7 +268,10 @@ export class Billing {
   private refused(input: SpooledDebit, err: unknown, setAside = true): void {
     if (setAside) this.spool?.setAside(input);
     this.metrics.debitsRefused.inc();
-    this.log.error({ err, requestId: input.requestId, price: input.price.toString() }, 'debit refused by Redis; the call is not charged');
+    this.log.error(
+      { err, requestId: input.requestId, price: input.price.toString() },
+      'debit refused by Redis; the call is not charged',
+    );
   }
 
   /** Count what a debit did in the metrics, and log a late one. */
@@ -254,7 +283,10 @@ export class Billing {
     if (done?.capped) this.metrics.priceAboveHold.inc({ model });
     if (done?.late) {
       this.metrics.lateDebits.inc({ chain });
-      this.log.warn({ requestId, price: done.debited.toString() }, 'hold was released before its call ended; debited what was delivered');
+      this.log.warn(
+        { requestId, price: done.debited.toString() },
+        'hold was released before its call ended; debited what was delivered',
+      );
     }
   }
 
@@ -318,7 +350,11 @@ export class Billing {
   }
 
   /** Release one hold; one Redis refuses (a bug, never an outage) is logged and passed over, not the end of the sweep. */
-  private async releaseOne(requestId: string, reason: 'expired' | 'instance_died', now: number | undefined): Promise<number> {
+  private async releaseOne(
+    requestId: string,
+    reason: 'expired' | 'instance_died',
+    now: number | undefined,
+  ): Promise<number> {
     try {
       return await this.release(requestId, reason, now);
     } catch (err) {
@@ -328,7 +364,11 @@ export class Billing {
     }
   }
 
-  private async release(requestId: string, reason: 'expired' | 'instance_died', now: number | undefined): Promise<number> {
+  private async release(
+    requestId: string,
+    reason: 'expired' | 'instance_died',
+    now: number | undefined,
+  ): Promise<number> {
     const callId = callIdOf(requestId);
     // The record's compact layout (call-records.ts), or the first one of a hold placed before it.
     const f = await this.r.hmget(keys.call(callId), 'a', 'c', 'o', 's', 'account', 'chain', 'owner', 'status');
@@ -338,8 +378,14 @@ export class Billing {
       return 0;
     }
     const done = await debitHold(this.r, {
-      requestId, callId, account, chain: chain as ChainName, owner,
-      price: 0n, usageJson: JSON.stringify(FREE.usage), retentionMs: this.settings.retentionMs,
+      requestId,
+      callId,
+      account,
+      chain: chain as ChainName,
+      owner,
+      price: 0n,
+      usageJson: JSON.stringify(FREE.usage),
+      retentionMs: this.settings.retentionMs,
       release: { reason, instanceTimeoutMs: this.settings.instanceTimeoutMs, now },
     });
     // Debited (the call ended between the read and this release), or the owner renewed or beat since: kept.

@@ -233,7 +233,16 @@ export async function listCallIds(redis: Redis, account: string, limit = 100, of
 export async function listUsage(redis: Redis, account: string, limit = 100, offset = 0): Promise<UsageRecord[]> {
   const records = await listCallRecords(redis, account, limit, offset);
   return records.map(({ call_id, time, key_id, model, chain, usage, price, status, tx, size, rebuilt }) => ({
-    call_id, time, key_id, model, chain, usage, ...(size === undefined ? {} : { size }), price, status, tx,
+    call_id,
+    time,
+    key_id,
+    model,
+    chain,
+    usage,
+    ...(size === undefined ? {} : { size }),
+    price,
+    status,
+    tx,
     ...(rebuilt ? { rebuilt } : {}),
   }));
 }

@@ -24,8 +24,16 @@ import { GatewayError, type Protocol } from '../../policies/errors.js';
 import { keys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
 import {
-  buildDecision, LIMIT_IDS, rateLimitHeaders, refusalMessage, resolveLimits, UNLIMITED, WINDOW_MS,
-  type Decision, type LimitId, type LimitsConfig,
+  buildDecision,
+  LIMIT_IDS,
+  rateLimitHeaders,
+  refusalMessage,
+  resolveLimits,
+  UNLIMITED,
+  WINDOW_MS,
+  type Decision,
+  type LimitId,
+  type LimitsConfig,
 } from '../../policies/limits.js';
 
 // `now` in ms (ARGV[ao + 1], or Redis TIME when empty: one clock for all instances) and `window` (ARGV[ao + 2]).
@@ -175,7 +183,6 @@ export interface PreparedAdjust {
 const checkScript = new LuaScript(CHECK_LUA);
 const adjustScript = new LuaScript(ADJUST_LUA);
 
-
 /** Checks and charges the rate limits of calls, shared through Redis. */
 export class RateLimiter {
   private readonly plans = new Map<string, Plan | null>();
@@ -190,7 +197,10 @@ export class RateLimiter {
     // Plans are built once: the per-call path only looks one up and fills in the ids.
     for (const family of FAMILIES) this.plans.set(family, plan(config, family));
     this.fallback = plan(config, '');
-    const polls: [LimitId, number | null][] = [['key_requests', config.video_polls.key.rpm], ['account_requests', config.video_polls.account.rpm]];
+    const polls: [LimitId, number | null][] = [
+      ['key_requests', config.video_polls.key.rpm],
+      ['account_requests', config.video_polls.account.rpm],
+    ];
     const set = polls.filter((p): p is [LimitId, number] => p[1] !== null);
     this.poll = { ids: set.map((p) => p[0]), limits: set.map((p) => p[1]) };
   }
@@ -203,8 +213,13 @@ export class RateLimiter {
   async checkPoll(account: string, keyId: string, now?: number): Promise<Decision> {
     const { ids, limits } = this.poll;
     if (ids.length === 0) return UNLIMITED;
-    const bucket = (id: LimitId) => (id === 'key_requests' ? keys.videoPollLimit(account, keyId) : keys.videoPollAccountLimit(account));
-    const reply = await checkScript.run<number[]>(this.redis, ids.map(bucket), [now ?? '', WINDOW_MS, ...limits.flatMap((l) => [l, 1])]);
+    const bucket = (id: LimitId) =>
+      id === 'key_requests' ? keys.videoPollLimit(account, keyId) : keys.videoPollAccountLimit(account);
+    const reply = await checkScript.run<number[]>(this.redis, ids.map(bucket), [
+      now ?? '',
+      WINDOW_MS,
+      ...limits.flatMap((l) => [l, 1]),
+    ]);
     return buildDecision(ids, limits, reply);
   }
 

@@ -21,8 +21,21 @@
  */
 import { createHash } from 'node:crypto';
 import {
-  appendFileSync, chmodSync, closeSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync,
-  renameSync, rmSync, statSync, writeFileSync,
+  appendFileSync,
+  chmodSync,
+  closeSync,
+  fstatSync,
+  fsyncSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
 } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -34,7 +47,6 @@ export type SpooledDebit = DebitInput & { model: string };
 
 /** A debit as it waits in the spool (bigints as decimal strings). */
 type Line = Omit<SpooledDebit, 'price'> & { price: string };
-
 
 /** What the spool reports. */
 export interface SpoolEvents {
@@ -60,7 +72,10 @@ export interface SpoolOwner {
 
 /** A spool folder this process must not use: named in the message, with why and what to do. */
 export class SpoolFolderRefused extends Error {
-  constructor(readonly folder: string, why: string) {
+  constructor(
+    readonly folder: string,
+    why: string,
+  ) {
     super(`debit spool folder ${folder}: ${why}`);
     this.name = 'SpoolFolderRefused';
   }
@@ -71,9 +86,21 @@ export class SpoolFolderRefused extends Error {
  * the prefix (readable, then a hash of both in full), so deployments on one host keep apart whatever they share.
  */
 export function defaultSpoolDir(owner: SpoolOwner, base = tmpdir()): string {
-  const readable = (s: string, max: number) => s.replace(/^redis:\/\//, '').replace(/[^A-Za-z0-9.]+/g, '_').replace(/^_+|_+$/g, '').slice(0, max);
-  const hash = createHash('sha256').update(JSON.stringify([owner.redis, owner.prefix])).digest('hex').slice(0, 12);
-  return join(base, userSpoolRoot(), [readable(owner.redis, 48), readable(owner.prefix, 32), hash].filter(Boolean).join('-'));
+  const readable = (s: string, max: number) =>
+    s
+      .replace(/^redis:\/\//, '')
+      .replace(/[^A-Za-z0-9.]+/g, '_')
+      .replace(/^_+|_+$/g, '')
+      .slice(0, max);
+  const hash = createHash('sha256')
+    .update(JSON.stringify([owner.redis, owner.prefix]))
+    .digest('hex')
+    .slice(0, 12);
+  return join(
+    base,
+    userSpoolRoot(),
+    [readable(owner.redis, 48), readable(owner.prefix, 32), hash].filter(Boolean).join('-'),
+  );
 }
 
 /**
@@ -152,7 +179,10 @@ export class DebitSpool {
   add(input: SpooledDebit): boolean {
     if (this.queue.length >= this.maxEntries) {
       this.events.lost(input);
-      this.log.error({ requestId: input.requestId, price: input.price.toString() }, 'debit spool full: a delivered call is not charged');
+      this.log.error(
+        { requestId: input.requestId, price: input.price.toString() },
+        'debit spool full: a delivered call is not charged',
+      );
       return false;
     }
     const line: Line = { ...input, price: input.price.toString() };
@@ -229,7 +259,10 @@ export class DebitSpool {
   /** Keep a debit Redis refused in this instance's `.refused` file, out of the queue's way. */
   setAside(input: SpooledDebit): void {
     try {
-      appendSynced(`${this.file.slice(0, -'.jsonl'.length)}.refused`, this.header, { ...input, price: input.price.toString() });
+      appendSynced(`${this.file.slice(0, -'.jsonl'.length)}.refused`, this.header, {
+        ...input,
+        price: input.price.toString(),
+      });
     } catch (err) {
       this.log.error({ err, requestId: input.requestId }, 'a refused debit could not be set aside');
     }
@@ -272,8 +305,10 @@ export class DebitSpool {
       const why = this.notOurs(path);
       if (why) {
         left++;
-        this.log.error({ file: path, redis: this.owner.redis, prefix: this.owner.prefix, header: this.header },
-          `spooled debits not adopted: ${why}; left in place for a gateway of their Redis (or, once you know it is this one's, give the file the header line logged here)`);
+        this.log.error(
+          { file: path, redis: this.owner.redis, prefix: this.owner.prefix, header: this.header },
+          `spooled debits not adopted: ${why}; left in place for a gateway of their Redis (or, once you know it is this one's, give the file the header line logged here)`,
+        );
         continue;
       }
       const claimed = join(this.dir, `${name}.${this.instance}`);
@@ -282,7 +317,9 @@ export class DebitSpool {
       } catch {
         continue;
       }
-      const lines = readFileSync(claimed, 'utf8').split('\n').filter((l) => l.trim() !== '');
+      const lines = readFileSync(claimed, 'utf8')
+        .split('\n')
+        .filter((l) => l.trim() !== '');
       if (lines.length > 0 && headerOf(lines[0]!)) lines.shift();
       for (const l of lines) {
         try {
@@ -292,7 +329,8 @@ export class DebitSpool {
         }
       }
       rmSync(claimed, { force: true });
-      if (lines.length > 0) this.log.warn({ file: name, debits: lines.length }, 'adopted the debits of a process that is gone');
+      if (lines.length > 0)
+        this.log.warn({ file: name, debits: lines.length }, 'adopted the debits of a process that is gone');
     }
     this.events.notAdopted(left + this.legacyLeft());
   }
@@ -320,8 +358,10 @@ export class DebitSpool {
         continue;
       }
       left++;
-      this.log.error({ file: path, redis: this.owner.redis, prefix: this.owner.prefix, header: this.header },
-        'spooled debits of an earlier version not adopted: its default folder was named by the prefix alone, so they may be any Redis\'s; once you know they are this one\'s, give the file the header line logged here and move it into this gateway\'s spool folder');
+      this.log.error(
+        { file: path, redis: this.owner.redis, prefix: this.owner.prefix, header: this.header },
+        "spooled debits of an earlier version not adopted: its default folder was named by the prefix alone, so they may be any Redis's; once you know they are this one's, give the file the header line logged here and move it into this gateway's spool folder",
+      );
     }
     return left;
   }
@@ -336,8 +376,10 @@ export class DebitSpool {
     }
     if (first === '') return undefined;
     const h = headerOf(first);
-    if (!h) return 'the file names no Redis (written before spool files had a header line, it may be any Redis\'s with this prefix)';
-    if (h.redis !== this.owner.redis || h.prefix !== this.owner.prefix) return `the file belongs to ${h.redis} with prefix "${h.prefix}"`;
+    if (!h)
+      return "the file names no Redis (written before spool files had a header line, it may be any Redis's with this prefix)";
+    if (h.redis !== this.owner.redis || h.prefix !== this.owner.prefix)
+      return `the file belongs to ${h.redis} with prefix "${h.prefix}"`;
     return undefined;
   }
 }
@@ -346,7 +388,8 @@ export class DebitSpool {
 function headerOf(line: string): SpoolOwner | undefined {
   try {
     const h = JSON.parse(line) as { farebox_spool?: unknown; redis?: unknown; prefix?: unknown } | null;
-    if (h && h.farebox_spool === 1 && typeof h.redis === 'string' && typeof h.prefix === 'string') return { redis: h.redis, prefix: h.prefix };
+    if (h && h.farebox_spool === 1 && typeof h.redis === 'string' && typeof h.prefix === 'string')
+      return { redis: h.redis, prefix: h.prefix };
   } catch {
     // not JSON: no header
   }
@@ -375,21 +418,34 @@ function ownFolder(dir: string, follow: boolean, log: Log): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const st = follow ? statSync(dir) : lstatSync(dir);
   if (!st.isDirectory()) {
-    throw new SpoolFolderRefused(dir, `${st.isSymbolicLink() ? 'a symbolic link' : 'not a folder'}: refused; remove it, or set billing.spool_dir to a folder of this user`);
+    throw new SpoolFolderRefused(
+      dir,
+      `${st.isSymbolicLink() ? 'a symbolic link' : 'not a folder'}: refused; remove it, or set billing.spool_dir to a folder of this user`,
+    );
   }
   const uid = process.getuid?.();
   if (uid === undefined) return; // Windows: no POSIX owner or mode, and the temporary folder is the user's own.
   const mode = `0${(st.mode & 0o777).toString(8)}`;
   if (st.uid !== uid) {
-    throw new SpoolFolderRefused(dir, `owned by uid ${st.uid}, not by this process's uid ${uid}: refused, its debits are not ours to drain nor its folder ours to trust; set billing.spool_dir to a folder of this user`);
+    throw new SpoolFolderRefused(
+      dir,
+      `owned by uid ${st.uid}, not by this process's uid ${uid}: refused, its debits are not ours to drain nor its folder ours to trust; set billing.spool_dir to a folder of this user`,
+    );
   }
   // An operator's folder writable by a group this process belongs to (a Kubernetes volume with fsGroup is remade
   // group-writable at every mount) is the operator's setup: a warning. Others, or another group: refused.
   const ownGroup = follow && (st.mode & 0o022) === 0o020 && (process.getgroups?.() ?? []).includes(st.gid);
   if (st.mode & 0o022 && !ownGroup) {
-    throw new SpoolFolderRefused(dir, `group or others may write to it (mode ${mode}): refused, files could have been planted or taken; check its files, then chmod 700 it, or set billing.spool_dir to a folder of this user`);
+    throw new SpoolFolderRefused(
+      dir,
+      `group or others may write to it (mode ${mode}): refused, files could have been planted or taken; check its files, then chmod 700 it, or set billing.spool_dir to a folder of this user`,
+    );
   }
-  if (ownGroup) log.warn({ folder: dir, mode, gid: st.gid }, 'debit spool folder writable by a group of this process: its members could plant or take debits');
+  if (ownGroup)
+    log.warn(
+      { folder: dir, mode, gid: st.gid },
+      'debit spool folder writable by a group of this process: its members could plant or take debits',
+    );
   if (st.mode & 0o077 && !ownGroup) {
     chmodSync(dir, 0o700);
     log.warn({ folder: dir, mode }, 'debit spool folder narrowed to 0700: others could read its call data');

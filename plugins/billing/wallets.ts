@@ -218,13 +218,30 @@ export type HoldResult =
   | { placed: false; available: bigint; duplicate: boolean; rateLimited: boolean; limits: number[] };
 
 /** Decide the call's rate limits (`limits`, from RateLimiter.prepare) and place its hold if they pass and the wallet's available balance covers it (atomic). */
-export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonly string[]; args: readonly (string | number)[] }): Promise<HoldResult> {
+export async function placeHold(
+  r: Redis,
+  h: HoldInput,
+  limits?: { keys: readonly string[]; args: readonly (string | number)[] },
+): Promise<HoldResult> {
   const scriptKeys = [
-    keys.wallet(h.account, h.chain), keys.call(h.callId), keys.holds, keys.ownerHolds(h.owner), keys.usageIndex(h.account),
+    keys.wallet(h.account, h.chain),
+    keys.call(h.callId),
+    keys.holds,
+    keys.ownerHolds(h.owner),
+    keys.usageIndex(h.account),
   ];
   if (limits) scriptKeys.push(...limits.keys);
   const args: (string | number)[] = [
-    h.requestId, h.amount.toString(), wholeMs(h.ttlMs), h.owner, h.account, h.chain, h.model, h.keyId, wholeMs(h.retentionMs), h.now ?? '',
+    h.requestId,
+    h.amount.toString(),
+    wholeMs(h.ttlMs),
+    h.owner,
+    h.account,
+    h.chain,
+    h.model,
+    h.keyId,
+    wholeMs(h.retentionMs),
+    h.now ?? '',
     storedRequestId(h.requestId, h.callId),
   ];
   if (limits) args.push(...limits.args);
@@ -233,7 +250,13 @@ export async function placeHold(r: Redis, h: HoldInput, limits?: { keys: readonl
   const [ok, available] = reply;
   const decision = reply.slice(2);
   if (ok === 1) return { placed: true, available: BigInt(available), limits: decision };
-  return { placed: false, available: BigInt(available), duplicate: ok === -1, rateLimited: ok === -2, limits: decision };
+  return {
+    placed: false,
+    available: BigInt(available),
+    duplicate: ok === -1,
+    rateLimited: ok === -2,
+    limits: decision,
+  };
 }
 
 /** A debit request: the hold of `requestId` becomes a debit of `price` (0 releases it). */
@@ -274,11 +297,26 @@ export interface DebitResult {
  */
 export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | null> {
   const scriptKeys = [
-    keys.wallet(d.account, d.chain), keys.call(d.callId), keys.holds, keys.ownerHolds(d.owner), keys.debits(d.chain), keys.instances,
+    keys.wallet(d.account, d.chain),
+    keys.call(d.callId),
+    keys.holds,
+    keys.ownerHolds(d.owner),
+    keys.debits(d.chain),
+    keys.instances,
   ];
   const args: (string | number)[] = [
-    d.requestId, d.price.toString(), storedRequestId(d.requestId, d.callId), d.callId, d.account, d.chain, d.freeStatus ?? 'free',
-    wholeMs(d.retentionMs), d.release?.reason ?? '', d.release?.now ?? '', d.release?.instanceTimeoutMs ?? 0, ...usageArgs(d.usageJson),
+    d.requestId,
+    d.price.toString(),
+    storedRequestId(d.requestId, d.callId),
+    d.callId,
+    d.account,
+    d.chain,
+    d.freeStatus ?? 'free',
+    wholeMs(d.retentionMs),
+    d.release?.reason ?? '',
+    d.release?.now ?? '',
+    d.release?.instanceTimeoutMs ?? 0,
+    ...usageArgs(d.usageJson),
     d.owner.startsWith('job:') ? '1' : '',
   ];
   if (d.limits) {
@@ -291,7 +329,13 @@ export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | 
 }
 
 /** Push the expiry of live holds to `ttlMs` from now (Redis TIME); returns how many were still held. */
-export async function renewHolds(r: Redis, holds: readonly { requestId: string; callId: string }[], ttlMs: number, retentionMs: number, now?: number): Promise<number> {
+export async function renewHolds(
+  r: Redis,
+  holds: readonly { requestId: string; callId: string }[],
+  ttlMs: number,
+  retentionMs: number,
+  now?: number,
+): Promise<number> {
   if (holds.length === 0) return 0;
   const scriptKeys: string[] = [keys.holds];
   const args: (string | number)[] = [wholeMs(ttlMs), wholeMs(retentionMs), now ?? ''];

@@ -83,7 +83,10 @@ function rlpString(item: Buffer): Buffer[] {
  * An EIP-1559 transaction (no access list, as the settler sends it), as serializeTransaction encodes it: 0x02, then
  * the RLP list of its fields, and of y parity, r and s when signed.
  */
-function serialize(tx: TransactionSerializableEIP1559, signature?: { r: Hex; s: Hex; yParity?: number; v?: bigint }): Buffer {
+function serialize(
+  tx: TransactionSerializableEIP1559,
+  signature?: { r: Hex; s: Hex; yParity?: number; v?: bigint },
+): Buffer {
   if (!tx.to || tx.chainId === undefined || tx.nonce === undefined || tx.gas === undefined) {
     throw new Error('a charge transaction needs chainId, nonce, gas and to');
   }
@@ -93,10 +96,17 @@ function serialize(tx: TransactionSerializableEIP1559, signature?: { r: Hex; s: 
   if (tx.data !== undefined && !/^0x(?:[0-9a-fA-F]{2})*$/.test(tx.data)) throw new Error('data is not hex bytes');
   // As viem's assertTransactionEIP1559: a node would refuse these.
   if (tx.chainId <= 0) throw new Error(`chain id ${tx.chainId} is not positive`);
-  if ((tx.maxPriorityFeePerGas ?? 0n) > (tx.maxFeePerGas ?? 0n)) throw new Error('maxPriorityFeePerGas is above maxFeePerGas');
+  if ((tx.maxPriorityFeePerGas ?? 0n) > (tx.maxFeePerGas ?? 0n))
+    throw new Error('maxPriorityFeePerGas is above maxFeePerGas');
   const fields = [
-    uint(tx.chainId), uint(tx.nonce), uint(tx.maxPriorityFeePerGas ?? 0n), uint(tx.maxFeePerGas ?? 0n), uint(tx.gas),
-    Buffer.from(tx.to.slice(2), 'hex'), uint(tx.value ?? 0n), Buffer.from((tx.data ?? '0x').slice(2), 'hex'),
+    uint(tx.chainId),
+    uint(tx.nonce),
+    uint(tx.maxPriorityFeePerGas ?? 0n),
+    uint(tx.maxFeePerGas ?? 0n),
+    uint(tx.gas),
+    Buffer.from(tx.to.slice(2), 'hex'),
+    uint(tx.value ?? 0n),
+    Buffer.from((tx.data ?? '0x').slice(2), 'hex'),
   ];
   const parts = fields.flatMap(rlpString);
   parts.push(EMPTY_LIST);

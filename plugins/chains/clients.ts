@@ -3,7 +3,16 @@
  * nonces itself, so no chain presets) and its clients, over the project's RPC transport (rpc-transport.ts) unless a
  * caller passes another.
  */
-import { createPublicClient, createWalletClient, defineChain, type Chain, type PrivateKeyAccount, type PublicClient, type Transport, type WalletClient } from 'viem';
+import {
+  createPublicClient,
+  createWalletClient,
+  defineChain,
+  type Chain,
+  type PrivateKeyAccount,
+  type PublicClient,
+  type Transport,
+  type WalletClient,
+} from 'viem';
 import { rpcTransport } from './rpc-transport.js';
 
 /** The chain a client talks to. */
@@ -45,10 +54,23 @@ function transportOf(t: ClientTarget, opts: ClientOptions): Transport {
 
 /** A client for reads (and for sending raw, already signed transactions). */
 export function publicClient(t: ClientTarget, opts: ClientOptions = {}): PublicClient {
-  return createPublicClient({ chain: viemChain(t), transport: transportOf(t, opts), pollingInterval: opts.pollingInterval });
+  return createPublicClient({
+    chain: viemChain(t),
+    transport: transportOf(t, opts),
+    pollingInterval: opts.pollingInterval,
+  });
 }
 
 /** A client that signs with `account` and sends. */
-export function walletClient(t: ClientTarget, account: PrivateKeyAccount, opts: ClientOptions = {}): WalletClient<Transport, Chain, PrivateKeyAccount> {
-  return createWalletClient({ chain: viemChain(t), transport: transportOf(t, opts), account, pollingInterval: opts.pollingInterval });
+export function walletClient(
+  t: ClientTarget,
+  account: PrivateKeyAccount,
+  opts: ClientOptions = {},
+): WalletClient<Transport, Chain, PrivateKeyAccount> {
+  return createWalletClient({
+    chain: viemChain(t),
+    transport: transportOf(t, opts),
+    account,
+    pollingInterval: opts.pollingInterval,
+  });
 }

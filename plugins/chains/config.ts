@@ -46,7 +46,10 @@ export const chainConfigSchema = z.strictObject({
   stablecoin: address,
   escrow: address,
   /** Name of the env var holding the settler's private key; unset -> the chain is read-only. */
-  settler_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+  settler_key_env: z
+    .string()
+    .regex(/^[A-Z_][A-Z0-9_]*$/)
+    .optional(),
   /** Blocks a log/receipt needs (1 = included) before it counts; deploy/farebox.example.json has per-network values. */
   confirmations: z.number().int().min(1).default(DEFAULT_CONFIRMATIONS),
   /**

@@ -200,12 +200,20 @@ export function devTarget(name: ChainName, chainId: number, rpcUrl: string): Cli
 // Fresh chain, known deployer: nonces, gas and fees are fixed instead of asked for (4x fewer round trips).
 const DEPLOY_FEES = { maxFeePerGas: 10_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n };
 
-async function deployDev(name: ChainName, rpcUrl: string, delays: { withdrawalDelay: bigint; roleDelay: bigint; maxCharge: bigint }) {
+async function deployDev(
+  name: ChainName,
+  rpcUrl: string,
+  delays: { withdrawalDelay: bigint; roleDelay: bigint; maxCharge: bigint },
+) {
   const target = devTarget(name, DEV_CHAIN_IDS[name], rpcUrl);
   const transport = http(rpcUrl);
   const pub = publicClient(target, { transport, pollingInterval: 10 });
   const wallet = walletClient(target, privateKeyToAccount(DEV_KEYS.deployer.privateKey), { transport });
-  const token = await deployStablecoin(wallet, pub, DEV_KEYS.deployer.address, { nonce: 0, gas: 3_000_000n, ...DEPLOY_FEES });
+  const token = await deployStablecoin(wallet, pub, DEV_KEYS.deployer.address, {
+    nonce: 0,
+    gas: 3_000_000n,
+    ...DEPLOY_FEES,
+  });
   const escrow = await deployEscrowContract(
     wallet,
     pub,
@@ -235,7 +243,10 @@ async function deployDev(name: ChainName, rpcUrl: string, delays: { withdrawalDe
 
 /** Switch a provider from automine to a block every `ms` (EDR's evm_setAutomine and evm_setIntervalMining). */
 async function mineEvery(provider: Provider, ms: number): Promise<void> {
-  for (const [method, params] of [['evm_setAutomine', [false]], ['evm_setIntervalMining', [ms]]] as const) {
+  for (const [method, params] of [
+    ['evm_setAutomine', [false]],
+    ['evm_setIntervalMining', [ms]],
+  ] as const) {
     const res = await provider.handleRequest(JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }));
     const data = (typeof res.data === 'string' ? JSON.parse(res.data) : res.data) as { error?: { message: string } };
     if (data.error) throw new Error(`${method}: ${data.error.message}`);
@@ -245,11 +256,16 @@ async function mineEvery(provider: Provider, ms: number): Promise<void> {
 /** Starts the four dev chains, deploys the contracts on each, and serves them over HTTP. */
 export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevChains> {
   const blockTimeMs = opts.blockTimeMs;
-  if (blockTimeMs !== undefined && (!Number.isInteger(blockTimeMs) || blockTimeMs < 1)) throw new Error('blockTimeMs: a positive integer');
+  if (blockTimeMs !== undefined && (!Number.isInteger(blockTimeMs) || blockTimeMs < 1))
+    throw new Error('blockTimeMs: a positive integer');
   const host = opts.host ?? '127.0.0.1';
   const basePort = opts.basePort ?? DEV_BASE_PORT;
   const withdrawalDelay = opts.withdrawalDelay ?? 3600n;
-  const delays = { withdrawalDelay, roleDelay: opts.roleDelay ?? 2n * withdrawalDelay, maxCharge: opts.maxCharge ?? DEV_MAX_CHARGE };
+  const delays = {
+    withdrawalDelay,
+    roleDelay: opts.roleDelay ?? 2n * withdrawalDelay,
+    maxCharge: opts.maxCharge ?? DEV_MAX_CHARGE,
+  };
   await loadArtifacts(); // compile once before the four deploys race for it
   const servers: Server[] = [];
   const origins = new Set(opts.origins ?? []);
@@ -269,7 +285,9 @@ export async function startDevChains(opts: DevChainsOptions = {}): Promise<DevCh
     CHAIN_NAMES.map(async (name, i): Promise<DevChain> => {
       const chainId = DEV_CHAIN_IDS[name];
       const provider = await createDevProvider(chainId);
-      const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i, origins, { testMethods: opts.testMethods });
+      const { url, server } = await serveProvider(provider, host, basePort === 0 ? 0 : basePort + i, origins, {
+        testMethods: opts.testMethods,
+      });
       servers.push(server);
       const d = await deployDev(name, url, delays);
       if (blockTimeMs !== undefined) await mineEvery(provider, blockTimeMs);

@@ -35,7 +35,12 @@ const running = new Map<string, Promise<unknown>>();
  * account's escrow balance after. The minter (default: the dev deployer) must be a minter
  * of the stablecoin and have approved the escrow (startDevChains does both).
  */
-export async function mintAndDeposit(chain: FundTarget, account: Address, amount: bigint, opts: FundOptions = {}): Promise<bigint> {
+export async function mintAndDeposit(
+  chain: FundTarget,
+  account: Address,
+  amount: bigint,
+  opts: FundOptions = {},
+): Promise<bigint> {
   const name = (Object.keys(DEV_CHAIN_IDS) as ChainName[]).find((n) => DEV_CHAIN_IDS[n] === chain.chain_id);
   if (!name) throw new Error(`chain id ${chain.chain_id} is not a dev chain: funding mints test tokens only there`);
   if (amount <= 0n) throw new Error('amount must be positive');
@@ -43,7 +48,9 @@ export async function mintAndDeposit(chain: FundTarget, account: Address, amount
   const minter = privateKeyToAccount(minterKey);
   // The URL is part of the key: two dev chain sets in one process share chain ids.
   const key = `${chain.rpc_url} ${minter.address}`;
-  const job = (running.get(key) ?? Promise.resolve()).catch(() => {}).then(() => fund(name, chain, account, amount, minterKey, opts.onStep));
+  const job = (running.get(key) ?? Promise.resolve())
+    .catch(() => {})
+    .then(() => fund(name, chain, account, amount, minterKey, opts.onStep));
   running.set(key, job);
   try {
     return await job;
@@ -52,25 +59,36 @@ export async function mintAndDeposit(chain: FundTarget, account: Address, amount
   }
 }
 
-async function fund(name: ChainName, chain: FundTarget, account: Address, amount: bigint, minterKey: Hex, onStep: FundOptions['onStep']): Promise<bigint> {
+async function fund(
+  name: ChainName,
+  chain: FundTarget,
+  account: Address,
+  amount: bigint,
+  minterKey: Hex,
+  onStep: FundOptions['onStep'],
+): Promise<bigint> {
   const target = devTarget(name, chain.chain_id, chain.rpc_url);
   const transport = http(chain.rpc_url);
   const pub = publicClient(target, { transport, pollingInterval: 20 });
   const wallet = walletClient(target, privateKeyToAccount(minterKey), { transport });
   onStep?.('minting');
-  await send(pub, 'mint', () => wallet.writeContract({
-    address: chain.stablecoin,
-    abi: testStablecoinAbi,
-    functionName: 'mint',
-    args: [wallet.account.address, amount],
-  }));
+  await send(pub, 'mint', () =>
+    wallet.writeContract({
+      address: chain.stablecoin,
+      abi: testStablecoinAbi,
+      functionName: 'mint',
+      args: [wallet.account.address, amount],
+    }),
+  );
   onStep?.('depositing');
-  await send(pub, 'depositFor', () => wallet.writeContract({
-    address: chain.escrow,
-    abi: escrowAbi,
-    functionName: 'depositFor',
-    args: [account, amount],
-  }));
+  await send(pub, 'depositFor', () =>
+    wallet.writeContract({
+      address: chain.escrow,
+      abi: escrowAbi,
+      functionName: 'depositFor',
+      args: [account, amount],
+    }),
+  );
   return pub.readContract({ address: chain.escrow, abi: escrowAbi, functionName: 'balanceOf', args: [account] });
 }
 
@@ -93,5 +111,8 @@ async function send(pub: PublicClient, what: string, write: () => Promise<Hex>):
 
 function nonceTaken(err: unknown): boolean {
   if (!(err instanceof BaseError)) return false;
-  return err.walk((e) => e instanceof NonceTooLowError) !== null || /nonce too low|already known/i.test(`${err.shortMessage} ${err.details}`);
+  return (
+    err.walk((e) => e instanceof NonceTooLowError) !== null ||
+    /nonce too low|already known/i.test(`${err.shortMessage} ${err.details}`)
+  );
 }

@@ -146,52 +146,133 @@ const LAYOUTS: Record<string, { inputs: string; build: Build }> = {
   // Admin events: no money moves; the watcher reports them.
   SettlerProposed: {
     inputs: 'address indexed,uint256',
-    build: (blockNumber, logIndex, txHash, t, data) => ({ blockNumber, logIndex, txHash, kind: 'settler_proposed', settler: addressOf(t[1]!), readyAt: word(data, 0) }),
+    build: (blockNumber, logIndex, txHash, t, data) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'settler_proposed',
+      settler: addressOf(t[1]!),
+      readyAt: word(data, 0),
+    }),
   },
   SettlerProposalCancelled: {
     inputs: 'address indexed',
-    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'settler_proposal_cancelled', settler: addressOf(t[1]!) }),
+    build: (blockNumber, logIndex, txHash, t) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'settler_proposal_cancelled',
+      settler: addressOf(t[1]!),
+    }),
   },
   SettlerUpdated: {
     inputs: 'address indexed,bool',
-    build: (blockNumber, logIndex, txHash, t, data) => ({ blockNumber, logIndex, txHash, kind: 'settler_updated', settler: addressOf(t[1]!), enabled: bool(data, 0) }),
+    build: (blockNumber, logIndex, txHash, t, data) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'settler_updated',
+      settler: addressOf(t[1]!),
+      enabled: bool(data, 0),
+    }),
   },
   TreasuryProposed: {
     inputs: 'address indexed,uint256',
-    build: (blockNumber, logIndex, txHash, t, data) => ({ blockNumber, logIndex, txHash, kind: 'treasury_proposed', treasury: addressOf(t[1]!), readyAt: word(data, 0) }),
+    build: (blockNumber, logIndex, txHash, t, data) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'treasury_proposed',
+      treasury: addressOf(t[1]!),
+      readyAt: word(data, 0),
+    }),
   },
   TreasuryProposalCancelled: {
     inputs: 'address indexed',
-    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'treasury_proposal_cancelled', treasury: addressOf(t[1]!) }),
+    build: (blockNumber, logIndex, txHash, t) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'treasury_proposal_cancelled',
+      treasury: addressOf(t[1]!),
+    }),
   },
   TreasuryUpdated: {
     inputs: 'address indexed,address indexed',
-    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'treasury_updated', previous: addressOf(t[1]!), treasury: addressOf(t[2]!) }),
+    build: (blockNumber, logIndex, txHash, t) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'treasury_updated',
+      previous: addressOf(t[1]!),
+      treasury: addressOf(t[2]!),
+    }),
   },
   MaxChargeProposed: {
     inputs: 'uint256,uint256',
-    build: (blockNumber, logIndex, txHash, _t, data) => ({ blockNumber, logIndex, txHash, kind: 'max_charge_proposed', maxCharge: word(data, 0), readyAt: word(data, 1) }),
+    build: (blockNumber, logIndex, txHash, _t, data) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'max_charge_proposed',
+      maxCharge: word(data, 0),
+      readyAt: word(data, 1),
+    }),
   },
   MaxChargeProposalCancelled: {
     inputs: 'uint256',
-    build: (blockNumber, logIndex, txHash, _t, data) => ({ blockNumber, logIndex, txHash, kind: 'max_charge_proposal_cancelled', maxCharge: word(data, 0) }),
+    build: (blockNumber, logIndex, txHash, _t, data) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'max_charge_proposal_cancelled',
+      maxCharge: word(data, 0),
+    }),
   },
   MaxChargeUpdated: {
     inputs: 'uint256,uint256',
-    build: (blockNumber, logIndex, txHash, _t, data) => ({ blockNumber, logIndex, txHash, kind: 'max_charge_updated', previous: word(data, 0), maxCharge: word(data, 1) }),
+    build: (blockNumber, logIndex, txHash, _t, data) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'max_charge_updated',
+      previous: word(data, 0),
+      maxCharge: word(data, 1),
+    }),
   },
   OwnershipTransferStarted: {
     inputs: 'address indexed,address indexed',
-    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'ownership_transfer_started', owner: addressOf(t[1]!), pendingOwner: addressOf(t[2]!) }),
+    build: (blockNumber, logIndex, txHash, t) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'ownership_transfer_started',
+      owner: addressOf(t[1]!),
+      pendingOwner: addressOf(t[2]!),
+    }),
   },
   OwnershipTransferred: {
     inputs: 'address indexed,address indexed',
-    build: (blockNumber, logIndex, txHash, t) => ({ blockNumber, logIndex, txHash, kind: 'ownership_transferred', previous: addressOf(t[1]!), owner: addressOf(t[2]!) }),
+    build: (blockNumber, logIndex, txHash, t) => ({
+      blockNumber,
+      logIndex,
+      txHash,
+      kind: 'ownership_transferred',
+      previous: addressOf(t[1]!),
+      owner: addressOf(t[2]!),
+    }),
   },
 };
 
 const MONEY_KINDS = new Set<string>([
-  'deposited', 'charged', 'charge_refused', 'charge_over_cap', 'charge_skipped', 'withdrawal_requested', 'withdrawal_cancelled', 'withdrawn',
+  'deposited',
+  'charged',
+  'charge_refused',
+  'charge_over_cap',
+  'charge_skipped',
+  'withdrawal_requested',
+  'withdrawal_cancelled',
+  'withdrawn',
 ]);
 
 /** Whether a decoded record is a money event (the apply script's input) rather than an admin event. */

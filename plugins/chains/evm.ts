@@ -3,15 +3,7 @@
  * (besides dev chains and deploy helpers). Charges go out as Escrow.chargeBatch transactions
  * signed locally with the settler key, one nonce queue per key and chain.
  */
-import {
-  BaseError,
-  decodeErrorResult,
-  numberToHex,
-  parseGwei,
-  TimeoutError,
-  type Hex,
-  type PublicClient,
-} from 'viem';
+import { BaseError, decodeErrorResult, numberToHex, parseGwei, TimeoutError, type Hex, type PublicClient } from 'viem';
 import { privateKeyToAccount, type PrivateKeyAccount } from 'viem/accounts';
 import { CALL_STATUS, escrowAbi } from './abi.js';
 import { encodeChargeBatch, signTransaction } from './charge-tx.js';
@@ -117,7 +109,8 @@ const RATE_LIMIT = /rate.?limit|too many requests|requests per|capacity|credits|
  * The node has not reached a block of the request: "block range extends beyond current head block" (geth and most
  * clients now), "block N is beyond the latest block M of this node", "header not found", "unknown block".
  */
-const BEYOND_HEAD = /beyond (the )?(current )?head|beyond the latest|extends beyond|header not found|unknown block|block not found|not (yet )?available|future block|after (the )?latest|greater than (the )?(latest|current|head)/i;
+const BEYOND_HEAD =
+  /beyond (the )?(current )?head|beyond the latest|extends beyond|header not found|unknown block|block not found|not (yet )?available|future block|after (the )?latest|greater than (the )?(latest|current|head)/i;
 
 /** Waits `ms`; an abort ends the wait with the signal's reason. */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -212,11 +205,18 @@ class EvmChain implements SettlementChain {
     this.maxBatchGas = BigInt(Math.min(config.max_batch_gas, TX_GAS_CAP));
     this.onFeeCapped = opts.onFeeCapped;
     this.span = config.max_log_range;
-    this.client = publicClient({ name, chainId: config.chain_id, rpcUrl: config.rpc_url }, { pollingInterval: this.pollMs });
+    this.client = publicClient(
+      { name, chainId: config.chain_id, rpcUrl: config.rpc_url },
+      { pollingInterval: this.pollMs },
+    );
     const env = opts.env ?? process.env;
     const key = opts.settlerKey ?? (config.settler_key_env ? env[config.settler_key_env] : undefined);
     if (key !== undefined && !/^0x[0-9a-fA-F]{64}$/.test(key)) {
-      throw new SettlementError('not_configured', `settler key in ${config.settler_key_env} is not a 32-byte hex key`, name);
+      throw new SettlementError(
+        'not_configured',
+        `settler key in ${config.settler_key_env} is not a 32-byte hex key`,
+        name,
+      );
     }
     this.settlerKey = key as Hex | undefined;
     this.account = key ? privateKeyToAccount(key as Hex) : undefined;
@@ -230,7 +230,13 @@ class EvmChain implements SettlementChain {
   }
 
   balanceOf(account: Address, atBlock?: bigint): Promise<bigint> {
-    return this.client.readContract({ address: this.escrow, abi: escrowAbi, functionName: 'balanceOf', args: [account], blockNumber: atBlock });
+    return this.client.readContract({
+      address: this.escrow,
+      abi: escrowAbi,
+      functionName: 'balanceOf',
+      args: [account],
+      blockNumber: atBlock,
+    });
   }
 
   async pendingWithdrawal(account: Address, atBlock?: bigint) {
@@ -307,7 +313,10 @@ class EvmChain implements SettlementChain {
       // One batch (one HTTP request, so one backend behind a load balancer): the parent block, the logs and the
       // range's last block all come from the node that answered. A lagging backend answers eth_getLogs for blocks
       // it lacks with nothing at all on some clients: its missing last block is what tells.
-      const calls = [this.getLogs(fromBlock, end), { method: 'eth_getBlockByNumber', params: [numberToHex(end), false] }];
+      const calls = [
+        this.getLogs(fromBlock, end),
+        { method: 'eth_getBlockByNumber', params: [numberToHex(end), false] },
+      ];
       if (parent) calls.push({ method: 'eth_getBlockByNumber', params: [numberToHex(parent.number), false] });
       let answers: RpcAnswer[];
       try {
@@ -321,8 +330,17 @@ class EvmChain implements SettlementChain {
         throw err;
       }
       const [logs, last, above] = answers as [RpcAnswer, RpcAnswer, RpcAnswer | undefined];
-      const behind = (block: bigint, detail: string): ScanResult => ({ ok: false, reason: 'node_behind', block, detail });
-      for (const [a, what] of [[logs, 'eth_getLogs'], [last, 'eth_getBlockByNumber'], [above, 'eth_getBlockByNumber']] as const) {
+      const behind = (block: bigint, detail: string): ScanResult => ({
+        ok: false,
+        reason: 'node_behind',
+        block,
+        detail,
+      });
+      for (const [a, what] of [
+        [logs, 'eth_getLogs'],
+        [last, 'eth_getBlockByNumber'],
+        [above, 'eth_getBlockByNumber'],
+      ] as const) {
         if (a?.error && BEYOND_HEAD.test(a.error.message)) return behind(end, `${what}: ${a.error.message}`);
       }
       if (logs.error) {
@@ -348,7 +366,8 @@ class EvmChain implements SettlementChain {
       for (const log of logs.result as RpcLog[]) {
         if (log.removed) continue;
         const at = log.blockNumber === null ? null : BigInt(log.blockNumber);
-        if (at === null || at < fromBlock || at > end) throw new Error(`${this.name}: eth_getLogs returned a log of block ${at} for ${fromBlock}..${end}`);
+        if (at === null || at < fromBlock || at > end)
+          throw new Error(`${this.name}: eth_getLogs returned a log of block ${at} for ${fromBlock}..${end}`);
         // A log of the last block from another block at that height: the node moved under the request.
         if (at === end && log.blockHash && log.blockHash.toLowerCase() !== hash.toLowerCase()) {
           return behind(end, `log of block ${end} is from ${log.blockHash}, the block is ${hash}`);
@@ -365,7 +384,10 @@ class EvmChain implements SettlementChain {
   }
 
   private getLogs(from: bigint, to: bigint) {
-    return { method: 'eth_getLogs', params: [{ address: this.escrow, fromBlock: numberToHex(from), toBlock: numberToHex(to) }] };
+    return {
+      method: 'eth_getLogs',
+      params: [{ address: this.escrow, fromBlock: numberToHex(from), toBlock: numberToHex(to) }],
+    };
   }
 
   /** Last block of the next eth_getLogs range from `from`: the current span, at most `to`. */
@@ -409,7 +431,9 @@ class EvmChain implements SettlementChain {
     const answers: RpcAnswer[] = [];
     for (const c of calls) {
       try {
-        answers.push({ result: await this.client.request({ method: c.method, params: c.params } as never, { retryCount: 0 }) });
+        answers.push({
+          result: await this.client.request({ method: c.method, params: c.params } as never, { retryCount: 0 }),
+        });
       } catch (err) {
         const code = (err as { code?: unknown }).code;
         if (typeof code !== 'number' || !(err instanceof BaseError)) throw err; // transport, not a JSON-RPC error
@@ -450,7 +474,8 @@ class EvmChain implements SettlementChain {
     const batch = [...charges];
     const data = encodeChargeBatch(batch);
     const gas = gasLimitFor(batch);
-    if (gas > this.maxBatchGas) throw new SettlementError('invalid_batch', `gas limit ${gas} > max_batch_gas ${this.maxBatchGas}`, this.name);
+    if (gas > this.maxBatchGas)
+      throw new SettlementError('invalid_batch', `gas limit ${gas} > max_batch_gas ${this.maxBatchGas}`, this.name);
     const failuresAtSend = this.failures;
     let tx: InFlight;
     try {
@@ -525,15 +550,18 @@ class EvmChain implements SettlementChain {
 
   private async send(nonce: number, data: Hex, gas: bigint, fees: Fees): Promise<Hex> {
     // Signed with the settler key as account.signTransaction would, on a faster keccak (charge-tx.ts).
-    const serializedTransaction = await signTransaction({
-      type: 'eip1559',
-      chainId: this.chainId,
-      nonce,
-      to: this.escrow,
-      data,
-      gas,
-      ...fees,
-    }, this.settlerKey!);
+    const serializedTransaction = await signTransaction(
+      {
+        type: 'eip1559',
+        chainId: this.chainId,
+        nonce,
+        to: this.escrow,
+        data,
+        gas,
+        ...fees,
+      },
+      this.settlerKey!,
+    );
     return this.client.request({ method: 'eth_sendRawTransaction', params: [serializedTransaction] });
   }
 
@@ -545,7 +573,12 @@ class EvmChain implements SettlementChain {
    * or replaced. Batches of one key wait side by side: many in flight cost one head request a poll, and each keeps
    * what its receipt says (its outcomes, or its revert), not the receipt's logs.
    */
-  private async waitForBatch(tx: InFlight, batch: Charge[], onMined: (ok: boolean) => void, signal: AbortSignal | undefined): Promise<BatchReceipt> {
+  private async waitForBatch(
+    tx: InFlight,
+    batch: Charge[],
+    onMined: (ok: boolean) => void,
+    signal: AbortSignal | undefined,
+  ): Promise<BatchReceipt> {
     let replacements = 0;
     let lastError: unknown;
     let deadline = Date.now() + this.config.replace_after_ms;
@@ -622,13 +655,19 @@ class EvmChain implements SettlementChain {
     const block = await this.client.getBlock({ blockTag: 'latest' });
     const baseFeePerGas = block.baseFeePerGas ?? 0n;
     const fees = await this.client.estimateFeesPerGas({ block } as never);
-    return { baseFeePerGas, fees: { maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas } };
+    return {
+      baseFeePerGas,
+      fees: { maxFeePerGas: fees.maxFeePerGas, maxPriorityFeePerGas: fees.maxPriorityFeePerGas },
+    };
   }
 
   private async replace(tx: InFlight): Promise<undefined> {
     const { fees: now } = await this.estimateFees();
     const next = this.capped({
-      maxPriorityFeePerGas: max((tx.fees.maxPriorityFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxPriorityFeePerGas),
+      maxPriorityFeePerGas: max(
+        (tx.fees.maxPriorityFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n,
+        now.maxPriorityFeePerGas,
+      ),
       maxFeePerGas: max((tx.fees.maxFeePerGas * FEE_BUMP_PERCENT) / 100n + 1n, now.maxFeePerGas),
     });
     // Under the ceiling a bump may fall short of what a node takes as a replacement: then the batch waits as sent.
@@ -699,15 +738,26 @@ class EvmChain implements SettlementChain {
       throw new SettlementError('reverted', `chargeBatch ${receipt.transactionHash} reverted onchain`, this.name);
     }
     const escrow = this.escrow.toLowerCase();
-    const events: Extract<EscrowEvent, { kind: 'charged' | 'charge_refused' | 'charge_over_cap' | 'charge_skipped' }>[] = [];
+    const events: Extract<
+      EscrowEvent,
+      { kind: 'charged' | 'charge_refused' | 'charge_over_cap' | 'charge_skipped' }
+    >[] = [];
     for (const log of receipt.logs) {
       if (log.address.toLowerCase() !== escrow) continue; // the token's Transfer to the treasury
       const e = decodeEscrowLog(log);
-      if (e?.kind === 'charged' || e?.kind === 'charge_refused' || e?.kind === 'charge_over_cap' || e?.kind === 'charge_skipped') events.push(e);
+      if (
+        e?.kind === 'charged' ||
+        e?.kind === 'charge_refused' ||
+        e?.kind === 'charge_over_cap' ||
+        e?.kind === 'charge_skipped'
+      )
+        events.push(e);
     }
     // The contract emits exactly one of these per entry, in entry order.
     if (events.length !== batch.length) {
-      throw new Error(`${this.name}: batch ${receipt.transactionHash} has ${events.length} charge events for ${batch.length} charges`);
+      throw new Error(
+        `${this.name}: batch ${receipt.transactionHash} has ${events.length} charge events for ${batch.length} charges`,
+      );
     }
     let total = 0n;
     const results = batch.map((charge, i): ChargeResult => {
@@ -727,11 +777,20 @@ class EvmChain implements SettlementChain {
           return { ...charge, outcome: e.status === 'refused' ? 'already_refused' : 'already_charged' };
       }
     });
-    return { txHash: receipt.transactionHash, blockNumber: receipt.blockNumber, gasUsed: receipt.gasUsed, total, results };
+    return {
+      txHash: receipt.transactionHash,
+      blockNumber: receipt.blockNumber,
+      gasUsed: receipt.gasUsed,
+      total,
+      results,
+    };
   }
 }
 
-function byPosition(a: { blockNumber: bigint; logIndex: number }, b: { blockNumber: bigint; logIndex: number }): number {
+function byPosition(
+  a: { blockNumber: bigint; logIndex: number },
+  b: { blockNumber: bigint; logIndex: number },
+): number {
   return a.blockNumber === b.blockNumber ? a.logIndex - b.logIndex : a.blockNumber < b.blockNumber ? -1 : 1;
 }
 
@@ -756,7 +815,9 @@ function max(a: bigint, b: bigint): bigint {
  */
 function isNonceConsumed(err: unknown): boolean {
   const text = err instanceof BaseError ? `${err.shortMessage} ${err.details}` : String(err);
-  return /nonce too low|already known|known transaction|nonce has already been used|replacement transaction underpriced/i.test(text);
+  return /nonce too low|already known|known transaction|nonce has already been used|replacement transaction underpriced/i.test(
+    text,
+  );
 }
 
 function revertDataOf(err: BaseError): Hex | undefined {

@@ -31,7 +31,12 @@ export interface RpcError {
 export type RpcAnswer = { result: unknown; error?: undefined } | { result?: undefined; error: RpcError };
 
 /** POST `text` to `url`; the status and the body. Transport failures throw viem's TimeoutError or HttpRequestError. */
-async function post(url: URL, text: string, body: Record<string, unknown> | Record<string, unknown>[], timeout: number): Promise<{ status: number; answer: string }> {
+async function post(
+  url: URL,
+  text: string,
+  body: Record<string, unknown> | Record<string, unknown>[],
+  timeout: number,
+): Promise<{ status: number; answer: string }> {
   try {
     const res = await poolFor(url.origin).request({
       path: url.pathname + url.search,
@@ -44,7 +49,8 @@ async function post(url: URL, text: string, body: Record<string, unknown> | Reco
     return { status: res.statusCode, answer: await res.body.text() };
   } catch (err) {
     const code = (err as { code?: string }).code;
-    if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') throw new TimeoutError({ body, url: url.href });
+    if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT')
+      throw new TimeoutError({ body, url: url.href });
     throw new HttpRequestError({ body, url: url.href, details: (err as Error).message, cause: err as Error });
   }
 }
@@ -66,11 +72,21 @@ export function rpcTransport(url: string, opts: { timeoutMs?: number; retryCount
     {
       async request({ method, params }: { method: string; params?: unknown }) {
         const body = { method, params };
-        const { status, answer } = await post(u, JSON.stringify({ jsonrpc: '2.0', id: ++id, method, params }), body, timeout);
+        const { status, answer } = await post(
+          u,
+          JSON.stringify({ jsonrpc: '2.0', id: ++id, method, params }),
+          body,
+          timeout,
+        );
         const json = parse(answer) as { result?: unknown; error?: RpcError } | undefined;
         // As the http transport: a non-2xx answer is a transport error (its JSON-RPC error, if any, as details).
         if (status < 200 || status >= 300 || !json) {
-          throw new HttpRequestError({ body, url, status, details: json?.error ? JSON.stringify(json.error) : answer.slice(0, 500) });
+          throw new HttpRequestError({
+            body,
+            url,
+            status,
+            details: json?.error ? JSON.stringify(json.error) : answer.slice(0, 500),
+          });
         }
         if (json.error) throw new RpcRequestError({ body, error: json.error, url });
         return json.result;
@@ -89,16 +105,23 @@ export class RpcBatchUnsupportedError extends Error {
  * Send `calls` as one JSON-RPC batch (one HTTP request, which a load balancer hands to one backend) and return the
  * answers in the order of the calls. Each answer carries its own result or error; a transport failure throws.
  */
-export async function rpcBatch(url: string, calls: readonly { method: string; params: unknown[] }[], opts: { timeoutMs?: number } = {}): Promise<RpcAnswer[]> {
+export async function rpcBatch(
+  url: string,
+  calls: readonly { method: string; params: unknown[] }[],
+  opts: { timeoutMs?: number } = {},
+): Promise<RpcAnswer[]> {
   const u = new URL(url);
   const body = calls.map((c, i) => ({ jsonrpc: '2.0', id: i + 1, method: c.method, params: c.params }));
   const { status, answer } = await post(u, JSON.stringify(body), body, opts.timeoutMs ?? 10_000);
   const json = parse(answer);
   if (status < 200 || status >= 300) throw new HttpRequestError({ body, url, status, details: answer.slice(0, 500) });
-  if (!Array.isArray(json)) throw new RpcBatchUnsupportedError(`${u.origin}: a batch was answered with ${answer.slice(0, 200)}`);
+  if (!Array.isArray(json))
+    throw new RpcBatchUnsupportedError(`${u.origin}: a batch was answered with ${answer.slice(0, 200)}`);
   const byId = new Map<unknown, RpcAnswer>();
   for (const a of json as { id?: unknown; result?: unknown; error?: RpcError }[]) {
     byId.set(a.id, a.error ? { error: a.error } : { result: a.result });
   }
-  return body.map((b) => byId.get(b.id) ?? { error: { code: -32603, message: `no answer for ${b.method} in the batch` } });
+  return body.map(
+    (b) => byId.get(b.id) ?? { error: { code: -32603, message: `no answer for ${b.method} in the batch` } },
+  );
 }

@@ -23,7 +23,9 @@ async function browserScript(): Promise<string> {
   }
   const source = await readFile(new URL('./browser/dashboard-client.ts', import.meta.url), 'utf8');
   const { default: ts } = await import('typescript');
-  return ts.transpileModule(source, { compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext } }).outputText;
+  return ts.transpileModule(source, {
+    compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext },
+  }).outputText;
 }
 
 let loaded: Promise<Assets> | undefined;

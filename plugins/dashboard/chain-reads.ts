@@ -4,7 +4,13 @@
  * smart-contract wallet signatures (ERC-1271, ERC-6492). Reads are bounded in time: a page shows "unavailable"
  * rather than wait for a chain.
  */
-import { BaseError, ContractFunctionRevertedError, ContractFunctionZeroDataError, type Hex, type PublicClient } from 'viem';
+import {
+  BaseError,
+  ContractFunctionRevertedError,
+  ContractFunctionZeroDataError,
+  type Hex,
+  type PublicClient,
+} from 'viem';
 import { verifySiweMessage } from 'viem/siwe';
 import { escrowAbi, testStablecoinAbi } from '../chains/abi.js';
 import { CHAIN_NAMES, type Address, type ChainName, type ChainsConfig } from '../chains/config.js';
@@ -23,7 +29,10 @@ export class ChainReader {
   private readonly authorization = new Map<ChainName, Promise<boolean>>();
   private readonly delays = new Map<ChainName, Promise<bigint>>();
 
-  constructor(readonly chains: ChainsConfig, private readonly timeoutMs = 5_000) {}
+  constructor(
+    readonly chains: ChainsConfig,
+    private readonly timeoutMs = 5_000,
+  ) {}
 
   /** The chain name of a chain id, if the gateway bills on it. */
   nameOf(chainId: number): ChainName | undefined {
@@ -39,7 +48,10 @@ export class ChainReader {
     let c = this.clients.get(name);
     if (!c) {
       const cfg = this.chains[name];
-      c = publicClient({ name, chainId: cfg.chain_id, rpcUrl: cfg.rpc_url }, { timeoutMs: this.timeoutMs, retryCount: 0 });
+      c = publicClient(
+        { name, chainId: cfg.chain_id, rpcUrl: cfg.rpc_url },
+        { timeoutMs: this.timeoutMs, retryCount: 0 },
+      );
       this.clients.set(name, c);
     }
     return c;
@@ -82,8 +94,10 @@ export class ChainReader {
         return true;
       } catch (err) {
         // A revert (or no answer data) says the function is not there; a chain that does not answer says nothing.
-        const absent = err instanceof BaseError
-          && err.walk((e) => e instanceof ContractFunctionRevertedError || e instanceof ContractFunctionZeroDataError) !== null;
+        const absent =
+          err instanceof BaseError &&
+          err.walk((e) => e instanceof ContractFunctionRevertedError || e instanceof ContractFunctionZeroDataError) !==
+            null;
         if (absent) return false;
         throw err;
       }
@@ -93,20 +107,33 @@ export class ChainReader {
   /** Seconds between a withdrawal request and the earliest withdrawal. */
   withdrawalDelay(name: ChainName): Promise<bigint> {
     return this.cached(this.delays, name, () =>
-      this.client(name).readContract({ address: this.chains[name].escrow, abi: escrowAbi, functionName: 'withdrawalDelay' }));
+      this.client(name).readContract({
+        address: this.chains[name].escrow,
+        abi: escrowAbi,
+        functionName: 'withdrawalDelay',
+      }),
+    );
   }
 
   /** The account's withdrawal request on a chain, or null. */
   async withdrawalRequest(name: ChainName, account: Address): Promise<WithdrawalRequest | null> {
     const [amount, readyAt] = await this.client(name).readContract({
-      address: this.chains[name].escrow, abi: escrowAbi, functionName: 'pendingWithdrawal', args: [account],
+      address: this.chains[name].escrow,
+      abi: escrowAbi,
+      functionName: 'pendingWithdrawal',
+      args: [account],
     });
     return amount === 0n ? null : { amount, readyAt };
   }
 
   /** The stablecoin the wallet itself holds on a chain (not yet deposited). */
   tokenBalance(name: ChainName, account: Address): Promise<bigint> {
-    return this.client(name).readContract({ address: this.chains[name].stablecoin, abi: testStablecoinAbi, functionName: 'balanceOf', args: [account] });
+    return this.client(name).readContract({
+      address: this.chains[name].stablecoin,
+      abi: testStablecoinAbi,
+      functionName: 'balanceOf',
+      args: [account],
+    });
   }
 
   /** Whether a contract wallet accepts `signature` for the sign-in message (false on a chain the gateway does not know). */

@@ -35,7 +35,13 @@ export function listeningOrigins(app: FastifyInstance): string[] {
 }
 
 /** Build the Dashboard of one registration. */
-export function createDashboard(app: FastifyInstance, redis: Redis, settings: DashboardSettings, base: string, assets: Assets): Dashboard {
+export function createDashboard(
+  app: FastifyInstance,
+  redis: Redis,
+  settings: DashboardSettings,
+  base: string,
+  assets: Assets,
+): Dashboard {
   let derived: string[] | undefined;
   const cssUrl = `${base}/assets/dashboard.css?v=${assets.version}`;
   const jsUrl = `${base}/assets/dashboard.js?v=${assets.version}`;

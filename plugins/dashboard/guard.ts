@@ -49,14 +49,19 @@ export function checkSameSite(d: Dashboard, request: FastifyRequest, required = 
   const origin = header(request, 'origin');
   if (header(request, 'sec-fetch-site') === 'cross-site') throw new DashboardError('cross_site');
   if (origin === undefined) {
-    if (required) throw new DashboardError('cross_site', { message: 'The request did not say which page sent it (no Origin header): sign in from the dashboard page itself.' });
+    if (required)
+      throw new DashboardError('cross_site', {
+        message:
+          'The request did not say which page sent it (no Origin header): sign in from the dashboard page itself.',
+      });
     return undefined;
   }
   if (!d.origins().includes(origin)) {
     throw new DashboardError('cross_site', {
-      message: d.origins().length === 0
-        ? "The dashboard does not know its own address yet: set the dashboard's `origins` option."
-        : `This dashboard answers for ${d.origins().join(', ')}, not ${origin}.`,
+      message:
+        d.origins().length === 0
+          ? "The dashboard does not know its own address yet: set the dashboard's `origins` option."
+          : `This dashboard answers for ${d.origins().join(', ')}, not ${origin}.`,
     });
   }
   return origin;

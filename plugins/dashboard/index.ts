@@ -21,7 +21,15 @@ import { home, issueNonce, signInPage, signOut, signupClosedPage, verify } from 
 import { createKeyForm, keysPage, revokeKeyForm } from './routes/keys.js';
 import { pricesJson, pricesPage, script, stylesheet } from './routes/public.js';
 import { usageCsvExport, usagePage } from './routes/usage.js';
-import { balancesJson, defaultChainForm, depositTransaction, fundForm, prepareDeposit, walletsPage, withdrawalTransaction } from './routes/wallets.js';
+import {
+  balancesJson,
+  defaultChainForm,
+  depositTransaction,
+  fundForm,
+  prepareDeposit,
+  walletsPage,
+  withdrawalTransaction,
+} from './routes/wallets.js';
 
 export type { DashboardOptions, Signup } from './options.js';
 export { DashboardOptionError } from './options.js';
@@ -33,8 +41,14 @@ export { endAllSessions } from './sessions.js';
  * framing. `img-src data:` is for the empty favicon.
  */
 export const CONTENT_SECURITY_POLICY = [
-  "default-src 'none'", "script-src 'self'", "style-src 'self'", "img-src 'self' data:", "connect-src 'self'",
-  "form-action 'self'", "frame-ancestors 'none'", "base-uri 'none'",
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+  "base-uri 'none'",
 ].join('; ');
 
 /** Largest form or JSON body a dashboard route reads. */
@@ -43,25 +57,37 @@ export const BODY_LIMIT = 65_536;
 type Handler = (d: Dashboard, request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
 
 function wantsJson(request: FastifyRequest): boolean {
-  return /application\/json/.test(String(request.headers.accept ?? '')) || /application\/json/.test(String(request.headers['content-type'] ?? ''));
+  return (
+    /application\/json/.test(String(request.headers.accept ?? '')) ||
+    /application\/json/.test(String(request.headers['content-type'] ?? ''))
+  );
 }
 
 /** Answer an error: JSON for the browser script's calls, a page for forms and links. */
 async function sendError(d: Dashboard, request: FastifyRequest, reply: FastifyReply, err: unknown): Promise<unknown> {
   const e = toDashboardError(err);
   if (e.status >= 500) request.log.error({ err: e.cause ?? err }, `dashboard: ${e.message}`);
-  if (wantsJson(request)) return reply.code(e.status).header('cache-control', 'no-store').send({ error: { code: e.code, message: e.message } });
+  if (wantsJson(request))
+    return reply
+      .code(e.status)
+      .header('cache-control', 'no-store')
+      .send({ error: { code: e.code, message: e.message } });
   if (e.code === 'not_signed_in' && request.method === 'GET') return reply.redirect(`${d.base}/sign-in`, 303);
   // The frame shows who is signed in, unless Redis (the likely fault) cannot say.
   const session = await sessionOf(d, request).catch(() => null);
   const viewer = session ? await viewerOf(d, session).catch(() => null) : null;
   const title = e.status === 404 ? 'Not found' : e.status >= 500 ? 'Something failed' : 'Refused';
-  return d.render(reply, { title, viewer, body: errorBody({ base: d.base, message: e.message, signedIn: Boolean(viewer) }) }, e.status);
+  return d.render(
+    reply,
+    { title, viewer, body: errorBody({ base: d.base, message: e.message, signedIn: Boolean(viewer) }) },
+    e.status,
+  );
 }
 
 function routes(app: FastifyInstance, d: Dashboard): void {
   const get = (path: string, h: Handler) => app.get(path, (request, reply) => h(d, request, reply));
-  const post = (path: string, h: Handler) => app.post(path, { bodyLimit: BODY_LIMIT }, (request, reply) => h(d, request, reply));
+  const post = (path: string, h: Handler) =>
+    app.post(path, { bodyLimit: BODY_LIMIT }, (request, reply) => h(d, request, reply));
   get('/', home);
   get('/sign-in', signInPage);
   get('/signup-closed', signupClosedPage);
@@ -105,7 +131,8 @@ const dashboard: FastifyPluginAsync<DashboardOptions> = async (app, opts) => {
 
   // A host app may have registered these already; in this context they are then inherited.
   if (!app.hasRequestDecorator('cookies')) await app.register(cookie);
-  if (!app.hasContentTypeParser('application/x-www-form-urlencoded')) await app.register(formbody, { bodyLimit: BODY_LIMIT });
+  if (!app.hasContentTypeParser('application/x-www-form-urlencoded'))
+    await app.register(formbody, { bodyLimit: BODY_LIMIT });
 
   app.addHook('preValidation', async (request) => {
     if (request.method === 'POST' && (request.body === null || typeof request.body !== 'object')) request.body = {};
@@ -120,7 +147,8 @@ const dashboard: FastifyPluginAsync<DashboardOptions> = async (app, opts) => {
   });
   app.setErrorHandler((err, request, reply) => sendError(d, request, reply, err));
   // At the root a host app's own 404 handler stays in charge.
-  if (app.prefix) app.setNotFoundHandler((request, reply) => sendError(d, request, reply, new DashboardError('not_found')));
+  if (app.prefix)
+    app.setNotFoundHandler((request, reply) => sendError(d, request, reply, new DashboardError('not_found')));
   routes(app, d);
 };
 

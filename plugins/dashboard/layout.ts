@@ -51,7 +51,10 @@ function accessNotice(v: Viewer): SafeHtml | null {
 /** A whole page as HTML text. */
 export function page(p: PageInput): string {
   const v = p.viewer ?? null;
-  const links = NAV.filter((n) => v || !n.signedIn).map((n) => html`<li><a href="${p.base}/${n.page}"${n.page === p.active ? html` aria-current="page"` : ''}>${n.label}</a></li>`);
+  const links = NAV.filter((n) => v || !n.signedIn).map(
+    (n) =>
+      html`<li><a href="${p.base}/${n.page}"${n.page === p.active ? html` aria-current="page"` : ''}>${n.label}</a></li>`,
+  );
   const who = v
     ? html`<div class="who"><span title="${v.account}">Signed in as <span class="mono">${shortHex(v.account)}</span></span>
         <form method="post" action="${p.base}/sign-out"><input type="hidden" name="_csrf" value="${v.csrf}"><button class="secondary" type="submit">Sign out</button></form></div>`

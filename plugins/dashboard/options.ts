@@ -62,9 +62,19 @@ const optionsSchema = z.object({
   origins: z.array(originSchema).min(1).optional(),
   signup: z.enum(['open', 'review', 'closed']).optional(),
   secureCookie: z.boolean().optional(),
-  sessionTtlMs: z.number().int().min(60_000).max(30 * 86_400_000).optional(),
+  sessionTtlMs: z
+    .number()
+    .int()
+    .min(60_000)
+    .max(30 * 86_400_000)
+    .optional(),
   gatewayUrl: httpUrl.transform((u) => u.replace(/\/+$/, '')).optional(),
-  explorers: z.partialRecord(z.enum(CHAIN_NAMES), httpUrl.transform((u) => u.replace(/\/+$/, ''))).optional(),
+  explorers: z
+    .partialRecord(
+      z.enum(CHAIN_NAMES),
+      httpUrl.transform((u) => u.replace(/\/+$/, '')),
+    )
+    .optional(),
   devFund: z.boolean().optional(),
 });
 
@@ -101,10 +111,13 @@ export function resolveOptions(input: unknown): DashboardSettings {
   if (input === null || typeof input !== 'object') fail('(all)', 'expected an object');
   const opts = input as DashboardOptions & Record<string, unknown>;
   for (const name of Object.keys(opts)) {
-    if (![...FASTIFY_OPTIONS, 'config', 'redis', 'env', ...Object.keys(optionsSchema.shape)].includes(name)) fail(name, 'unknown option');
+    if (![...FASTIFY_OPTIONS, 'config', 'redis', 'env', ...Object.keys(optionsSchema.shape)].includes(name))
+      fail(name, 'unknown option');
   }
-  if (opts.env !== undefined && (opts.env === null || typeof opts.env !== 'object')) fail('env', 'expected an object of environment variables');
-  if (opts.redis !== undefined && typeof (opts.redis as { hgetall?: unknown })?.hgetall !== 'function') fail('redis', 'expected an ioredis connection');
+  if (opts.env !== undefined && (opts.env === null || typeof opts.env !== 'object'))
+    fail('env', 'expected an object of environment variables');
+  if (opts.redis !== undefined && typeof (opts.redis as { hgetall?: unknown })?.hgetall !== 'function')
+    fail('redis', 'expected an ioredis connection');
   const parsed = optionsSchema.safeParse(opts);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
@@ -123,7 +136,11 @@ export function resolveOptions(input: unknown): DashboardSettings {
     chains = async () => known;
   } else {
     // No config: the embedded default, as the CLI finds it (its Redis from the environment, its chains published there).
-    redisOptions = { url: env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: env.FAREBOX_REDIS_PREFIX ?? 'farebox:', failFast: true };
+    redisOptions = {
+      url: env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      prefix: env.FAREBOX_REDIS_PREFIX ?? 'farebox:',
+      failFast: true,
+    };
     let found: ChainsConfig | undefined;
     chains = async (redis) => {
       if (!found) {

@@ -28,13 +28,29 @@ function tokenId(token: string): string {
 }
 
 /** Start a session for `account`; returns the cookie's token (shown to no one else) and the session. */
-export async function createSession(redis: Redis, account: string, ttlMs: number, now = Date.now()): Promise<{ token: string; session: Session }> {
+export async function createSession(
+  redis: Redis,
+  account: string,
+  ttlMs: number,
+  now = Date.now(),
+): Promise<{ token: string; session: Session }> {
   const token = randomBytes(32).toString('base64url');
-  const session: Session = { id: tokenId(token), account, csrf: randomBytes(32).toString('base64url'), createdAt: now, expiresAt: now + ttlMs };
+  const session: Session = {
+    id: tokenId(token),
+    account,
+    csrf: randomBytes(32).toString('base64url'),
+    createdAt: now,
+    expiresAt: now + ttlMs,
+  };
   const listed = keys.dashSessions(account);
   await redis
     .multi()
-    .hset(keys.dashSession(session.id), { account, csrf: session.csrf, created_at: String(now), expires_at: String(session.expiresAt) })
+    .hset(keys.dashSession(session.id), {
+      account,
+      csrf: session.csrf,
+      created_at: String(now),
+      expires_at: String(session.expiresAt),
+    })
     .pexpire(keys.dashSession(session.id), ttlMs)
     .sadd(listed, session.id)
     // Every session lasts ttlMs: the list lives as long as the newest.

@@ -48,9 +48,12 @@ export async function issueSignIn(redis: Redis, input: IssueInput): Promise<{ me
   if (typeof address !== 'string' || !isAddress(address, { strict: false })) {
     throw new DashboardError('invalid_input', { message: 'The wallet gave no valid address.' });
   }
-  if (typeof chainId !== 'number' || !Number.isSafeInteger(chainId)) throw new DashboardError('invalid_input', { message: 'The wallet gave no valid chain id.' });
+  if (typeof chainId !== 'number' || !Number.isSafeInteger(chainId))
+    throw new DashboardError('invalid_input', { message: 'The wallet gave no valid chain id.' });
   if (!chainIds.includes(chainId)) {
-    throw new DashboardError('wrong_chain', { message: `Your wallet is on chain id ${chainId}; sign in on one of this gateway's chains (chain ids ${chainIds.join(', ')}).` });
+    throw new DashboardError('wrong_chain', {
+      message: `Your wallet is on chain id ${chainId}; sign in on one of this gateway's chains (chain ids ${chainIds.join(', ')}).`,
+    });
   }
   const nonce = randomBytes(16).toString('hex');
   const url = new URL(origin);
@@ -73,7 +76,12 @@ export async function issueSignIn(redis: Redis, input: IssueInput): Promise<{ me
 }
 
 /** Checks a smart-contract wallet's signature on a chain (ERC-1271, or ERC-6492 before deployment). */
-export type ContractSignatureCheck = (chainId: number, address: Hex, message: string, signature: Hex) => Promise<boolean>;
+export type ContractSignatureCheck = (
+  chainId: number,
+  address: Hex,
+  message: string,
+  signature: Hex,
+) => Promise<boolean>;
 
 /** What verifySignIn needs: the presented message and signature, the browser's binding token and request origin. */
 export interface VerifyInput {
@@ -89,7 +97,8 @@ export interface VerifyInput {
 /** Verify a signed sign-in message; returns the account (lowercase address) or throws a DashboardError. */
 export async function verifySignIn(redis: Redis, input: VerifyInput): Promise<string> {
   const { message, signature, bindingToken, origin, chainIds, checkContract, now = Date.now() } = input;
-  if (typeof message !== 'string' || message.length > 4_000) throw new DashboardError('invalid_input', { message: 'No sign-in message was sent.' });
+  if (typeof message !== 'string' || message.length > 4_000)
+    throw new DashboardError('invalid_input', { message: 'No sign-in message was sent.' });
   // ERC-6492 signatures carry a factory call: longer than an EOA's 65 bytes, but bounded here all the same.
   if (typeof signature !== 'string' || !/^0x[0-9a-fA-F]+$/.test(signature) || signature.length > 20_000) {
     throw new DashboardError('invalid_input', { message: 'No valid signature was sent.' });
@@ -100,12 +109,20 @@ export async function verifySignIn(redis: Redis, input: VerifyInput): Promise<st
   const stored = await redis.getdel(keys.dashNonce(parsed.nonce));
   if (!stored) throw new DashboardError('sign_in_unknown');
   const issued = JSON.parse(stored) as Issued;
-  if (!bindingToken || digest(bindingToken) !== issued.binding || origin !== issued.origin) throw new DashboardError('sign_in_unknown');
+  if (!bindingToken || digest(bindingToken) !== issued.binding || origin !== issued.origin)
+    throw new DashboardError('sign_in_unknown');
   if (message !== issued.message) throw new DashboardError('sign_in_altered');
   // The text is the one issued; EIP-4361 still asks for its fields to be checked, and time has passed since.
   const host = new URL(origin).host;
-  const valid = validateSiweMessage({ message: parsed, domain: host, nonce: parsed.nonce, scheme: new URL(origin).protocol.slice(0, -1), time: new Date(now) });
-  if (!valid || parsed.chainId === undefined || !chainIds.includes(parsed.chainId)) throw new DashboardError('sign_in_unknown');
+  const valid = validateSiweMessage({
+    message: parsed,
+    domain: host,
+    nonce: parsed.nonce,
+    scheme: new URL(origin).protocol.slice(0, -1),
+    time: new Date(now),
+  });
+  if (!valid || parsed.chainId === undefined || !chainIds.includes(parsed.chainId))
+    throw new DashboardError('sign_in_unknown');
   const address = parsed.address as Hex;
   let ok = false;
   try {

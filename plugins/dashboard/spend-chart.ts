@@ -20,7 +20,8 @@ const DAY_MS = 86_400_000;
 export function dailySpend(records: readonly UsageRecord[], days: number, nowMs: number): DaySpend[] {
   const today = Math.floor(nowMs / DAY_MS);
   const out: DaySpend[] = [];
-  for (let d = today - days + 1; d <= today; d++) out.push({ day: new Date(d * DAY_MS).toISOString().slice(0, 10), atomic: 0n });
+  for (let d = today - days + 1; d <= today; d++)
+    out.push({ day: new Date(d * DAY_MS).toISOString().slice(0, 10), atomic: 0n });
   const first = today - days + 1;
   for (const r of records) {
     if (r.status !== 'pending' && r.status !== 'settled') continue;

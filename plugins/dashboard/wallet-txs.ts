@@ -51,7 +51,12 @@ export function authorizationTypedData(domain: TokenDomain, a: Authorization) {
     primaryType: 'ReceiveWithAuthorization' as const,
     domain,
     message: {
-      from: a.from, to: a.to, value: a.value.toString(), validAfter: a.validAfter.toString(), validBefore: a.validBefore.toString(), nonce: a.nonce,
+      from: a.from,
+      to: a.to,
+      value: a.value.toString(),
+      validAfter: a.validAfter.toString(),
+      validBefore: a.validBefore.toString(),
+      nonce: a.nonce,
     },
   };
 }
@@ -63,19 +68,33 @@ const NONCE32 = /^0x[0-9a-fA-F]{64}$/;
  * The authorization the browser sends back, checked against what this deposit must be: from the account, to the
  * escrow, for the amount, valid now and for at most AUTHORIZATION_TTL_S more.
  */
-export function readAuthorization(input: unknown, want: { from: Address; to: Address; value: bigint }, nowS: bigint): Authorization {
-  const bad = (why: string) => new DashboardError('invalid_input', { message: `The deposit authorization ${why}; start the deposit again.` });
+export function readAuthorization(
+  input: unknown,
+  want: { from: Address; to: Address; value: bigint },
+  nowS: bigint,
+): Authorization {
+  const bad = (why: string) =>
+    new DashboardError('invalid_input', { message: `The deposit authorization ${why}; start the deposit again.` });
   if (!input || typeof input !== 'object') throw bad('is missing');
   const m = input as Record<string, unknown>;
-  for (const f of ['value', 'validAfter', 'validBefore'] as const) if (typeof m[f] !== 'string' || !UINT.test(m[f] as string)) throw bad(`has no valid ${f}`);
+  for (const f of ['value', 'validAfter', 'validBefore'] as const)
+    if (typeof m[f] !== 'string' || !UINT.test(m[f] as string)) throw bad(`has no valid ${f}`);
   if (typeof m.nonce !== 'string' || !NONCE32.test(m.nonce)) throw bad('has no valid nonce');
-  if (typeof m.from !== 'string' || m.from.toLowerCase() !== want.from.toLowerCase()) throw bad('is not from your account');
-  if (typeof m.to !== 'string' || m.to.toLowerCase() !== want.to.toLowerCase()) throw bad("is not to this chain's escrow");
+  if (typeof m.from !== 'string' || m.from.toLowerCase() !== want.from.toLowerCase())
+    throw bad('is not from your account');
+  if (typeof m.to !== 'string' || m.to.toLowerCase() !== want.to.toLowerCase())
+    throw bad("is not to this chain's escrow");
   const a: Authorization = {
-    from: want.from, to: want.to, value: BigInt(m.value as string), validAfter: BigInt(m.validAfter as string), validBefore: BigInt(m.validBefore as string), nonce: m.nonce as Hex,
+    from: want.from,
+    to: want.to,
+    value: BigInt(m.value as string),
+    validAfter: BigInt(m.validAfter as string),
+    validBefore: BigInt(m.validBefore as string),
+    nonce: m.nonce as Hex,
   };
   if (a.value !== want.value) throw bad('is for another amount');
-  if (a.validAfter > nowS || a.validBefore <= nowS || a.validBefore > nowS + AUTHORIZATION_TTL_S) throw bad('is outside its validity window');
+  if (a.validAfter > nowS || a.validBefore <= nowS || a.validBefore > nowS + AUTHORIZATION_TTL_S)
+    throw bad('is outside its validity window');
   return a;
 }
 
@@ -84,7 +103,11 @@ export async function signedBy(domain: TokenDomain, a: Authorization, signature:
   if (typeof signature !== 'string' || !isHex(signature) || signature.length !== 132) return false;
   try {
     const signer = await recoverTypedDataAddress({
-      domain, types: RECEIVE_WITH_AUTHORIZATION_TYPES, primaryType: 'ReceiveWithAuthorization', message: a, signature,
+      domain,
+      types: RECEIVE_WITH_AUTHORIZATION_TYPES,
+      primaryType: 'ReceiveWithAuthorization',
+      message: a,
+      signature,
     });
     return signer.toLowerCase() === a.from.toLowerCase();
   } catch {
@@ -99,14 +122,19 @@ export function depositWithAuthorizationTx(escrow: Address, a: Authorization, si
   return {
     to: escrow,
     data: encodeFunctionData({
-      abi: escrowAbi, functionName: 'depositWithAuthorization', args: [a.from, a.value, a.validAfter, a.validBefore, a.nonce, vv, r, s],
+      abi: escrowAbi,
+      functionName: 'depositWithAuthorization',
+      args: [a.from, a.value, a.validAfter, a.validBefore, a.nonce, vv, r, s],
     }),
   };
 }
 
 /** approve(escrow, amount) on the stablecoin: the first of two transactions for a token without EIP-3009. */
 export function approveTx(stablecoin: Address, escrow: Address, amount: bigint): TxRequest {
-  return { to: stablecoin, data: encodeFunctionData({ abi: testStablecoinAbi, functionName: 'approve', args: [escrow, amount] }) };
+  return {
+    to: stablecoin,
+    data: encodeFunctionData({ abi: testStablecoinAbi, functionName: 'approve', args: [escrow, amount] }),
+  };
 }
 
 /** deposit(amount) on the escrow, after an approve. */
@@ -116,7 +144,10 @@ export function depositTx(escrow: Address, amount: bigint): TxRequest {
 
 /** requestWithdrawal(amount): starts (or restarts) the escrow's timelock. */
 export function requestWithdrawalTx(escrow: Address, amount: bigint): TxRequest {
-  return { to: escrow, data: encodeFunctionData({ abi: escrowAbi, functionName: 'requestWithdrawal', args: [amount] }) };
+  return {
+    to: escrow,
+    data: encodeFunctionData({ abi: escrowAbi, functionName: 'requestWithdrawal', args: [amount] }),
+  };
 }
 
 /** withdraw(): pays the request out once its timelock has passed. */

@@ -44,7 +44,8 @@ export async function decodeImage(img: UploadedImage, maxPixels: number): Promis
   } catch (err) {
     throw Object.assign(refuseImage(img, ': the image cannot be decoded.'), { cause: err });
   }
-  if (meta.format !== img.format || !meta.width || !meta.height) throw refuseImage(img, `: the bytes are not a whole ${img.format.toUpperCase()} image.`);
+  if (meta.format !== img.format || !meta.width || !meta.height)
+    throw refuseImage(img, `: the bytes are not a whole ${img.format.toUpperCase()} image.`);
   if (meta.width * meta.height > maxPixels) throw tooMany(meta.width, meta.height);
   // Decoding the pixels finds a truncated or corrupt body that the header alone does not.
   try {
@@ -52,7 +53,13 @@ export async function decodeImage(img: UploadedImage, maxPixels: number): Promis
   } catch (err) {
     throw Object.assign(refuseImage(img, ': the image is truncated or corrupt.'), { cause: err });
   }
-  return { ...img, width: meta.width, height: meta.height, hasAlpha: meta.hasAlpha === true, rotated: (meta.orientation ?? 1) !== 1 };
+  return {
+    ...img,
+    width: meta.width,
+    height: meta.height,
+    hasAlpha: meta.hasAlpha === true,
+    rotated: (meta.orientation ?? 1) !== 1,
+  };
 }
 
 /**
@@ -62,11 +69,17 @@ export async function decodeImage(img: UploadedImage, maxPixels: number): Promis
 export async function checkDecodes(img: ImageToDecode, maxPixels: number): Promise<void> {
   const sharp = await loadSharp();
   try {
-    await sharp(img.bytes, { failOn: 'truncated', limitInputPixels: maxPixels }).resize(16, 16, { fit: 'inside' }).raw().toBuffer();
+    await sharp(img.bytes, { failOn: 'truncated', limitInputPixels: maxPixels })
+      .resize(16, 16, { fit: 'inside' })
+      .raw()
+      .toBuffer();
   } catch (err) {
     const why = (err as Error).message ?? '';
     if (/pixel limit/i.test(why)) throw refuseImage(img, `: more than ${pixels(maxPixels)}.`);
-    throw Object.assign(refuseImage(img, ` is not a whole ${img.format.toUpperCase()} image: it is truncated or cannot be decoded.`), { cause: err });
+    throw Object.assign(
+      refuseImage(img, ` is not a whole ${img.format.toUpperCase()} image: it is truncated or cannot be decoded.`),
+      { cause: err },
+    );
   }
 }
 
@@ -105,18 +118,24 @@ export class CallerLeft extends Error {
  * failure ends them, so a refusal names the first bad image and no decode runs once the call is answered; a caller
  * that left (`left()`) ends them with CallerLeft.
  */
-export async function decodeInOrder<T>(decodes: readonly (() => Promise<T>)[], observe: (seconds: number) => void, left: () => boolean): Promise<T[]> {
+export async function decodeInOrder<T>(
+  decodes: readonly (() => Promise<T>)[],
+  observe: (seconds: number) => void,
+  left: () => boolean,
+): Promise<T[]> {
   const out: T[] = [];
   for (const decode of decodes) {
     if (left()) throw new CallerLeft();
-    out.push(await inDecodeSlot(async () => {
-      const start = process.hrtime.bigint();
-      try {
-        return await decode();
-      } finally {
-        observe(Number(process.hrtime.bigint() - start) / 1e9);
-      }
-    }));
+    out.push(
+      await inDecodeSlot(async () => {
+        const start = process.hrtime.bigint();
+        try {
+          return await decode();
+        } finally {
+          observe(Number(process.hrtime.bigint() - start) / 1e9);
+        }
+      }),
+    );
   }
   return out;
 }

@@ -18,7 +18,10 @@ export const MAX_JSON_DEPTH = 128;
 export function parseJsonBody(request: FastifyRequest, body: Buffer, done: ContentTypeParserDoneFunction): void {
   request.farebox.bodyBytes = body.length;
   if (nestsTooDeep(body)) {
-    done(new GatewayError('invalid_request', { message: `The request body nests deeper than ${MAX_JSON_DEPTH} levels.` }), undefined);
+    done(
+      new GatewayError('invalid_request', { message: `The request body nests deeper than ${MAX_JSON_DEPTH} levels.` }),
+      undefined,
+    );
     return;
   }
   try {

@@ -28,7 +28,11 @@ export const EDIT_UPLOAD: UploadLimits = Object.freeze({
  * `input_reference[]` is the name the official SDKs give a list of files.
  */
 export const VIDEO_UPLOAD: UploadLimits = Object.freeze({
-  files: { input_reference: 'input_reference', 'input_reference[]': 'input_reference', last_reference: 'last_reference' },
+  files: {
+    input_reference: 'input_reference',
+    'input_reference[]': 'input_reference',
+    last_reference: 'last_reference',
+  },
   maxFiles: MAX_VIDEO_REFERENCES + 1,
   maxFileBytes: 3.5 * MiB,
   maxTotalBytes: 4 * MiB,

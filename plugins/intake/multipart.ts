@@ -140,7 +140,11 @@ export function refuseImage(img: { readonly field: string; readonly index: numbe
  * whose header cannot be read or announces more than maxPixels is refused when it ends. `onField` sees each text field
  * as it arrives (it may throw: an unknown model is refused before any file is read).
  */
-export async function readUpload(request: FastifyRequest, limits: UploadLimits, onField?: (name: string, value: string) => void): Promise<UploadForm> {
+export async function readUpload(
+  request: FastifyRequest,
+  limits: UploadLimits,
+  onField?: (name: string, value: string) => void,
+): Promise<UploadForm> {
   const fields: Record<string, string> = {};
   const files: UploadedImage[] = [];
   const perField = new Map<string, number>();
@@ -148,8 +152,13 @@ export async function readUpload(request: FastifyRequest, limits: UploadLimits, 
   const parts = (request as unknown as MultipartRequest).parts({
     // One past each of the gateway's limits, so that passing it is seen here (busboy only truncates at its own).
     limits: {
-      fileSize: limits.maxFileBytes + 1, files: limits.maxFiles + 1, fields: limits.maxFields + 1, fieldSize: limits.maxFieldBytes + 1,
-      parts: limits.maxFiles + limits.maxFields + 2, fieldNameSize: 200, headerPairs: 100,
+      fileSize: limits.maxFileBytes + 1,
+      files: limits.maxFiles + 1,
+      fields: limits.maxFields + 1,
+      fieldSize: limits.maxFieldBytes + 1,
+      parts: limits.maxFiles + limits.maxFields + 2,
+      fieldNameSize: 200,
+      headerPairs: 100,
     },
     throwFileSizeLimit: false,
   });
@@ -161,7 +170,10 @@ export async function readUpload(request: FastifyRequest, limits: UploadLimits, 
         }
         const value = String(part.value);
         if (part.valueTruncated || part.fieldnameTruncated || Buffer.byteLength(value) > limits.maxFieldBytes) {
-          throw new GatewayError('invalid_request', { param: part.fieldname, message: `${part.fieldname}: at most ${limits.maxFieldBytes.toLocaleString('en-US')} bytes.` });
+          throw new GatewayError('invalid_request', {
+            param: part.fieldname,
+            message: `${part.fieldname}: at most ${limits.maxFieldBytes.toLocaleString('en-US')} bytes.`,
+          });
         }
         fields[part.fieldname] = value;
         onField?.(part.fieldname, value);
@@ -169,10 +181,16 @@ export async function readUpload(request: FastifyRequest, limits: UploadLimits, 
       }
       const field = Object.hasOwn(limits.files, part.fieldname) ? limits.files[part.fieldname]! : undefined;
       if (field === undefined) {
-        throw new GatewayError('invalid_request', { param: part.fieldname, message: `Unexpected file field ${JSON.stringify(part.fieldname)}; files go in ${Object.keys(limits.files).join(', ')}.` });
+        throw new GatewayError('invalid_request', {
+          param: part.fieldname,
+          message: `Unexpected file field ${JSON.stringify(part.fieldname)}; files go in ${Object.keys(limits.files).join(', ')}.`,
+        });
       }
       if (files.length >= limits.maxFiles) {
-        throw new GatewayError('too_many_references', { param: field, message: `At most ${limits.maxFiles} image files in one request.` });
+        throw new GatewayError('too_many_references', {
+          param: field,
+          message: `At most ${limits.maxFiles} image files in one request.`,
+        });
       }
       const index = (perField.get(field) ?? 0) + 1;
       perField.set(field, index);
@@ -186,7 +204,12 @@ export async function readUpload(request: FastifyRequest, limits: UploadLimits, 
 }
 
 /** Read one file within the limits; `before` is what the files before it took. */
-async function readFile(part: Extract<Part, { type: 'file' }>, at: { field: string; index: number }, limits: UploadLimits, before: number): Promise<UploadedImage> {
+async function readFile(
+  part: Extract<Part, { type: 'file' }>,
+  at: { field: string; index: number },
+  limits: UploadLimits,
+  before: number,
+): Promise<UploadedImage> {
   const name = `${at.field} ${at.index}`;
   const tooLarge = (message: string) => new GatewayError('reference_too_large', { param: at.field, message });
   const chunks: Buffer[] = [];
@@ -195,7 +218,8 @@ async function readFile(part: Extract<Part, { type: 'file' }>, at: { field: stri
   for await (const chunk of part.file) {
     size += chunk.length;
     if (size > limits.maxFileBytes) throw tooLarge(`${name} is over ${mb(limits.maxFileBytes)}.`);
-    if (before + size > limits.maxTotalBytes) throw tooLarge(`The image files are over ${mb(limits.maxTotalBytes)} in total.`);
+    if (before + size > limits.maxTotalBytes)
+      throw tooLarge(`The image files are over ${mb(limits.maxTotalBytes)} in total.`);
     chunks.push(chunk);
     // Refused by its first bytes, before the rest of it is read.
     if (format === null && size >= 12) {
@@ -219,9 +243,17 @@ function formError(err: unknown): unknown {
   if (err instanceof GatewayError) return err;
   const e = err as { code?: string; message?: string };
   if (e.code === 'FST_FILES_LIMIT') return new GatewayError('too_many_references', { cause: err });
-  if (e.code === 'FST_PARTS_LIMIT' || e.code === 'FST_FIELDS_LIMIT') return new GatewayError('invalid_request', { param: 'body', message: 'The form has too many parts.', cause: err });
-  if (e.code?.startsWith('FST_') || /multipart|Part terminated|Unexpected end of form|Malformed/i.test(e.message ?? '')) {
-    return new GatewayError('invalid_request', { param: 'body', message: `The multipart/form-data body could not be read: ${String(e.message ?? 'malformed').slice(0, 200)}.`, cause: err });
+  if (e.code === 'FST_PARTS_LIMIT' || e.code === 'FST_FIELDS_LIMIT')
+    return new GatewayError('invalid_request', { param: 'body', message: 'The form has too many parts.', cause: err });
+  if (
+    e.code?.startsWith('FST_') ||
+    /multipart|Part terminated|Unexpected end of form|Malformed/i.test(e.message ?? '')
+  ) {
+    return new GatewayError('invalid_request', {
+      param: 'body',
+      message: `The multipart/form-data body could not be read: ${String(e.message ?? 'malformed').slice(0, 200)}.`,
+      cause: err,
+    });
   }
   return err;
 }

@@ -21,7 +21,11 @@ const ANTHROPIC_VERSION = /(?:^|[\r\n])anthropic-version[ \t]*:/i;
  * before the byte it refused (`at`; pipelined requests may precede it), else the `anthropic-version` header that
  * Anthropic's SDKs send on every request (the request line came in an earlier packet), else OpenAI's.
  */
-export function protocolOfRefused(packet: Buffer | undefined, at: number | undefined, url: string | undefined): Protocol {
+export function protocolOfRefused(
+  packet: Buffer | undefined,
+  at: number | undefined,
+  url: string | undefined,
+): Protocol {
   if (url !== undefined) return protocolOf(url);
   if (packet === undefined) return 'openai';
   const text = packet.toString('latin1', 0, at === undefined ? packet.length : Math.min(packet.length, at + 1));

@@ -37,7 +37,10 @@ export async function cancelWithRetries(
       const wait = waits[attempt - 1];
       if (wait === undefined || opts.stop?.aborted) return 'failed';
       const asked = err instanceof UpstreamRetry ? (err.retryAfterMs ?? 0) : 0;
-      const stopped = await sleep(Math.min(MAX_WAIT_MS, Math.max(wait, asked)), false, { signal: opts.stop, ref: false }).catch(() => true);
+      const stopped = await sleep(Math.min(MAX_WAIT_MS, Math.max(wait, asked)), false, {
+        signal: opts.stop,
+        ref: false,
+      }).catch(() => true);
       if (stopped) return 'failed';
     }
   }

@@ -16,7 +16,6 @@ import { cancelWithRetries } from './video-cancel.js';
 import { VideoPoller } from './video-poller.js';
 import { VideoStore } from './video-store.js';
 
-
 /** How long stop() waits for cancels in flight, ms. */
 const CANCEL_DRAIN_MS = 2_000;
 
@@ -46,8 +45,14 @@ export class VideoJobs {
     this.settings = opts.config.videos;
     this.store = new VideoStore(opts.redis, this.settings.record_days * 86_400_000);
     this.poller = new VideoPoller(
-      opts.redis, this.store, (name) => this.provider(name), opts.admission, opts.instance ?? `${hostname()}-${process.pid}`,
-      { initialMs: this.settings.poll_initial_ms, maxMs: this.settings.poll_max_ms }, opts.metrics, opts.log,
+      opts.redis,
+      this.store,
+      (name) => this.provider(name),
+      opts.admission,
+      opts.instance ?? `${hostname()}-${process.pid}`,
+      { initialMs: this.settings.poll_initial_ms, maxMs: this.settings.poll_max_ms },
+      opts.metrics,
+      opts.log,
       (job) => this.cancelAbandoned(job.provider, job.upstreamId, { requestId: job.requestId, account: job.account }),
     );
   }
@@ -71,18 +76,31 @@ export class VideoJobs {
    * Ask the provider to stop an upstream job nobody will pay for (video-cancel.ts): at once, without waiting for it,
    * and counted by what the provider did (farebox_video_cancels_total). Charges no one.
    */
-  cancelAbandoned(providerName: string, upstreamId: string, context: { readonly requestId: string; readonly account: string }): void {
+  cancelAbandoned(
+    providerName: string,
+    upstreamId: string,
+    context: { readonly requestId: string; readonly account: string },
+  ): void {
     const provider = this.provider(providerName);
     const log = { ...context, provider: providerName, upstreamId };
-    const run = cancelWithRetries(() => (provider ? provider.cancel(upstreamId) : Promise.resolve('unsupported' as const)), {
-      stop: this.stopping.signal,
-      onError: (err, attempt) => this.opts.log.warn({ ...log, err, attempt }, 'cancelling an abandoned video job failed'),
-    }).then((outcome) => {
-      this.opts.metrics.videoCancels.inc({ provider: providerName, outcome });
-      if (outcome !== 'cancelled' && outcome !== 'gone') {
-        this.opts.log.warn({ ...log, outcome }, 'an abandoned video job was not stopped: the provider renders it at the operator\'s cost');
-      }
-    }).catch((err: unknown) => this.opts.log.error({ ...log, err }, 'cancelling an abandoned video job failed'));
+    const run = cancelWithRetries(
+      () => (provider ? provider.cancel(upstreamId) : Promise.resolve('unsupported' as const)),
+      {
+        stop: this.stopping.signal,
+        onError: (err, attempt) =>
+          this.opts.log.warn({ ...log, err, attempt }, 'cancelling an abandoned video job failed'),
+      },
+    )
+      .then((outcome) => {
+        this.opts.metrics.videoCancels.inc({ provider: providerName, outcome });
+        if (outcome !== 'cancelled' && outcome !== 'gone') {
+          this.opts.log.warn(
+            { ...log, outcome },
+            "an abandoned video job was not stopped: the provider renders it at the operator's cost",
+          );
+        }
+      })
+      .catch((err: unknown) => this.opts.log.error({ ...log, err }, 'cancelling an abandoned video job failed'));
     const tracked: Promise<void> = run.finally(() => this.cancels.delete(tracked));
     this.cancels.add(tracked);
   }

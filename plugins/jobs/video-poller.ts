@@ -55,9 +55,15 @@ export function admittedOf(job: VideoJob): Admitted {
     decision: UNLIMITED,
     hold: job.chain
       ? {
-        requestId: job.requestId, callId: job.callId, account: job.account, keyId: job.keyId, chain: job.chain,
-        model: job.model, amount: job.held, owner: `job:${job.id}`,
-      }
+          requestId: job.requestId,
+          callId: job.callId,
+          account: job.account,
+          keyId: job.keyId,
+          chain: job.chain,
+          model: job.model,
+          amount: job.held,
+          owner: `job:${job.id}`,
+        }
       : undefined,
     limits: { keyId: job.keyId, account: job.account, family: job.family, tokens: 0 },
   };
@@ -108,7 +114,10 @@ export class VideoPoller {
     this.running = false;
     this.wake?.();
     await this.loop;
-    await Promise.race([Promise.allSettled([...this.inFlight.values()]), new Promise((r) => setTimeout(r, waitMs).unref())]);
+    await Promise.race([
+      Promise.allSettled([...this.inFlight.values()]),
+      new Promise((r) => setTimeout(r, waitMs).unref()),
+    ]);
     if (this.lease.held) await this.lease.release().catch(() => {});
   }
 
@@ -161,20 +170,34 @@ export class VideoPoller {
     if (job.status !== 'in_progress') return this.closeHold(job);
     const provider = this.providers(job.provider);
     if (provider === undefined) {
-      return this.end(job, { status: 'failed', code: 'provider_unavailable', message: 'The provider of this job is no longer configured.' }, now);
+      return this.end(
+        job,
+        {
+          status: 'failed',
+          code: 'provider_unavailable',
+          message: 'The provider of this job is no longer configured.',
+        },
+        now,
+      );
     }
     // Past its deadline the job's hold has expired (or is about to): whatever the provider says now, the job fails
     // and costs nothing, so no wallet is ever charged beyond what it held; its render, if it still runs, is stopped.
     if (now >= job.deadline) return this.end(job, deadlineFailure(job), now, true);
     // The last poll comes at the deadline at the latest.
-    const next = (retryAfterMs?: number) => Math.min(job.deadline, now + backoffMs(this.settings, job.polls + 1, retryAfterMs));
+    const next = (retryAfterMs?: number) =>
+      Math.min(job.deadline, now + backoffMs(this.settings, job.polls + 1, retryAfterMs));
     let state: UpstreamJobState;
     try {
       state = await provider.poll(job.upstreamId);
     } catch (err) {
       this.metrics.videoPolls.inc({ provider: job.provider, result: 'error' });
       this.log.warn({ err, job: id }, 'video job poll failed; retrying later');
-      await this.store.progress(id, job.progress, job.polls + 1, next(err instanceof UpstreamRetry ? err.retryAfterMs : undefined));
+      await this.store.progress(
+        id,
+        job.progress,
+        job.polls + 1,
+        next(err instanceof UpstreamRetry ? err.retryAfterMs : undefined),
+      );
       return;
     }
     this.metrics.videoPolls.inc({ provider: job.provider, result: state.status });
@@ -182,9 +205,10 @@ export class VideoPoller {
       await this.store.progress(id, Math.max(job.progress, state.progress), job.polls + 1, next());
       return;
     }
-    const outcome: VideoOutcome = state.status === 'completed'
-      ? { status: 'completed', contentUrl: state.content.url, expiresAt: state.content.expiresAt }
-      : { status: 'failed', code: state.code, message: state.message };
+    const outcome: VideoOutcome =
+      state.status === 'completed'
+        ? { status: 'completed', contentUrl: state.content.url, expiresAt: state.content.expiresAt }
+        : { status: 'failed', code: state.code, message: state.message };
     return this.end(job, outcome, now);
   }
 
@@ -199,7 +223,10 @@ export class VideoPoller {
     if (moved && stop) this.abandon(job);
     if (moved) {
       this.metrics.videoJobs.inc({ model: job.model, status: moved });
-      this.metrics.videoJobDuration.observe({ model: job.model, status: moved }, Math.max(0, now - job.createdAt) / 1000);
+      this.metrics.videoJobDuration.observe(
+        { model: job.model, status: moved },
+        Math.max(0, now - job.createdAt) / 1000,
+      );
     }
     return this.closeHold(ended);
   }
@@ -214,5 +241,9 @@ export class VideoPoller {
 
 function deadlineFailure(job: VideoJob): VideoOutcome {
   const minutes = Math.round((job.deadline - job.createdAt) / 60_000);
-  return { status: 'failed', code: 'deadline_exceeded', message: `The video did not finish within ${minutes} minutes of its submit.` };
+  return {
+    status: 'failed',
+    code: 'deadline_exceeded',
+    message: `The video did not finish within ${minutes} minutes of its submit.`,
+  };
 }

@@ -173,17 +173,40 @@ export class VideoStore {
   /** Record a submitted job, in progress, failing `deadlineMs` after its hold was placed, first polled after `firstPollMs`. */
   async create(job: NewVideoJob, deadlineMs: number, firstPollMs: number): Promise<VideoJob> {
     const fields = {
-      id: job.id, account: job.account, key_id: job.keyId, model: job.model, family: job.family, seconds: job.seconds,
-      size: job.size, prompt: job.prompt, chain: job.chain ?? '', request_id: job.requestId, call_id: job.callId,
-      held: job.held.toString(), price: job.price.toString(), provider: job.provider, upstream_model: job.upstreamModel,
+      id: job.id,
+      account: job.account,
+      key_id: job.keyId,
+      model: job.model,
+      family: job.family,
+      seconds: job.seconds,
+      size: job.size,
+      prompt: job.prompt,
+      chain: job.chain ?? '',
+      request_id: job.requestId,
+      call_id: job.callId,
+      held: job.held.toString(),
+      price: job.price.toString(),
+      provider: job.provider,
+      upstream_model: job.upstreamModel,
       upstream_id: job.upstreamId,
     };
     const [createdAt, deadline] = await CREATE.run<[number, number]>(
-      this.r, [keys.video(job.id), keys.videosOpen, keys.call(job.callId)],
+      this.r,
+      [keys.video(job.id), keys.videosOpen, keys.call(job.callId)],
       [this.recordMs, firstPollMs, deadlineMs, VIDEO_HOLD_MARGIN_MS, job.id, ...Object.entries(fields).flat()],
     );
     return {
-      ...job, createdAt, deadline, status: 'in_progress', progress: 0, completedAt: null, error: null, contentUrl: null, expiresAt: null, polls: 0, holdClosed: false,
+      ...job,
+      createdAt,
+      deadline,
+      status: 'in_progress',
+      progress: 0,
+      completedAt: null,
+      error: null,
+      contentUrl: null,
+      expiresAt: null,
+      polls: 0,
+      holdClosed: false,
     };
   }
 
@@ -194,7 +217,13 @@ export class VideoStore {
 
   /** Note a poll of a job in progress and when to poll it next; false if it ended meanwhile. */
   async progress(id: string, progress: number, polls: number, nextAt: number): Promise<boolean> {
-    return (await PROGRESS.run<number>(this.r, [keys.video(id), keys.videosOpen], [progress, polls, Math.ceil(nextAt), id])) === 1;
+    return (
+      (await PROGRESS.run<number>(
+        this.r,
+        [keys.video(id), keys.videosOpen],
+        [progress, polls, Math.ceil(nextAt), id],
+      )) === 1
+    );
   }
 
   /**
@@ -206,10 +235,21 @@ export class VideoStore {
     // Readable for the retention, and at least as long as its MP4 is.
     const ttl = Math.ceil(Math.max(this.recordMs, done ? outcome.expiresAt - now : 0));
     const [callId, chain] = await this.r.hmget(keys.video(id), 'call_id', 'chain');
-    const moved = await FINISH.run<string | null>(this.r, [keys.video(id), keys.call(callId ?? '')], [
-      outcome.status, now, done ? 100 : 0, done ? '' : outcome.code, done ? '' : outcome.message,
-      done ? outcome.contentUrl : '', done ? Math.floor(outcome.expiresAt) : '', ttl, chain ? '1' : '0',
-    ]);
+    const moved = await FINISH.run<string | null>(
+      this.r,
+      [keys.video(id), keys.call(callId ?? '')],
+      [
+        outcome.status,
+        now,
+        done ? 100 : 0,
+        done ? '' : outcome.code,
+        done ? '' : outcome.message,
+        done ? outcome.contentUrl : '',
+        done ? Math.floor(outcome.expiresAt) : '',
+        ttl,
+        chain ? '1' : '0',
+      ],
+    );
     return moved === 'completed' || moved === 'failed' ? moved : null;
   }
 

@@ -24,7 +24,10 @@ export interface MetricsServing {
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
 /** Whether an Authorization header passes: always, when no token is configured. */
-function tokenCheck(tokenEnv: string | undefined, env: Record<string, string | undefined>): (auth: string | undefined) => boolean {
+function tokenCheck(
+  tokenEnv: string | undefined,
+  env: Record<string, string | undefined>,
+): (auth: string | undefined) => boolean {
   const token = tokenEnv ? env[tokenEnv] : undefined;
   if (tokenEnv && !token) throw new Error(`metrics.token_env: environment variable ${tokenEnv} is not set`);
   if (!token) return () => true;
@@ -34,9 +37,15 @@ function tokenCheck(tokenEnv: string | undefined, env: Record<string, string | u
 }
 
 /** Serve the registry of `metrics` as configured. */
-export async function serveMetrics(app: FastifyInstance, metrics: Metrics, opts: MetricsServing, env: Record<string, string | undefined>): Promise<void> {
+export async function serveMetrics(
+  app: FastifyInstance,
+  metrics: Metrics,
+  opts: MetricsServing,
+  env: Record<string, string | undefined>,
+): Promise<void> {
   if (opts.on_api_port) {
-    if (!opts.token_env) throw new Error('metrics.token_env: required with metrics.on_api_port (the API port is public)');
+    if (!opts.token_env)
+      throw new Error('metrics.token_env: required with metrics.on_api_port (the API port is public)');
     const allowed = tokenCheck(opts.token_env, env);
     app.get('/metrics', async (request, reply) => {
       if (!allowed(request.headers.authorization)) return reply.code(401).send('unauthorized\n');
@@ -80,10 +89,11 @@ export async function startMetricsServer(
   metrics.server.port = (server.address() as { port: number }).port;
   return {
     port: metrics.server.port,
-    close: () => new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      // Prometheus keeps its scrape connections open: they must not hold the gateway's close.
-      server.closeAllConnections();
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        // Prometheus keeps its scrape connections open: they must not hold the gateway's close.
+        server.closeAllConnections();
+      }),
   };
 }

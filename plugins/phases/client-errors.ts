@@ -47,10 +47,16 @@ export function clientErrorHandler(error: Error, socket: Socket): void {
 
 /** Fastify's router errors (a URL that does not decode), in our shape. */
 export function frameworkErrors(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
-  const ge = new GatewayError(error.code === 'FST_ERR_BAD_URL' ? 'malformed_request' : 'invalid_request', { cause: error });
+  const ge = new GatewayError(error.code === 'FST_ERR_BAD_URL' ? 'malformed_request' : 'invalid_request', {
+    cause: error,
+  });
   const protocol = protocolOf(request.url);
   const id = newRequestId();
-  reply.code(ge.status).header('content-type', 'application/json').header('x-request-id', id).header('x-should-retry', 'false');
+  reply
+    .code(ge.status)
+    .header('content-type', 'application/json')
+    .header('x-request-id', id)
+    .header('x-should-retry', 'false');
   if (protocol === 'anthropic') reply.header('request-id', id);
   reply.send(renderError(ge, protocol));
 }
@@ -65,7 +71,10 @@ export function answerExpectation(req: IncomingMessage, res: ServerResponse): vo
   const body = renderError(ge, protocol);
   const id = newRequestId();
   res.writeHead(ge.status, {
-    'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-request-id': id, 'x-should-retry': 'false',
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    'x-request-id': id,
+    'x-should-retry': 'false',
     ...(protocol === 'anthropic' ? { 'request-id': id } : {}),
   });
   res.end(body);
@@ -76,7 +85,9 @@ export function answerExpectation(req: IncomingMessage, res: ServerResponse): vo
  * Node answers an HTTP/1.1 request without `Host` with a bare 400 unless told not to; the gateway refuses it
  * itself (identify.ts), in the caller's shape.
  */
-export const fareboxServerOptions: Pick<FastifyServerOptions, 'clientErrorHandler' | 'frameworkErrors'> & { http: { requireHostHeader: false } } = {
+export const fareboxServerOptions: Pick<FastifyServerOptions, 'clientErrorHandler' | 'frameworkErrors'> & {
+  http: { requireHostHeader: false };
+} = {
   clientErrorHandler,
   frameworkErrors,
   http: { requireHostHeader: false },

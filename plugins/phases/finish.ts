@@ -11,7 +11,6 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { Log } from '../log.js';
 import type { PriceTable } from '../../pricing/index.js';
 
-
 /** Finishes calls; `drained()` waits for the debits still running (at shutdown, before Redis closes). */
 export class Finisher {
   private readonly running = new Set<Promise<void>>();

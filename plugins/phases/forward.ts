@@ -13,7 +13,10 @@ import type { ForwardContext } from '../call.js';
 export function forwardCall(ctx: ForwardContext) {
   return function forward(request: FastifyRequest, reply: FastifyReply) {
     const call = request.farebox;
-    ctx.metrics.overhead.observe({ route: call.endpoint!.name }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
+    ctx.metrics.overhead.observe(
+      { route: call.endpoint!.name },
+      Number(process.hrtime.bigint() - call.startedAt) / 1e9,
+    );
     return call.endpoint!.forward(call, call.policed!, reply, ctx);
   };
 }

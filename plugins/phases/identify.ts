@@ -71,6 +71,7 @@ export function authenticate(keys: KeyResolver): OnRequestHook {
 function admitIdentity(request: FastifyRequest, identity: KeyIdentity, done: HookHandlerDoneFunction): void {
   request.farebox.identity = identity;
   // A revoked key stays 401 (resolve); an account that is not active is 403.
-  if (identity.status !== 'active') done(new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` }));
+  if (identity.status !== 'active')
+    done(new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` }));
   else done();
 }

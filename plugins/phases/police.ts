@@ -22,7 +22,12 @@ export function policeCall(ctx: PoliceContext & { readonly clients: readonly Cli
 }
 
 /** The client and model-family rules of a policed call (403 unsupported_client). */
-function policeClient(request: FastifyRequest, reply: FastifyReply, policed: Policed, clients: readonly ClientSignature[]): void {
+function policeClient(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  policed: Policed,
+  clients: readonly ClientSignature[],
+): void {
   const call = request.farebox;
   call.policed = policed;
   const client = classifyClient(request.headers, clients);

@@ -24,13 +24,16 @@ export function prepareCall(ctx: PrepareContext, finish: (call: Call) => void) {
       reply.send();
       return false;
     };
-    return preparing.then((policed) => {
-      call.policed = policed;
-      return call.ended ? left() : true;
-    }, (err: unknown) => {
-      // A caller gone meanwhile gets no answer: its decodes stopped (CallerLeft) or failed unseen.
-      if (call.ended) return left();
-      throw err;
-    });
+    return preparing.then(
+      (policed) => {
+        call.policed = policed;
+        return call.ended ? left() : true;
+      },
+      (err: unknown) => {
+        // A caller gone meanwhile gets no answer: its decodes stopped (CallerLeft) or failed unseen.
+        if (call.ended) return left();
+        throw err;
+      },
+    );
   };
 }

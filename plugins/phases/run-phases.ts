@@ -36,17 +36,28 @@ export function runPhases(
       return;
     }
     if (preparing === undefined) forwardNow(request, reply);
-    else preparing.then((ready) => ready && forwardNow(request, reply), (err: unknown) => fail(reply, err));
+    else
+      preparing.then(
+        (ready) => ready && forwardNow(request, reply),
+        (err: unknown) => fail(reply, err),
+      );
   };
   const gateThenForward = (request: FastifyRequest, reply: FastifyReply) => {
-    gate(request, reply).then((admitted) => {
-      if (admitted) prepareThenForward(request, reply);
-    }, (err: unknown) => fail(reply, err));
+    gate(request, reply).then(
+      (admitted) => {
+        if (admitted) prepareThenForward(request, reply);
+      },
+      (err: unknown) => fail(reply, err),
+    );
   };
   return function phases(request: FastifyRequest, reply: FastifyReply): void {
     // A throw of the synchronous police reaches Fastify, which answers it as any handler's error.
     const policing = police(request, reply);
     if (policing === undefined) gateThenForward(request, reply);
-    else policing.then(() => gateThenForward(request, reply), (err: unknown) => fail(reply, err));
+    else
+      policing.then(
+        () => gateThenForward(request, reply),
+        (err: unknown) => fail(reply, err),
+      );
   };
 }

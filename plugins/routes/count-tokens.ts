@@ -14,7 +14,12 @@ export const countTokens: Endpoint<TextPoliced> = {
   police(request, ctx) {
     const parsed = parseBody(countTokensBody, request.body);
     const route = ctx.catalog.route('count_tokens', parsed.model) as ModelRoute<TextModel>;
-    const rewrite = { body: { ...parsed, model: route.upstreamModel }, maxOutputTokens: 0, stream: false, callerWantsUsage: true };
+    const rewrite = {
+      body: { ...parsed, model: route.upstreamModel },
+      maxOutputTokens: 0,
+      stream: false,
+      callerWantsUsage: true,
+    };
     // Counting runs nothing: a prompt too large for the window still gets its count.
     return textPoliced(route, rewrite, request.headers, request.farebox.bodyBytes, 1, false);
   },

@@ -33,7 +33,10 @@ export const imageEdits: Endpoint<ImagePoliced> = {
       if (name === 'model' && value !== '') ctx.catalog.route('images', value);
     });
     if (form.files.length === 0) {
-      throw new GatewayError('invalid_request', { param: 'image', message: `No reference image: an edit takes 1 to ${EDIT_LIMITS.images} images in image parts.` });
+      throw new GatewayError('invalid_request', {
+        param: 'image',
+        message: `No reference image: an edit takes 1 to ${EDIT_LIMITS.images} images in image parts.`,
+      });
     }
     const fields = Object.fromEntries(Object.entries(form.fields).map(([k, v]) => [k, formValue(k, v)]));
     const parsed = parseImageRequest(fields);
@@ -43,8 +46,14 @@ export const imageEdits: Endpoint<ImagePoliced> = {
   quote: quoteImage,
   prepare(call, p, ctx) {
     // A truncated or corrupt image is found by decoding it, which only a held call may cost the gateway.
-    const decodes = p.references!.map((img, i) => () => checkDecodes({ ...img, field: 'image', index: i + 1 }, EDIT_UPLOAD.maxPixels));
-    return decodeInOrder(decodes, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'image_edits' }, s), () => call.ended).then(() => p);
+    const decodes = p.references!.map(
+      (img, i) => () => checkDecodes({ ...img, field: 'image', index: i + 1 }, EDIT_UPLOAD.maxPixels),
+    );
+    return decodeInOrder(
+      decodes,
+      (s) => ctx.metrics.imageDecode.observe({ endpoint: 'image_edits' }, s),
+      () => call.ended,
+    ).then(() => p);
   },
   forward: forwardImage,
   bill: billImage,

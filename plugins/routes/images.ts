@@ -50,12 +50,16 @@ export const FREE_IMAGE_CHARS = 1024;
 function reservedBytes(route: ModelRoute<ImageModel>, request: ImageRequest): number {
   const protocol = route.provider.protocol as 'openai' | 'gemini';
   const pixels = renderedPixels(protocol, route.upstreamModel, request.size, request.aspectRatio);
-  const transparent = protocol === 'openai' && !route.upstreamModel.startsWith('gpt-image-2') && request.extra.background !== 'opaque';
+  const transparent =
+    protocol === 'openai' && !route.upstreamModel.startsWith('gpt-image-2') && request.extra.background !== 'opaque';
   return Math.ceil((Math.ceil(pixels * 1.05) * (transparent ? 4 : 3) * 9) / 8) + 1024 * 1024;
 }
 
 /** The classes and ratios a model's upstream renders: its config's, else what the provider documents. */
-export function imageCapabilities(route: ModelRoute<ImageModel>): { sizes: readonly string[]; ratios: readonly string[] } {
+export function imageCapabilities(route: ModelRoute<ImageModel>): {
+  sizes: readonly string[];
+  ratios: readonly string[];
+} {
   const documented = documentedCapabilities(route.provider.protocol as 'openai' | 'gemini', route.upstreamModel);
   return { sizes: route.model.sizes ?? documented.sizes, ratios: route.model.aspect_ratios ?? documented.ratios };
 }
@@ -66,19 +70,31 @@ export function imageCapabilities(route: ModelRoute<ImageModel>): { sizes: reado
  * go through the adapter's allow-list (refused, dropped and named in x-gw-dropped-fields, or sent); url answers only
  * where the gateway has an origin for their URLs.
  */
-export function policeImage(route: ModelRoute<ImageModel>, parsed: ImageRequest, references: readonly ReferenceImage[] | null, ctx: PoliceContext): ImagePoliced {
+export function policeImage(
+  route: ModelRoute<ImageModel>,
+  parsed: ImageRequest,
+  references: readonly ReferenceImage[] | null,
+  ctx: PoliceContext,
+): ImagePoliced {
   const { sizes, ratios } = imageCapabilities(route);
   const id = route.model.id;
   if (!sizes.includes(parsed.size)) {
-    throw new GatewayError('invalid_request', { param: 'size', message: `size: ${id} renders ${sizes.join(', ')}, not ${parsed.size}.` });
+    throw new GatewayError('invalid_request', {
+      param: 'size',
+      message: `size: ${id} renders ${sizes.join(', ')}, not ${parsed.size}.`,
+    });
   }
   if (!ratios.includes(parsed.aspectRatio)) {
-    throw new GatewayError('invalid_request', { param: 'aspect_ratio', message: `aspect_ratio: ${id} renders ${ratios.join(', ')}, not ${parsed.aspectRatio}.` });
+    throw new GatewayError('invalid_request', {
+      param: 'aspect_ratio',
+      message: `aspect_ratio: ${id} renders ${ratios.join(', ')}, not ${parsed.aspectRatio}.`,
+    });
   }
   if (parsed.responseFormat === 'url' && !ctx.imageUrls) {
     throw new GatewayError('invalid_request', {
       param: 'response_format',
-      message: 'response_format: url is not served here (the operator has set no public origin for image URLs): ask for b64_json.',
+      message:
+        'response_format: url is not served here (the operator has set no public origin for image URLs): ask for b64_json.',
     });
   }
   const { fields, dropped } = imageAdapter(route.provider).callerFields(route, parsed.extra);
@@ -93,7 +109,9 @@ export function policeImage(route: ModelRoute<ImageModel>, parsed: ImageRequest,
  * its first); else, on the embedded default alone (loopback, no proxy), the call's own. Elsewhere a caller's Host
  * header never names it: null, and url answers are refused.
  */
-export function imageUrlOrigin(config: Pick<FareboxConfig, 'images' | 'dashboard' | 'embedded'>): ((request: FastifyRequest) => string) | null {
+export function imageUrlOrigin(
+  config: Pick<FareboxConfig, 'images' | 'dashboard' | 'embedded'>,
+): ((request: FastifyRequest) => string) | null {
   const fixed = config.images.public_url;
   if (fixed !== undefined) return () => fixed;
   const origins = config.dashboard.origins;
@@ -108,11 +126,18 @@ export function imageUrlOrigin(config: Pick<FareboxConfig, 'images' | 'dashboard
 
 /** The worst case of an image call: one image of its model and size; rate limits count the request, no tokens. */
 export function quoteImage(p: ImagePoliced, prices: PriceTable): Quoted {
-  return { quote: { model: p.route.model.id, amount: worstCaseImage(prices, p.route.model.id, p.request.size, 1) }, tokens: 0 };
+  return {
+    quote: { model: p.route.model.id, amount: worstCaseImage(prices, p.route.model.id, p.request.size, 1) },
+    tokens: 0,
+  };
 }
 
 /** The URL of a stored image: its origin, the gateway's /v1 path, the image's id. */
-function urlOf(reply: FastifyReply, origin: (request: FastifyRequest) => string, endpointPath: string): (id: string) => string {
+function urlOf(
+  reply: FastifyReply,
+  origin: (request: FastifyRequest) => string,
+  endpointPath: string,
+): (id: string) => string {
   const request = reply.request;
   const base = origin(request);
   const routeUrl = request.routeOptions.url ?? '';
@@ -125,29 +150,45 @@ function urlOf(reply: FastifyReply, origin: (request: FastifyRequest) => string,
  * Forward an image call through its provider's adapter; the caller gets b64_json or a URL, as asked. A url call
  * first reserves room for the image in the store, so a full store refuses it (503, free) before the provider renders.
  */
-export function forwardImage(call: Call, p: ImagePoliced, reply: FastifyReply, ctx: ForwardContext): FastifyReply | Promise<FastifyReply> {
+export function forwardImage(
+  call: Call,
+  p: ImagePoliced,
+  reply: FastifyReply,
+  ctx: ForwardContext,
+): FastifyReply | Promise<FastifyReply> {
   const adapter = imageAdapter(p.route.provider);
   const upstream = adapter.request(p.route, p.request, p.references);
-  if (p.request.responseFormat !== 'url') return exchangeImage(ctx.upstreams, reply, call, upstream, { kind: adapter.answer }, ctx.metrics);
+  if (p.request.responseFormat !== 'url')
+    return exchangeImage(ctx.upstreams, reply, call, upstream, { kind: adapter.answer }, ctx.metrics);
   const { store, origin } = ctx.images;
   // The reservation outlives the call's longest run (its deadline starts when the upstream request does) by a minute.
-  return store.reserve(reservedBytes(p.route, p.request), p.route.provider.max_duration_ms + 60_000).then((reservation) => {
-    if (reservation === null) {
-      throw new GatewayError('service_unavailable', { message: 'The image store is full; retry later, or ask for b64_json.', headers: { 'retry-after': '60' } });
-    }
-    const release = () => void store.release(reservation).catch(() => {});
-    // The caller left while the room was reserved: nothing is asked of the provider (finish bills it nothing).
-    if (call.ended) {
-      release();
-      return reply;
-    }
-    // The room goes back unless the image was stored in it (the store then holds its own size).
-    reply.raw.once('close', () => {
-      if (call.exchange?.delivered !== 1 || call.clientAborted) release();
+  return store
+    .reserve(reservedBytes(p.route, p.request), p.route.provider.max_duration_ms + 60_000)
+    .then((reservation) => {
+      if (reservation === null) {
+        throw new GatewayError('service_unavailable', {
+          message: 'The image store is full; retry later, or ask for b64_json.',
+          headers: { 'retry-after': '60' },
+        });
+      }
+      const release = () => void store.release(reservation).catch(() => {});
+      // The caller left while the room was reserved: nothing is asked of the provider (finish bills it nothing).
+      if (call.ended) {
+        release();
+        return reply;
+      }
+      // The room goes back unless the image was stored in it (the store then holds its own size).
+      reply.raw.once('close', () => {
+        if (call.exchange?.delivered !== 1 || call.clientAborted) release();
+      });
+      const delivery: ImageDelivery = {
+        kind: 'store',
+        store,
+        reservation,
+        urlOf: urlOf(reply, origin!, call.endpoint!.path),
+      };
+      return exchangeImage(ctx.upstreams, reply, call, upstream, delivery, ctx.metrics);
     });
-    const delivery: ImageDelivery = { kind: 'store', store, reservation, urlOf: urlOf(reply, origin!, call.endpoint!.path) };
-    return exchangeImage(ctx.upstreams, reply, call, upstream, delivery, ctx.metrics);
-  });
 }
 
 /**
@@ -163,11 +204,18 @@ export function forwardImage(call: Call, p: ImagePoliced, reply: FastifyReply, c
 export function billImage(call: Call, p: ImagePoliced, prices: PriceTable): Bill {
   const ex = call.exchange;
   if (ex === undefined) return FREE;
-  const delivered = p.request.responseFormat === 'url'
-    ? ex.delivered === 1 && !call.clientAborted
-    : (ex.imageChars ?? 0) > FREE_IMAGE_CHARS && ex.imageBroken !== true;
+  const delivered =
+    p.request.responseFormat === 'url'
+      ? ex.delivered === 1 && !call.clientAborted
+      : (ex.imageChars ?? 0) > FREE_IMAGE_CHARS && ex.imageBroken !== true;
   if (!delivered) return FREE;
-  const size = deliveredClass(p.route.provider.protocol as 'openai' | 'gemini', p.route.upstreamModel, p.request.size, p.request.aspectRatio, ex.imagePixels ?? null);
+  const size = deliveredClass(
+    p.route.provider.protocol as 'openai' | 'gemini',
+    p.route.upstreamModel,
+    p.request.size,
+    p.request.aspectRatio,
+    ex.imagePixels ?? null,
+  );
   const usage = makeUsage({ images: 1 });
   return { usage, price: priceCall(prices, p.route.model.id, usage, { imageSize: size }), size };
 }

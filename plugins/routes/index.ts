@@ -14,4 +14,11 @@ export { videoJobRoutes } from './video-jobs.js';
 export type { Endpoint, EndpointName, ForwardContext, PoliceContext, Policed, Quoted } from '../call.js';
 
 /** Every endpoint module. */
-export const ENDPOINTS: readonly Endpoint[] = [messages, countTokens, chatCompletions, imageGenerations, imageEdits, videos] as readonly Endpoint[];
+export const ENDPOINTS: readonly Endpoint[] = [
+  messages,
+  countTokens,
+  chatCompletions,
+  imageGenerations,
+  imageEdits,
+  videos,
+] as readonly Endpoint[];

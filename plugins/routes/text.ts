@@ -18,8 +18,15 @@ import type { RewriteResult } from '../../policies/rewrite.js';
 import { refuseUnpriced, splitBetas } from '../../policies/forwarding.js';
 import { inputBounds } from '../../policies/text-bounds.js';
 import {
-  fromAnthropicUsage, fromOpenAIUsage, makeUsage, priceCall, worstCaseText, ZERO_USAGE,
-  type CacheWriteTier, type PriceTable, type Usage,
+  fromAnthropicUsage,
+  fromOpenAIUsage,
+  makeUsage,
+  priceCall,
+  worstCaseText,
+  ZERO_USAGE,
+  type CacheWriteTier,
+  type PriceTable,
+  type Usage,
 } from '../../pricing/index.js';
 
 /** A policed text request. */
@@ -46,14 +53,24 @@ const NO_BETAS: { readonly forwarded: readonly string[]; readonly dropped: reado
 
 /** The policed form of a rewritten text request. */
 export function textPoliced(
-  route: ModelRoute<TextModel>, rewrite: RewriteResult, incoming: IncomingHttpHeaders, bodyBytes: number, n = 1, mustFit = true,
+  route: ModelRoute<TextModel>,
+  rewrite: RewriteResult,
+  incoming: IncomingHttpHeaders,
+  bodyBytes: number,
+  n = 1,
+  mustFit = true,
 ): TextPoliced {
   const upstreamBody = JSON.stringify(rewrite.body);
   const protocol = route.provider.protocol === 'anthropic' ? 'anthropic' : 'openai';
   refuseUnpriced(protocol, rewrite.body, upstreamBody);
   const { inputBound, cacheWrite } = inputBounds({
-    body: rewrite.body, serialized: upstreamBody, protocol, family: route.model.family,
-    contextWindow: route.model.context_window, maxImageTokens: route.model.max_image_tokens, mustFit,
+    body: rewrite.body,
+    serialized: upstreamBody,
+    protocol,
+    family: route.model.family,
+    contextWindow: route.model.context_window,
+    maxImageTokens: route.model.max_image_tokens,
+    mustFit,
   });
   const betas = protocol === 'anthropic' ? splitBetas(incoming['anthropic-beta']) : NO_BETAS;
   let headers: Record<string, string> | undefined;
@@ -75,7 +92,11 @@ export function textPoliced(
 /** The worst case of a text call and the tokens its limits count (input bound + max output). */
 export function quoteText(p: TextPoliced, prices: PriceTable): Quoted {
   const maxOutputTokens = p.rewrite.maxOutputTokens * p.n;
-  const amount = worstCaseText(prices, p.route.model.id, { inputTokensBound: p.inputBound, maxOutputTokens, cacheWrite: p.cacheWrite });
+  const amount = worstCaseText(prices, p.route.model.id, {
+    inputTokensBound: p.inputBound,
+    maxOutputTokens,
+    cacheWrite: p.cacheWrite,
+  });
   return { quote: { model: p.route.model.id, amount }, tokens: p.inputBound + maxOutputTokens };
 }
 
@@ -84,17 +105,23 @@ export function forwardText(call: Call, p: TextPoliced, reply: FastifyReply, ctx
   const provider = p.route.provider;
   const protocol = provider.protocol === 'anthropic' ? 'anthropic' : 'openai';
   const dropUsageChunk = protocol === 'openai' && !p.rewrite.callerWantsUsage;
-  return proxyCall(ctx.upstreams, reply, call, {
-    url: p.route.url,
-    method: 'POST',
-    headers: p.upstreamHeaders,
-    body: p.upstreamBody,
-    provider: provider.name,
-    timeoutMs: provider.timeout_ms,
-    maxDurationMs: provider.max_duration_ms,
-    meter: (ct) => (isSse(ct) ? new SseMeter(protocol, dropUsageChunk) : new JsonMeter()),
-    keepLength: (ct) => !p.rewrite.stream && !isSse(ct),
-  }, ctx.metrics);
+  return proxyCall(
+    ctx.upstreams,
+    reply,
+    call,
+    {
+      url: p.route.url,
+      method: 'POST',
+      headers: p.upstreamHeaders,
+      body: p.upstreamBody,
+      provider: provider.name,
+      timeoutMs: provider.timeout_ms,
+      maxDurationMs: provider.max_duration_ms,
+      meter: (ct) => (isSse(ct) ? new SseMeter(protocol, dropUsageChunk) : new JsonMeter()),
+      keepLength: (ct) => !p.rewrite.stream && !isSse(ct),
+    },
+    ctx.metrics,
+  );
 }
 
 function isSse(contentType: string | undefined): boolean {

@@ -32,14 +32,25 @@ export interface VideoJobRoutesContext {
 const ID = /^video_[0-9a-f]{32}$/;
 
 /** The caller's job `id` once its poll has passed the key's poll limit, or 429, or 404 (unknown, or another account's). */
-async function ownJob(request: FastifyRequest, reply: FastifyReply, videos: VideoJobs, admission: Admission): Promise<VideoJob> {
+async function ownJob(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  videos: VideoJobs,
+  admission: Admission,
+): Promise<VideoJob> {
   const { id } = request.params as { id: string };
   const call: Call = request.farebox;
   // Both sent in this turn: one round trip.
-  const [decision, job] = await Promise.all([admission.admitPoll(call.identity!, call.protocol), ID.test(id) ? videos.store.get(id) : null]);
+  const [decision, job] = await Promise.all([
+    admission.admitPoll(call.identity!, call.protocol),
+    ID.test(id) ? videos.store.get(id) : null,
+  ]);
   if (decision.which !== null) reply.headers(rateLimitHeaders(decision, call.protocol));
   if (job === null || job.account !== call.identity!.account) {
-    throw new GatewayError('video_not_found', { param: 'video_id', message: `No video job with id ${JSON.stringify(id.slice(0, 80))}.` });
+    throw new GatewayError('video_not_found', {
+      param: 'video_id',
+      message: `No video job with id ${JSON.stringify(id.slice(0, 80))}.`,
+    });
   }
   // The chain the job is billed on, as every answer about a billed call names it (SPEC "Billing chain selection").
   if (job.chain) reply.header('x-gw-billing-chain', job.chain);
@@ -58,24 +69,55 @@ export function retrieveVideo(videos: VideoJobs, admission: Admission) {
 export function downloadVideo(ctx: VideoJobRoutesContext) {
   return async function downloadVideo(request: FastifyRequest, reply: FastifyReply) {
     const variant = (request.query as { variant?: unknown }).variant ?? 'video';
-    if (variant !== 'video') throw new GatewayError('invalid_request', { param: 'variant', message: 'Only variant=video (the MP4) is served.' });
+    if (variant !== 'video')
+      throw new GatewayError('invalid_request', {
+        param: 'variant',
+        message: 'Only variant=video (the MP4) is served.',
+      });
     const job = await ownJob(request, reply, ctx.videos, ctx.admission);
     // A retry cannot change these before the job does: the SDKs are told not to retry.
     const noRetry = { 'x-should-retry': 'false' };
     if (job.status === 'in_progress') {
-      throw new GatewayError('video_not_ready', { headers: noRetry, message: `Video ${job.id} is in progress (${job.progress}%): poll GET /v1/videos/${job.id} until its status is completed.` });
+      throw new GatewayError('video_not_ready', {
+        headers: noRetry,
+        message: `Video ${job.id} is in progress (${job.progress}%): poll GET /v1/videos/${job.id} until its status is completed.`,
+      });
     }
-    if (job.status === 'failed') throw new GatewayError('video_failed', { headers: noRetry, message: `Video ${job.id} failed (${job.error?.code ?? 'failed'}): it has no content.` });
+    if (job.status === 'failed')
+      throw new GatewayError('video_failed', {
+        headers: noRetry,
+        message: `Video ${job.id} failed (${job.error?.code ?? 'failed'}): it has no content.`,
+      });
     if (job.contentUrl === null || (job.expiresAt !== null && job.expiresAt <= Date.now())) {
-      throw new GatewayError('video_expired', { message: `Video ${job.id} was downloadable until ${new Date(job.expiresAt ?? 0).toISOString()}.` });
+      throw new GatewayError('video_expired', {
+        message: `Video ${job.id} was downloadable until ${new Date(job.expiresAt ?? 0).toISOString()}.`,
+      });
     }
     const provider = ctx.videos.provider(job.provider);
-    if (provider === undefined) throw new GatewayError('upstream_error', { cause: new Error(`provider ${job.provider} is no longer configured`) });
+    if (provider === undefined)
+      throw new GatewayError('upstream_error', {
+        cause: new Error(`provider ${job.provider} is no longer configured`),
+      });
     const call = request.farebox;
-    const admitted = await ctx.admission.admit({ requestId: call.id, protocol: call.protocol, identity: call.identity!, family: job.family, tokens: 0 });
+    const admitted = await ctx.admission.admit({
+      requestId: call.id,
+      protocol: call.protocol,
+      identity: call.identity!,
+      family: job.family,
+      tokens: 0,
+    });
     if (admitted.decision.which !== null) reply.headers(rateLimitHeaders(admitted.decision, call.protocol));
     const range = request.headers.range;
-    return sendVideoContent(ctx.upstreams, reply, { url: job.contentUrl, headers: (url) => provider.contentHeaders(url), timeoutMs: ctx.videos.timeoutOf(job.provider) }, range);
+    return sendVideoContent(
+      ctx.upstreams,
+      reply,
+      {
+        url: job.contentUrl,
+        headers: (url) => provider.contentHeaders(url),
+        timeoutMs: ctx.videos.timeoutOf(job.provider),
+      },
+      range,
+    );
   };
 }
 

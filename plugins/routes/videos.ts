@@ -42,18 +42,25 @@ export interface VideoPoliced extends Policed {
 }
 
 /** The scalar fields and files of a submit, from either body. */
-async function readSubmit(request: FastifyRequest): Promise<{ fields: VideoFields & { model?: unknown }; uploads: UploadedImage[] }> {
+async function readSubmit(
+  request: FastifyRequest,
+): Promise<{ fields: VideoFields & { model?: unknown }; uploads: UploadedImage[] }> {
   if (isMultipartRequest(request)) {
     const form = await readUpload(request, VIDEO_UPLOAD);
     return { fields: form.fields, uploads: form.files };
   }
   const body = request.body;
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw new GatewayError('invalid_request', { message: 'The request body must be a JSON object, or multipart/form-data when files are sent.' });
+    throw new GatewayError('invalid_request', {
+      message: 'The request body must be a JSON object, or multipart/form-data when files are sent.',
+    });
   }
   for (const name of ['input_reference', 'last_reference']) {
     if (name in body) {
-      throw new GatewayError('invalid_request', { param: name, message: `${name} is a file: send the request as multipart/form-data.` });
+      throw new GatewayError('invalid_request', {
+        param: name,
+        message: `${name} is a file: send the request as multipart/form-data.`,
+      });
     }
   }
   return { fields: body as VideoFields, uploads: [] };
@@ -63,12 +70,23 @@ async function readSubmit(request: FastifyRequest): Promise<{ fields: VideoField
  * Decode and prepare the references as the plan says: frames fitted to the video, subject references as they are.
  * `observe` gets each image's decode time (farebox_image_decode_seconds).
  */
-async function prepareReferences(p: VideoPoliced, observe: (seconds: number) => void, left: () => boolean): Promise<Pick<VideoPoliced, 'firstFrame' | 'lastFrame' | 'subjects'>> {
+async function prepareReferences(
+  p: VideoPoliced,
+  observe: (seconds: number) => void,
+  left: () => boolean,
+): Promise<Pick<VideoPoliced, 'firstFrame' | 'lastFrame' | 'subjects'>> {
   const { plan } = p;
   const refs = plan.references;
   if (refs.kind === 'none') return {};
-  const fit: ImageFit = refs.kind === 'subjects' ? { fit: 'none' } : { fit: refs.fit, width: plan.width, height: plan.height };
-  const prepared = await decodeInOrder([...p.inputs, ...p.lasts].map((img) => () => decodeImage(img, VIDEO_UPLOAD.maxPixels).then((d) => prepareImage(d, fit))), observe, left);
+  const fit: ImageFit =
+    refs.kind === 'subjects' ? { fit: 'none' } : { fit: refs.fit, width: plan.width, height: plan.height };
+  const prepared = await decodeInOrder(
+    [...p.inputs, ...p.lasts].map(
+      (img) => () => decodeImage(img, VIDEO_UPLOAD.maxPixels).then((d) => prepareImage(d, fit)),
+    ),
+    observe,
+    left,
+  );
   if (refs.kind === 'subjects') return { subjects: prepared };
   const [firstFrame, lastFrame] = prepared;
   return { firstFrame, lastFrame };
@@ -101,11 +119,18 @@ export const videos: Endpoint<VideoPoliced> = {
   prepare(call, p, ctx) {
     // Decoding and fitting the references is work only a held call may cost the gateway; a text-to-video submit has none.
     if (p.plan.references.kind === 'none') return undefined;
-    return prepareReferences(p, (s) => ctx.metrics.imageDecode.observe({ endpoint: 'videos' }, s), () => call.ended).then((images) => ({ ...p, ...images }));
+    return prepareReferences(
+      p,
+      (s) => ctx.metrics.imageDecode.observe({ endpoint: 'videos' }, s),
+      () => call.ended,
+    ).then((images) => ({ ...p, ...images }));
   },
   async forward(call, p, reply, ctx) {
     const provider = ctx.videos.provider(p.route.provider.name);
-    if (provider === undefined) throw new GatewayError('internal_error', { cause: new Error(`provider ${p.route.provider.name} has no video protocol`) });
+    if (provider === undefined)
+      throw new GatewayError('internal_error', {
+        cause: new Error(`provider ${p.route.provider.name} has no video protocol`),
+      });
     const exchange: Exchange = {};
     call.exchange = exchange;
     const providerName = p.route.provider.name;
@@ -113,8 +138,15 @@ export const videos: Endpoint<VideoPoliced> = {
     let upstreamId: string;
     try {
       ({ upstreamId } = await provider.submit({
-        model: p.route.upstreamModel, url: p.route.url, prompt: p.plan.prompt, width: p.plan.width, height: p.plan.height,
-        seconds: p.plan.seconds, firstFrame: p.firstFrame, lastFrame: p.lastFrame, subjects: p.subjects,
+        model: p.route.upstreamModel,
+        url: p.route.url,
+        prompt: p.plan.prompt,
+        width: p.plan.width,
+        height: p.plan.height,
+        seconds: p.plan.seconds,
+        firstFrame: p.firstFrame,
+        lastFrame: p.lastFrame,
+        subjects: p.subjects,
       }));
     } catch (err) {
       exchange.status = err instanceof GatewayError ? err.status : 502;
@@ -125,7 +157,8 @@ export const videos: Endpoint<VideoPoliced> = {
     }
     // The caller left before its job's id could reach it: no job is recorded, the hold is released, and the
     // provider is asked to stop a render nobody will pay for.
-    const abandon = () => ctx.videos.cancelAbandoned(providerName, upstreamId, { requestId: call.id, account: call.identity!.account });
+    const abandon = () =>
+      ctx.videos.cancelAbandoned(providerName, upstreamId, { requestId: call.id, account: call.identity!.account });
     if (call.ended) {
       exchange.status = 499;
       abandon();
@@ -134,12 +167,28 @@ export const videos: Endpoint<VideoPoliced> = {
     const hold = call.admitted?.hold;
     let job;
     try {
-      job = await ctx.videos.store.create({
-        id: p.jobId, account: call.identity!.account, keyId: call.identity!.keyId, model: p.route.model.id, family: p.route.model.family,
-        seconds: p.plan.seconds, size: p.plan.size, prompt: p.plan.prompt, chain: hold?.chain,
-        requestId: call.id, callId: hold?.callId ?? '', held: hold?.amount ?? 0n, price: hold?.amount ?? 0n,
-        provider: providerName, upstreamModel: p.route.upstreamModel, upstreamId,
-      }, ctx.videos.settings.deadline_ms, ctx.videos.settings.poll_initial_ms);
+      job = await ctx.videos.store.create(
+        {
+          id: p.jobId,
+          account: call.identity!.account,
+          keyId: call.identity!.keyId,
+          model: p.route.model.id,
+          family: p.route.model.family,
+          seconds: p.plan.seconds,
+          size: p.plan.size,
+          prompt: p.plan.prompt,
+          chain: hold?.chain,
+          requestId: call.id,
+          callId: hold?.callId ?? '',
+          held: hold?.amount ?? 0n,
+          price: hold?.amount ?? 0n,
+          provider: providerName,
+          upstreamModel: p.route.upstreamModel,
+          upstreamId,
+        },
+        ctx.videos.settings.deadline_ms,
+        ctx.videos.settings.poll_initial_ms,
+      );
     } catch (err) {
       // Whether or not the record was written, the hold is released now: a job the poller may still find can then
       // only fail (the store completes a job only while its hold is held), and its render is stopped.
@@ -151,13 +200,26 @@ export const videos: Endpoint<VideoPoliced> = {
       // The caller left while the job was being recorded: it never learned the id. The job fails, free.
       exchange.status = 499;
       abandon();
-      await ctx.videos.store.finish(job.id, { status: 'failed', code: 'client_disconnected', message: 'The caller left before the job was accepted.' }, job.createdAt)
-        .catch((err: unknown) => reply.log.warn({ err, job: job.id }, 'a job whose caller left could not be failed; its released hold fails it'));
+      await ctx.videos.store
+        .finish(
+          job.id,
+          { status: 'failed', code: 'client_disconnected', message: 'The caller left before the job was accepted.' },
+          job.createdAt,
+        )
+        .catch((err: unknown) =>
+          reply.log.warn(
+            { err, job: job.id },
+            'a job whose caller left could not be failed; its released hold fails it',
+          ),
+        );
       return reply.send();
     }
     exchange.status = 200;
     ctx.metrics.videoJobs.inc({ model: job.model, status: 'submitted' });
-    return reply.code(200).type('application/json').send(JSON.stringify(videoObject(job)));
+    return reply
+      .code(200)
+      .type('application/json')
+      .send(JSON.stringify(videoObject(job)));
   },
   bill(call) {
     // Recorded: the job owns the hold from here. Refused, failed or never recorded: released now.

@@ -252,7 +252,18 @@ export interface ApplyReport {
   unmatched: UnmatchedCharge[];
 }
 
-type Note = [type: 'anomaly' | 'unmatched', reason: string, block: string, logIndex: string, kind: string, tx: string, account: string, callId: string, amount: string, rebuilt: string];
+type Note = [
+  type: 'anomaly' | 'unmatched',
+  reason: string,
+  block: string,
+  logIndex: string,
+  kind: string,
+  tx: string,
+  account: string,
+  callId: string,
+  amount: string,
+  rebuilt: string,
+];
 
 /** How long a record rebuilt from an event is kept when the caller names no retention: billing.retention_days' default. */
 export const DEFAULT_RETENTION_MS = 30 * 86_400_000;
@@ -261,7 +272,12 @@ export const DEFAULT_RETENTION_MS = 30 * 86_400_000;
  * Apply escrow events (in chain order) to the synced state, each exactly once; reports what did not fit. A call
  * record rebuilt from an event is kept `retentionMs` (billing.retention_days).
  */
-export async function applyEventBatch(r: Redis, chain: ChainName, events: readonly EscrowEvent[], opts: { retentionMs?: number } = {}): Promise<ApplyReport> {
+export async function applyEventBatch(
+  r: Redis,
+  chain: ChainName,
+  events: readonly EscrowEvent[],
+  opts: { retentionMs?: number } = {},
+): Promise<ApplyReport> {
   const prefix = (r.options.keyPrefix as string | undefined) ?? '';
   const report: ApplyReport = { applied: [], anomalies: [], unmatched: [] };
   // Whole ms: PEXPIRE refuses a fraction (retention_days 0.7).
@@ -269,14 +285,40 @@ export async function applyEventBatch(r: Redis, chain: ChainName, events: readon
   for (let i = 0; i < events.length; i += APPLY_CHUNK) {
     const args: string[] = [prefix, chain, String(Date.now()), retention];
     for (const e of events.slice(i, i + APPLY_CHUNK)) {
-      args.push(e.blockNumber.toString(), String(e.logIndex), e.kind, e.amount.toString(), e.account.toLowerCase(), e.callId ?? '', e.txHash);
+      args.push(
+        e.blockNumber.toString(),
+        String(e.logIndex),
+        e.kind,
+        e.amount.toString(),
+        e.account.toLowerCase(),
+        e.callId ?? '',
+        e.txHash,
+      );
     }
-    const [applied, notes] = await applyScript.run<[string[], Note[]]>(r, [keys.cursor(chain), keys.chainAnomalies(chain)], args);
+    const [applied, notes] = await applyScript.run<[string[], Note[]]>(
+      r,
+      [keys.cursor(chain), keys.chainAnomalies(chain)],
+      args,
+    );
     report.applied.push(...applied);
     for (const [type, reason, block, logIndex, kind, tx, account, callId, amount, rebuilt] of notes) {
-      const at = { blockNumber: BigInt(block), logIndex: Number(logIndex), kind: kind as EscrowEventKind, txHash: tx as Hex, account, amount: BigInt(amount) };
-      if (type === 'anomaly') report.anomalies.push({ reason: 'amount_out_of_range', ...at, callId: (callId || null) as Hex | null });
-      else report.unmatched.push({ reason: reason as UnmatchedCharge['reason'], ...at, callId: callId as Hex, rebuilt: rebuilt === '1' });
+      const at = {
+        blockNumber: BigInt(block),
+        logIndex: Number(logIndex),
+        kind: kind as EscrowEventKind,
+        txHash: tx as Hex,
+        account,
+        amount: BigInt(amount),
+      };
+      if (type === 'anomaly')
+        report.anomalies.push({ reason: 'amount_out_of_range', ...at, callId: (callId || null) as Hex | null });
+      else
+        report.unmatched.push({
+          reason: reason as UnmatchedCharge['reason'],
+          ...at,
+          callId: callId as Hex,
+          rebuilt: rebuilt === '1',
+        });
     }
   }
   return report;
@@ -288,7 +330,10 @@ export async function readAnomalies(r: Redis, chain: ChainName): Promise<Record<
 }
 
 /** Where the watcher stands on a chain: the last applied event, or null before the first. */
-export async function readCursor(r: Redis, chain: ChainName): Promise<{ raw: string; block: bigint; logIndex: number } | null> {
+export async function readCursor(
+  r: Redis,
+  chain: ChainName,
+): Promise<{ raw: string; block: bigint; logIndex: number } | null> {
   const raw = await r.get(keys.cursor(chain));
   if (!raw) return null;
   const [b, l] = raw.split(':');
@@ -296,7 +341,17 @@ export async function readCursor(r: Redis, chain: ChainName): Promise<{ raw: str
 }
 
 /** Set the synced balance to `onchain` unless the cursor moved from `cursorRaw`; returns the correction made. */
-export async function correctSynced(r: Redis, chain: ChainName, account: Address | string, cursorRaw: string, onchain: bigint): Promise<bigint | null> {
-  const [ok, diff] = await correctScript.run<[number, number]>(r, [keys.cursor(chain), keys.wallet(account.toLowerCase(), chain)], [cursorRaw, onchain.toString()]);
+export async function correctSynced(
+  r: Redis,
+  chain: ChainName,
+  account: Address | string,
+  cursorRaw: string,
+  onchain: bigint,
+): Promise<bigint | null> {
+  const [ok, diff] = await correctScript.run<[number, number]>(
+    r,
+    [keys.cursor(chain), keys.wallet(account.toLowerCase(), chain)],
+    [cursorRaw, onchain.toString()],
+  );
   return ok === 1 ? BigInt(diff) : null;
 }

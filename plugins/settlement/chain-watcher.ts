@@ -62,8 +62,12 @@ const LEASE_MS = 10_000;
 const RENEW_AFTER_MS = LEASE_MS / 3;
 const DEFAULT_RECONCILE_RATE = 20;
 /** Admin events that announce a change to who can take callers' money: logged as errors, alerted on. */
-const PROPOSALS = new Set<EscrowAdminEvent['kind']>(['settler_proposed', 'treasury_proposed', 'max_charge_proposed', 'ownership_transfer_started']);
-
+const PROPOSALS = new Set<EscrowAdminEvent['kind']>([
+  'settler_proposed',
+  'treasury_proposed',
+  'max_charge_proposed',
+  'ownership_transfer_started',
+]);
 
 /** What resumeChain did. */
 export interface ResumeReport {
@@ -87,7 +91,12 @@ const ANCHORS = 256;
  * carry left its record settled (and its amount out of pending) though the escrow never charged it; its debit must
  * be queued again by hand. Needs the node's state at the fork block (a full node keeps the last 128 blocks).
  */
-export async function resumeChain(r: Redis, name: ChainName, chain: SettlementChain, opts: { forkBlock?: bigint } = {}): Promise<ResumeReport> {
+export async function resumeChain(
+  r: Redis,
+  name: ChainName,
+  chain: SettlementChain,
+  opts: { forkBlock?: bigint } = {},
+): Promise<ResumeReport> {
   const raw = await r.get(keys.chainHalt(name));
   if (raw === null) throw new Error(`${name} is not halted`);
   let fork: BlockRef | undefined;
@@ -103,16 +112,21 @@ export async function resumeChain(r: Redis, name: ChainName, chain: SettlementCh
         break;
       }
     }
-    if (!fork) throw new Error(`${name}: none of the last ${ANCHORS} scanned blocks is on the node's chain: pass forkBlock`);
+    if (!fork)
+      throw new Error(`${name}: none of the last ${ANCHORS} scanned blocks is on the node's chain: pass forkBlock`);
   }
   const accounts = await r.smembers(keys.wallets(name));
   const state: [string, bigint, bigint][] = [];
   for (const account of accounts) {
-    const [synced, w] = await Promise.all([chain.balanceOf(account as Hex, fork.number), chain.pendingWithdrawal(account as Hex, fork.number)]);
+    const [synced, w] = await Promise.all([
+      chain.balanceOf(account as Hex, fork.number),
+      chain.pendingWithdrawal(account as Hex, fork.number),
+    ]);
     state.push([account, synced, w?.amount ?? 0n]);
   }
   const m = r.multi();
-  for (const [account, synced, locked] of state) m.hset(keys.wallet(account, name), 'synced', synced.toString(), 'locked', locked.toString());
+  for (const [account, synced, locked] of state)
+    m.hset(keys.wallet(account, name), 'synced', synced.toString(), 'locked', locked.toString());
   // Every event up to the fork block was applied before the halt (the fork is at or below the scanned block).
   m.set(keys.cursor(name), `${fork.number}:${Number.MAX_SAFE_INTEGER}`);
   m.set(keys.scanned(name), fork.number.toString());
@@ -153,7 +167,8 @@ export class ChainWatcher {
     private readonly log: Log,
   ) {
     this.r = redis;
-    for (const name of Object.keys(chains) as ChainName[]) this.leases.set(name, new Lease(redis, keys.watcherLease(name), instance, LEASE_MS));
+    for (const name of Object.keys(chains) as ChainName[])
+      this.leases.set(name, new Lease(redis, keys.watcherLease(name), instance, LEASE_MS));
   }
 
   /**
@@ -196,7 +211,8 @@ export class ChainWatcher {
         let more = false;
         if (!(await this.lease(name))) {
           // A standby's last readings would go stale: the lease holder reports them.
-          for (const g of [this.metrics.chainLagBlocks, this.metrics.chainHalted, this.metrics.chainLogRange]) g.remove({ chain: name });
+          for (const g of [this.metrics.chainLagBlocks, this.metrics.chainHalted, this.metrics.chainLogRange])
+            g.remove({ chain: name });
         } else {
           if (!this.termsPublished.has(name)) await this.publishTerms(name, chain);
           // Polls mostly find the head where the last one left it: that costs one RPC request and no Redis.
@@ -205,7 +221,10 @@ export class ChainWatcher {
             this.scannedHead.delete(name);
             await this.poll(name, chain, head);
             // Catching up (a range limit, a long outage): go on at once, once the lease is renewed.
-            more = this.scannedHead.get(name) !== head && !this.behind.has(name) && (await this.r.exists(keys.chainHalt(name))) === 0;
+            more =
+              this.scannedHead.get(name) !== head &&
+              !this.behind.has(name) &&
+              (await this.r.exists(keys.chainHalt(name))) === 0;
           }
         }
         backoff = 0;
@@ -230,7 +249,11 @@ export class ChainWatcher {
     const started = Date.now();
     let applied = 0;
     for (;;) {
-      const [scannedRaw, hashRaw, halt] = await this.r.mget(keys.scanned(name), keys.scannedHash(name), keys.chainHalt(name));
+      const [scannedRaw, hashRaw, halt] = await this.r.mget(
+        keys.scanned(name),
+        keys.scannedHash(name),
+        keys.chainHalt(name),
+      );
       if (halt !== null) {
         this.metrics.chainHalted.set({ chain: name }, 1);
         return applied;
@@ -242,12 +265,17 @@ export class ChainWatcher {
         if (this.leases.get(name)?.held) this.scannedHead.set(name, head);
         return applied;
       }
-      const parent: BlockRef | null = scannedRaw !== null && hashRaw !== null ? { number: BigInt(scannedRaw), hash: hashRaw as Hex } : null;
+      const parent: BlockRef | null =
+        scannedRaw !== null && hashRaw !== null ? { number: BigInt(scannedRaw), hash: hashRaw as Hex } : null;
       const scan = await chain.scanEvents(from, head, parent);
       if (!scan.ok) {
         if (scan.reason === 'node_behind') {
           this.metrics.chainNodeBehind.inc({ chain: name });
-          if (!this.behind.has(name)) this.log.warn({ chain: name, block: scan.block.toString(), detail: scan.detail }, 'chain node behind the range asked; retrying');
+          if (!this.behind.has(name))
+            this.log.warn(
+              { chain: name, block: scan.block.toString(), detail: scan.detail },
+              'chain node behind the range asked; retrying',
+            );
           this.behind.add(name);
         } else {
           await this.halt(name, scan.block, scan.expected, scan.found);
@@ -262,11 +290,16 @@ export class ChainWatcher {
       applied += report.applied.length;
       for (const a of report.anomalies) {
         this.metrics.chainAnomalies.inc({ chain: name, kind: a.kind });
-        this.log.error({ chain: name, ...stringified(a) }, 'escrow event not applied: amount out of range (kept in chain-anomalies)');
+        this.log.error(
+          { chain: name, ...stringified(a) },
+          'escrow event not applied: amount out of range (kept in chain-anomalies)',
+        );
       }
       for (const u of report.unmatched) {
         this.metrics.unmatchedCharges.inc({ chain: name, reason: u.reason });
-        const msg = u.rebuilt ? 'charge outcome of a call Redis had lost: its record rebuilt from the event' : 'charge outcome without a pending call record';
+        const msg = u.rebuilt
+          ? 'charge outcome of a call Redis had lost: its record rebuilt from the event'
+          : 'charge outcome without a pending call record';
         this.log.warn({ chain: name, ...stringified(u) }, msg);
       }
       for (const e of scan.admin) {
@@ -294,10 +327,20 @@ export class ChainWatcher {
   /** Stop applying `name`'s events: the block scanned last is no longer the node's (see the head of this file). */
   private async halt(name: ChainName, block: bigint, expected: Hex, found: Hex): Promise<void> {
     const cursor = await this.r.get(keys.cursor(name));
-    const halt: ChainHalt = { reason: 'reorg', block: block.toString(), expected, found, cursor, at: new Date().toISOString() };
+    const halt: ChainHalt = {
+      reason: 'reorg',
+      block: block.toString(),
+      expected,
+      found,
+      cursor,
+      at: new Date().toISOString(),
+    };
     await this.r.set(keys.chainHalt(name), JSON.stringify(halt), 'NX');
     this.metrics.chainHalted.set({ chain: name }, 1);
-    this.log.error({ chain: name, ...halt }, 'chain reorganised below the confirmed block scanned last: its events are no longer applied until an operator resumes it');
+    this.log.error(
+      { chain: name, ...halt },
+      'chain reorganised below the confirmed block scanned last: its events are no longer applied until an operator resumes it',
+    );
   }
 
   /**
@@ -392,7 +435,10 @@ export class ChainWatcher {
     if (made === null) return false;
     this.metrics.drift.inc({ chain: name }, usdOf(made < 0n ? -made : made));
     this.metrics.driftCorrections.inc({ chain: name });
-    this.log.warn({ chain: name, account, synced: wallet.synced.toString(), onchain: onchain.toString() }, 'synced balance corrected');
+    this.log.warn(
+      { chain: name, account, synced: wallet.synced.toString(), onchain: onchain.toString() },
+      'synced balance corrected',
+    );
     return true;
   }
 

@@ -41,24 +41,38 @@ export class Settlement {
       chains[name] = createEvmChain(name, chainsConfig[name], { env, onFeeCapped });
     }
     if (billing.watcher) {
-      this.watcher = new ChainWatcher(redis, chains, instance, {
-        pollMs: Math.min(...CHAIN_NAMES.map((n) => chainsConfig[n].poll_interval_ms)),
-        reconcileMs: billing.reconcile_interval_ms,
-        startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(chainsConfig[n].deploy_block)])),
-        retentionMs: billing.retention_days * 86_400_000,
-      }, metrics, log);
+      this.watcher = new ChainWatcher(
+        redis,
+        chains,
+        instance,
+        {
+          pollMs: Math.min(...CHAIN_NAMES.map((n) => chainsConfig[n].poll_interval_ms)),
+          reconcileMs: billing.reconcile_interval_ms,
+          startBlocks: Object.fromEntries(CHAIN_NAMES.map((n) => [n, BigInt(chainsConfig[n].deploy_block)])),
+          retentionMs: billing.retention_days * 86_400_000,
+        },
+        metrics,
+        log,
+      );
     }
     if (billing.settler) {
       const watcher = this.watcher;
-      this.settler = new Settler(redis, chains, instance, {
-        batchSize: billing.batch_size,
-        batchesInFlight: billing.batches_in_flight,
-        batchesUnmined: billing.batches_unmined,
-        batchWaitMs: billing.batch_wait_ms,
-        claimIdleMs: billing.claim_idle_ms,
-        // A mined batch is read back at once by this process's watcher (when it holds that chain's lease).
-        onMined: watcher && ((chain) => watcher.wake(chain)),
-      }, metrics, log);
+      this.settler = new Settler(
+        redis,
+        chains,
+        instance,
+        {
+          batchSize: billing.batch_size,
+          batchesInFlight: billing.batches_in_flight,
+          batchesUnmined: billing.batches_unmined,
+          batchWaitMs: billing.batch_wait_ms,
+          claimIdleMs: billing.claim_idle_ms,
+          // A mined batch is read back at once by this process's watcher (when it holds that chain's lease).
+          onMined: watcher && ((chain) => watcher.wake(chain)),
+        },
+        metrics,
+        log,
+      );
     }
   }
 
@@ -108,11 +122,23 @@ export async function startSettleProcess(
   const metrics = createMetrics();
   initSeries(metrics, CHAIN_NAMES, []);
   const redis = logRedisErrors(connectRedis(config.redis), (err) => log.error({ err }, 'redis connection'));
-  const settlement = new Settlement(redis, config.chains, { ...config.billing, settler: true, watcher: true }, instance, metrics, log, env);
+  const settlement = new Settlement(
+    redis,
+    config.chains,
+    { ...config.billing, settler: true, watcher: true },
+    instance,
+    metrics,
+    log,
+    env,
+  );
   let server: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
   try {
     if (opts.metricsPort !== undefined) {
-      server = await startMetricsServer(metrics, { port: opts.metricsPort, host: config.server.host, token_env: config.metrics.token_env }, env);
+      server = await startMetricsServer(
+        metrics,
+        { port: opts.metricsPort, host: config.server.host, token_env: config.metrics.token_env },
+        env,
+      );
     }
     await settlement.start();
   } catch (err) {

@@ -92,7 +92,8 @@ function toCharge(fields: string[] | null): Charge | null {
   const f: Record<string, string> = {};
   for (let i = 0; i + 1 < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
   if (!f.call_id || !f.account || !f.amount) return null;
-  if (!CALL_ID.test(f.call_id) || !ADDRESS.test(f.account) || !AMOUNT.test(f.amount) || BigInt(f.amount) > UINT256_MAX) return null;
+  if (!CALL_ID.test(f.call_id) || !ADDRESS.test(f.account) || !AMOUNT.test(f.amount) || BigInt(f.amount) > UINT256_MAX)
+    return null;
   return { callId: f.call_id as Hex, account: f.account as Address, amount: BigInt(f.amount) };
 }
 
@@ -102,7 +103,11 @@ function toCharge(fields: string[] | null): Charge | null {
  * depth and oldest-debit gauges up for good (seen in the crash test).
  */
 async function done(conn: Redis, key: string, ids: string[]): Promise<void> {
-  const results = await conn.multi().xack(key, GROUP, ...ids).xdel(key, ...ids).exec();
+  const results = await conn
+    .multi()
+    .xack(key, GROUP, ...ids)
+    .xdel(key, ...ids)
+    .exec();
   const failed = results?.find(([err]) => err);
   if (!results || failed) throw failed?.[0] ?? new Error('debit acknowledgement transaction discarded');
 }
@@ -163,17 +168,31 @@ export class Settler {
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
       if (!chain.canSettle) continue;
       // Blocking reads get a connection of their own: a BLOCK would stall every other command on a shared one.
-      const conn = logRedisErrors(this.redis.duplicate(), (err) => this.log.warn({ err, chain: name }, 'settler redis connection'));
+      const conn = logRedisErrors(this.redis.duplicate(), (err) =>
+        this.log.warn({ err, chain: name }, 'settler redis connection'),
+      );
       const lane: Lane = {
-        name, chain, conn, key: keys.debits(name), inFlight: new Set(), unmined: new Set(), retry: [], held: new Set(), lastClaim: 0,
-        claimCursor: '0-0', abort: new AbortController(),
+        name,
+        chain,
+        conn,
+        key: keys.debits(name),
+        inFlight: new Set(),
+        unmined: new Set(),
+        retry: [],
+        held: new Set(),
+        lastClaim: 0,
+        claimCursor: '0-0',
+        abort: new AbortController(),
       };
       this.lanes.push(lane);
       this.loops.push(this.loop(lane));
     }
     this.timer = setInterval(() => void this.measure().catch(() => {}), 5_000);
     this.timer.unref();
-    this.keepTimer = setInterval(() => void this.keepHeld().catch(() => {}), Math.max(100, this.settings.claimIdleMs / 3));
+    this.keepTimer = setInterval(
+      () => void this.keepHeld().catch(() => {}),
+      Math.max(100, this.settings.claimIdleMs / 3),
+    );
     this.keepTimer.unref();
   }
 
@@ -247,9 +266,22 @@ export class Settler {
     const { batchSize, batchWaitMs, claimIdleMs } = this.settings;
     if (lane.retry.length > 0) return lane.retry.splice(0, batchSize);
     const read = async (count: number, from: string, block?: number): Promise<Entry[]> => {
-      const got = (block === undefined
-        ? await lane.conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', count, 'STREAMS', lane.key, from)
-        : await lane.conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', count, 'BLOCK', block, 'STREAMS', lane.key, from)) as [string, Entry[]][] | null;
+      const got = (
+        block === undefined
+          ? await lane.conn.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', count, 'STREAMS', lane.key, from)
+          : await lane.conn.xreadgroup(
+              'GROUP',
+              GROUP,
+              this.consumer,
+              'COUNT',
+              count,
+              'BLOCK',
+              block,
+              'STREAMS',
+              lane.key,
+              from,
+            )
+      ) as [string, Entry[]][] | null;
       return got?.[0]?.[1] ?? [];
     };
     let entries: Entry[] = [];
@@ -260,7 +292,15 @@ export class Settler {
     if (entries.length === 0 && (lane.claimCursor !== '0-0' || Date.now() - lane.lastClaim > claimIdleMs / 2)) {
       const fresh = lane.claimCursor === '0-0';
       if (fresh) lane.lastClaim = Date.now();
-      const [cursor, claimed] = (await lane.conn.xautoclaim(lane.key, GROUP, this.consumer, claimIdleMs, lane.claimCursor, 'COUNT', batchSize)) as [string, Entry[]];
+      const [cursor, claimed] = (await lane.conn.xautoclaim(
+        lane.key,
+        GROUP,
+        this.consumer,
+        claimIdleMs,
+        lane.claimCursor,
+        'COUNT',
+        batchSize,
+      )) as [string, Entry[]];
       lane.claimCursor = cursor;
       // Ours are kept fresh (keepHeld), but one may have gone idle while Redis was away: it is watched already.
       entries = (claimed ?? []).filter(([id]) => !lane.held.has(id));
@@ -289,14 +329,20 @@ export class Settler {
 
   /** Send one batch of `debits` (what it cannot carry is kept for the next) and track it until confirmed. */
   private async send(lane: Lane, debits: Debit[]): Promise<void> {
-    const fits = Math.max(1, Math.min(debits.length, lane.chain.batchFits?.(debits.map((d) => d.charge)) ?? debits.length));
+    const fits = Math.max(
+      1,
+      Math.min(debits.length, lane.chain.batchFits?.(debits.map((d) => d.charge)) ?? debits.length),
+    );
     const batch = debits.slice(0, fits);
     for (const d of debits) lane.held.add(d.id);
     lane.retry.unshift(...debits.slice(fits));
     const started = process.hrtime.bigint();
     let pending: PendingBatch;
     try {
-      pending = await lane.chain.submitCharges(batch.map((d) => d.charge), { signal: lane.abort.signal });
+      pending = await lane.chain.submitCharges(
+        batch.map((d) => d.charge),
+        { signal: lane.abort.signal },
+      );
     } catch (err) {
       // Not sent (refused by its simulation, fees above the ceiling, the node away): sent again after the backoff.
       lane.retry.unshift(...batch);
@@ -325,14 +371,20 @@ export class Settler {
       // debit it did charge (a receipt lost, not the batch) comes back already_charged.
       lane.retry.unshift(...batch);
       this.metrics.settlementFailures.inc({ chain: name });
-      this.log.error({ err, chain: name, nonce: pending.nonce, tx: pending.txHash }, 'settlement batch failed; will retry');
+      this.log.error(
+        { err, chain: name, nonce: pending.nonce, tx: pending.txHash },
+        'settlement batch failed; will retry',
+      );
       return;
     }
     this.settings.onMined?.(name);
     this.metrics.settlementDuration.observe({ chain: name }, Number(process.hrtime.bigint() - started) / 1e9);
     this.metrics.settlementBatches.inc({ chain: name, result: 'mined' });
     const now = Date.now();
-    countBy(receipt.results.map((r) => r.outcome), (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n));
+    countBy(
+      receipt.results.map((r) => r.outcome),
+      (outcome, n) => this.metrics.settlementCharges.inc({ chain: name, outcome }, n),
+    );
     for (const id of ids) this.metrics.settlementLag.observe({ chain: name }, Math.max(0, now - entryTime(id)) / 1000);
     await this.acknowledge(lane, ids, pending);
   }
@@ -352,7 +404,10 @@ export class Settler {
         return;
       } catch (err) {
         if (!this.running) return;
-        this.log.warn({ err, chain: lane.name, tx: pending.txHash }, 'confirmed batch not acknowledged; acknowledging again');
+        this.log.warn(
+          { err, chain: lane.name, tx: pending.txHash },
+          'confirmed batch not acknowledged; acknowledging again',
+        );
         backoff = Math.min(5_000, backoff ? backoff * 2 : 200);
         await this.sleeps.sleep(backoff);
       }
@@ -364,9 +419,15 @@ export class Settler {
     for (const name of Object.keys(this.chains) as ChainName[]) {
       const key = keys.debits(name);
       // Both read before either is set: a scrape never sees one gauge of a chain without the other.
-      const [depth, first] = await Promise.all([this.redis.xlen(key), this.redis.xrange(key, '-', '+', 'COUNT', 1) as Promise<Entry[]>]);
+      const [depth, first] = await Promise.all([
+        this.redis.xlen(key),
+        this.redis.xrange(key, '-', '+', 'COUNT', 1) as Promise<Entry[]>,
+      ]);
       this.metrics.debitQueueDepth.set({ chain: name }, depth);
-      this.metrics.debitQueueOldest.set({ chain: name }, first.length ? Math.max(0, Date.now() - entryTime(first[0]![0])) / 1000 : 0);
+      this.metrics.debitQueueOldest.set(
+        { chain: name },
+        first.length ? Math.max(0, Date.now() - entryTime(first[0]![0])) / 1000 : 0,
+      );
     }
   }
 
@@ -388,10 +449,14 @@ export class Settler {
     // left pending in the stream, and taken over by another settler.
     let timer: NodeJS.Timeout | undefined;
     const tracked = this.lanes.flatMap((l) => [...l.inFlight]);
-    await Promise.race([Promise.allSettled([...this.loops, ...tracked]), new Promise((r) => (timer = setTimeout(r, 5_000)))]);
+    await Promise.race([
+      Promise.allSettled([...this.loops, ...tracked]),
+      new Promise((r) => (timer = setTimeout(r, 5_000))),
+    ]);
     clearTimeout(timer);
     for (const [name, chain] of Object.entries(this.chains) as [ChainName, SettlementChain][]) {
-      if (chain.canSettle) await ifAnswering(this.redis, 1_000, () => pruneConsumers(this.redis, name, 0, this.consumer));
+      if (chain.canSettle)
+        await ifAnswering(this.redis, 1_000, () => pruneConsumers(this.redis, name, 0, this.consumer));
     }
   }
 }

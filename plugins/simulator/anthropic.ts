@@ -39,20 +39,36 @@ function forcedTool(body: Record<string, unknown>): Tool | undefined {
   if (choice === undefined || choice === null || (choice.type !== 'any' && choice.type !== 'tool')) return undefined;
   const tools = (Array.isArray(body.tools) ? body.tools : []) as Array<{ name?: unknown; input_schema?: unknown }>;
   const named = tools.filter((t) => t !== null && typeof t === 'object' && typeof t.name === 'string');
-  const tool = choice.type === 'tool' ? named.find((t) => t.name === choice.name) : (named.find((t) => t.input_schema) ?? named[0]);
+  const tool =
+    choice.type === 'tool'
+      ? named.find((t) => t.name === choice.name)
+      : (named.find((t) => t.input_schema) ?? named[0]);
   if (tool === undefined) {
-    throw new SimError(400, choice.type === 'tool' ? `tool_choice: tool '${String(choice.name)}' is not in tools` : 'tool_choice: requires tools');
+    throw new SimError(
+      400,
+      choice.type === 'tool'
+        ? `tool_choice: tool '${String(choice.name)}' is not in tools`
+        : 'tool_choice: requires tools',
+    );
   }
   return { name: tool.name as string, schema: tool.input_schema };
 }
 
 function usageJson(c: AnthropicCacheUsage, output: number): string {
   return (
-    '{"input_tokens":' + c.input +
-    ',"cache_creation_input_tokens":' + (c.write5m + c.write1h) +
-    ',"cache_read_input_tokens":' + c.read +
-    ',"cache_creation":{"ephemeral_5m_input_tokens":' + c.write5m + ',"ephemeral_1h_input_tokens":' + c.write1h +
-    '},"output_tokens":' + output + ',"service_tier":"standard"}'
+    '{"input_tokens":' +
+    c.input +
+    ',"cache_creation_input_tokens":' +
+    (c.write5m + c.write1h) +
+    ',"cache_read_input_tokens":' +
+    c.read +
+    ',"cache_creation":{"ephemeral_5m_input_tokens":' +
+    c.write5m +
+    ',"ephemeral_1h_input_tokens":' +
+    c.write1h +
+    '},"output_tokens":' +
+    output +
+    ',"service_tier":"standard"}'
   );
 }
 
@@ -74,14 +90,32 @@ function stopSequence(out: Output): string {
 function messageJson(id: string, model: string, out: Output, cache: AnthropicCacheUsage): string {
   let content: string;
   if (out.kind === 'tool') {
-    content = '[{"type":"tool_use","id":"' + out.id + '","name":' + JSON.stringify(out.plan.name) + ',"input":' + JSON.stringify(out.plan.input) + '}]';
+    content =
+      '[{"type":"tool_use","id":"' +
+      out.id +
+      '","name":' +
+      JSON.stringify(out.plan.name) +
+      ',"input":' +
+      JSON.stringify(out.plan.input) +
+      '}]';
   } else {
-    content = out.plan.pieces.length === 0 ? '[]' : '[{"type":"text","text":' + JSON.stringify(out.plan.pieces.join('')) + '}]';
+    content =
+      out.plan.pieces.length === 0 ? '[]' : '[{"type":"text","text":' + JSON.stringify(out.plan.pieces.join('')) + '}]';
   }
   return (
-    '{"id":"' + id + '","type":"message","role":"assistant","model":' + model + ',"content":' + content +
-    ',"stop_reason":"' + stopReason(out) + '","stop_sequence":' + stopSequence(out) +
-    ',"usage":' + usageJson(cache, out.plan.pieces.length) + '}'
+    '{"id":"' +
+    id +
+    '","type":"message","role":"assistant","model":' +
+    model +
+    ',"content":' +
+    content +
+    ',"stop_reason":"' +
+    stopReason(out) +
+    '","stop_sequence":' +
+    stopSequence(out) +
+    ',"usage":' +
+    usageJson(cache, out.plan.pieces.length) +
+    '}'
   );
 }
 
@@ -91,27 +125,69 @@ function streamPlan(id: string, model: string, out: Output, cache: AnthropicCach
   const head = [
     event(
       'message_start',
-      '{"type":"message_start","message":{"id":"' + id + '","type":"message","role":"assistant","model":' + model +
-        ',"content":[],"stop_reason":null,"stop_sequence":null,"usage":' + usageJson(cache, Math.min(1, n)) + '}}',
+      '{"type":"message_start","message":{"id":"' +
+        id +
+        '","type":"message","role":"assistant","model":' +
+        model +
+        ',"content":[],"stop_reason":null,"stop_sequence":null,"usage":' +
+        usageJson(cache, Math.min(1, n)) +
+        '}}',
     ),
   ];
   const tail: string[] = [];
   let chunks: string[];
   if (out.kind === 'tool') {
-    head.push(event('content_block_start', '{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"' + out.id + '","name":' + JSON.stringify(out.plan.name) + ',"input":{}}}'));
-    chunks = out.plan.pieces.map((p) => event('content_block_delta', '{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":' + JSON.stringify(p) + '}}'));
+    head.push(
+      event(
+        'content_block_start',
+        '{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"' +
+          out.id +
+          '","name":' +
+          JSON.stringify(out.plan.name) +
+          ',"input":{}}}',
+      ),
+    );
+    chunks = out.plan.pieces.map((p) =>
+      event(
+        'content_block_delta',
+        '{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":' +
+          JSON.stringify(p) +
+          '}}',
+      ),
+    );
   } else {
-    if (n > 0) head.push(event('content_block_start', '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}'));
-    chunks = out.plan.pieces.map((p) => event('content_block_delta', '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":' + JSON.stringify(p) + '}}'));
+    if (n > 0)
+      head.push(
+        event(
+          'content_block_start',
+          '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+        ),
+      );
+    chunks = out.plan.pieces.map((p) =>
+      event(
+        'content_block_delta',
+        '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":' + JSON.stringify(p) + '}}',
+      ),
+    );
   }
   head.push(event('ping', '{"type": "ping"}'));
   if (n > 0 || out.kind === 'tool') tail.push(event('content_block_stop', '{"type":"content_block_stop","index":0}'));
   tail.push(
     event(
       'message_delta',
-      '{"type":"message_delta","delta":{"stop_reason":"' + stopReason(out) + '","stop_sequence":' + stopSequence(out) +
-        '},"usage":{"input_tokens":' + cache.input + ',"cache_creation_input_tokens":' + (cache.write5m + cache.write1h) +
-        ',"cache_read_input_tokens":' + cache.read + ',"output_tokens":' + n + '}}',
+      '{"type":"message_delta","delta":{"stop_reason":"' +
+        stopReason(out) +
+        '","stop_sequence":' +
+        stopSequence(out) +
+        '},"usage":{"input_tokens":' +
+        cache.input +
+        ',"cache_creation_input_tokens":' +
+        (cache.write5m + cache.write1h) +
+        ',"cache_read_input_tokens":' +
+        cache.read +
+        ',"output_tokens":' +
+        n +
+        '}}',
     ),
     event('message_stop', '{"type":"message_stop"}'),
   );
@@ -120,7 +196,8 @@ function streamPlan(id: string, model: string, out: Output, cache: AnthropicCach
 
 function stopSequences(v: unknown): string[] {
   if (v === undefined || v === null) return [];
-  if (!Array.isArray(v) || v.some((s) => typeof s !== 'string')) throw new SimError(400, 'stop_sequences: Input should be a list of strings');
+  if (!Array.isArray(v) || v.some((s) => typeof s !== 'string'))
+    throw new SimError(400, 'stop_sequences: Input should be a list of strings');
   return v as string[];
 }
 
@@ -153,7 +230,14 @@ export function anthropicRoutes(app: FastifyInstance, ctx: RouteContext): void {
     reply.hijack();
     const headers = { 'request-id': newId('req_') };
     if (body.stream === true) return sendStream(reply.raw, headers, streamPlan(id, model, out, cache), d);
-    await sendJson(reply.raw, 200, headers, messageJson(id, model, out, cache), d.hangupAfter !== undefined, d.chunkDelayMs);
+    await sendJson(
+      reply.raw,
+      200,
+      headers,
+      messageJson(id, model, out, cache),
+      d.hangupAfter !== undefined,
+      d.chunkDelayMs,
+    );
   });
 
   app.post('/v1/messages/count_tokens', POST_ROUTE, async (req, reply) => {

@@ -73,9 +73,17 @@ function openaiKind(status: number): [type: string, code: string | null] {
 }
 
 /** OpenAI error body; `code` and `type` undefined: the ones the status implies. */
-export function openaiErrorBody(status: number, message: string, param: string | null, code?: string | null, type?: string): string {
+export function openaiErrorBody(
+  status: number,
+  message: string,
+  param: string | null,
+  code?: string | null,
+  type?: string,
+): string {
   const [defaultType, defaultCode] = openaiKind(status);
-  return JSON.stringify({ error: { message, type: type ?? defaultType, param, code: code === undefined ? defaultCode : code } });
+  return JSON.stringify({
+    error: { message, type: type ?? defaultType, param, code: code === undefined ? defaultCode : code },
+  });
 }
 
 /** The canonical google.rpc.Code name the Gemini API pairs with an HTTP status (ai.google.dev "API troubleshooting"). */

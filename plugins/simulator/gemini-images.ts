@@ -60,22 +60,34 @@ async function readContents(contents: unknown[]): Promise<{ text: string; images
   let text = '';
   for (let i = 0; i < contents.length; i++) {
     const content = contents[i];
-    if (!isObject(content) || !Array.isArray(content.parts)) throw new SimError(400, `* GenerateContentRequest.contents[${i}].parts: contents.parts must not be empty.`);
+    if (!isObject(content) || !Array.isArray(content.parts))
+      throw new SimError(400, `* GenerateContentRequest.contents[${i}].parts: contents.parts must not be empty.`);
     const user = content.role === undefined || content.role === 'user';
     let own = '';
     for (const part of content.parts as unknown[]) {
       if (!isObject(part)) continue;
       if (typeof part.text === 'string' && part.thought !== true) own = own === '' ? part.text : own + '\n' + part.text;
-      const field = part.inlineData !== undefined ? 'inlineData' : part.inline_data !== undefined ? 'inline_data' : undefined;
+      const field =
+        part.inlineData !== undefined ? 'inlineData' : part.inline_data !== undefined ? 'inline_data' : undefined;
       if (field === undefined) continue;
       const blob = part[field];
       const mimeType = isObject(blob) ? pick(blob, 'mimeType', 'mime_type') : undefined;
       const data = isObject(blob) ? blob.data : undefined;
       if (typeof mimeType !== 'string' || typeof data !== 'string' || data === '') {
-        throw new SimError(400, `* GenerateContentRequest.contents[${i}].parts: ${field} needs a mimeType and base64 data.`);
+        throw new SimError(
+          400,
+          `* GenerateContentRequest.contents[${i}].parts: ${field} needs a mimeType and base64 data.`,
+        );
       }
       if (!mimeType.startsWith('image/')) continue;
-      images.push(await decodeImage(field, mimeType, Buffer.from(data, 'base64'), (m) => new SimError(400, `Unable to process input image. ${m}`)));
+      images.push(
+        await decodeImage(
+          field,
+          mimeType,
+          Buffer.from(data, 'base64'),
+          (m) => new SimError(400, `Unable to process input image. ${m}`),
+        ),
+      );
     }
     if (user) text = own;
   }
@@ -88,7 +100,8 @@ function nearestRatio(width: number, height: number): AspectRatio {
   let best: AspectRatio = '1:1';
   for (const ratio of Object.keys(SIZES) as AspectRatio[]) {
     const [w, h] = SIZES[ratio]['1K'];
-    if (Math.abs(Math.log(w / h) - target) < Math.abs(Math.log(SIZES[best]['1K'][0] / SIZES[best]['1K'][1]) - target)) best = ratio;
+    if (Math.abs(Math.log(w / h) - target) < Math.abs(Math.log(SIZES[best]['1K'][0] / SIZES[best]['1K'][1]) - target))
+      best = ratio;
   }
   return best;
 }
@@ -106,8 +119,14 @@ function readConfig(body: Record<string, unknown>, refs: ReceivedImage[]): Confi
   const gen = pick(body, 'generationConfig', 'generation_config') ?? {};
   if (!isObject(gen)) throw new SimError(400, 'Invalid JSON payload: generationConfig must be an object.');
   const modalities = pick(gen, 'responseModalities', 'response_modalities') ?? ['TEXT', 'IMAGE'];
-  if (!Array.isArray(modalities) || modalities.some((m) => typeof m !== 'string' || !['TEXT', 'IMAGE'].includes(m.toUpperCase()))) {
-    throw new SimError(400, 'Invalid value at generation_config.response_modalities: the simulated image models answer TEXT and IMAGE.');
+  if (
+    !Array.isArray(modalities) ||
+    modalities.some((m) => typeof m !== 'string' || !['TEXT', 'IMAGE'].includes(m.toUpperCase()))
+  ) {
+    throw new SimError(
+      400,
+      'Invalid value at generation_config.response_modalities: the simulated image models answer TEXT and IMAGE.',
+    );
   }
   const upper = (modalities as string[]).map((m) => m.toUpperCase());
   const imageConfig = pick(gen, 'imageConfig', 'image_config') ?? {};
@@ -115,30 +134,45 @@ function readConfig(body: Record<string, unknown>, refs: ReceivedImage[]): Confi
   const ratio = pick(imageConfig, 'aspectRatio', 'aspect_ratio');
   const size = pick(imageConfig, 'imageSize', 'image_size') ?? '1K';
   if (ratio !== undefined && !(typeof ratio === 'string' && ratio in SIZES)) {
-    throw new SimError(400, `Unsupported aspect ratio: ${JSON.stringify(ratio)}. Supported: ${Object.keys(SIZES).join(', ')}.`);
+    throw new SimError(
+      400,
+      `Unsupported aspect ratio: ${JSON.stringify(ratio)}. Supported: ${Object.keys(SIZES).join(', ')}.`,
+    );
   }
-  if (size !== '1K' && size !== '2K' && size !== '4K') throw new SimError(400, `Unsupported image size: ${JSON.stringify(size)}. Supported: 1K, 2K, 4K.`);
+  if (size !== '1K' && size !== '2K' && size !== '4K')
+    throw new SimError(400, `Unsupported image size: ${JSON.stringify(size)}. Supported: 1K, 2K, 4K.`);
   const max = pick(gen, 'maxOutputTokens', 'max_output_tokens');
   if (max !== undefined && !(Number.isInteger(max) && (max as number) > 0)) {
-    throw new SimError(400, `Invalid value at 'generation_config.max_output_tokens' (TYPE_INT32), ${JSON.stringify(max)}`);
+    throw new SimError(
+      400,
+      `Invalid value at 'generation_config.max_output_tokens' (TYPE_INT32), ${JSON.stringify(max)}`,
+    );
   }
   const first = refs[0];
   return {
     maxOutputTokens: max as number | undefined,
     text: upper.length === 0 || upper.includes('TEXT'),
     image: upper.length === 0 || upper.includes('IMAGE'),
-    ratio: (ratio as AspectRatio | undefined) ?? (first === undefined ? '1:1' : nearestRatio(first.width, first.height)),
+    ratio:
+      (ratio as AspectRatio | undefined) ?? (first === undefined ? '1:1' : nearestRatio(first.width, first.height)),
     size,
   };
 }
 
 /** Answers generateContent for `model`: text and image parts, a safety block, or a fault. */
-export async function generateContent(req: FastifyRequest, reply: FastifyReply, ctx: RouteContext, model: string): Promise<void> {
+export async function generateContent(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  ctx: RouteContext,
+  model: string,
+): Promise<void> {
   const body = bodyObject(req.body);
   const contents = body.contents;
-  if (!Array.isArray(contents) || contents.length === 0) throw new SimError(400, '* GenerateContentRequest.contents: contents is not specified');
+  if (!Array.isArray(contents) || contents.length === 0)
+    throw new SimError(400, '* GenerateContentRequest.contents: contents is not specified');
   const { text, images } = await readContents(contents);
-  if (images.length > MAX_REFERENCES) throw new SimError(400, `Too many input images: ${images.length}. At most ${MAX_REFERENCES} are supported.`);
+  if (images.length > MAX_REFERENCES)
+    throw new SimError(400, `Too many input images: ${images.length}. At most ${MAX_REFERENCES} are supported.`);
   ctx.media.recordImages(req, images);
   const config = readConfig(body, images);
   const d = parseDirectives(text);
@@ -153,22 +187,41 @@ export async function generateContent(req: FastifyRequest, reply: FastifyReply, 
   if (d.image === 'refuse') {
     // Blocked prompt: promptFeedback.blockReason and no candidates (GenerateContentResponse, PromptFeedback).
     answer = {
-      promptFeedback: { blockReason: 'SAFETY', safetyRatings: [{ category: 'HARM_CATEGORY_DANGEROUS_CONTENT', probability: 'HIGH', blocked: true }] },
-      usageMetadata: { promptTokenCount: promptText + promptImages, totalTokenCount: promptText + promptImages, promptTokensDetails },
+      promptFeedback: {
+        blockReason: 'SAFETY',
+        safetyRatings: [{ category: 'HARM_CATEGORY_DANGEROUS_CONTENT', probability: 'HIGH', blocked: true }],
+      },
+      usageMetadata: {
+        promptTokenCount: promptText + promptImages,
+        totalTokenCount: promptText + promptImages,
+        promptTokensDetails,
+      },
       ...envelope,
     };
   } else if (d.image === 'refuse_output') {
     // Blocked image: a candidate with finishReason IMAGE_SAFETY and no content (Candidate.FinishReason).
     answer = {
       candidates: [{ finishReason: 'IMAGE_SAFETY', index: 0 }],
-      usageMetadata: { promptTokenCount: promptText + promptImages, totalTokenCount: promptText + promptImages, promptTokensDetails },
+      usageMetadata: {
+        promptTokenCount: promptText + promptImages,
+        totalTokenCount: promptText + promptImages,
+        promptTokensDetails,
+      },
       ...envelope,
     };
-  } else if (config.maxOutputTokens !== undefined && config.image && config.maxOutputTokens < IMAGE_OUTPUT_TOKENS[config.size]) {
+  } else if (
+    config.maxOutputTokens !== undefined &&
+    config.image &&
+    config.maxOutputTokens < IMAGE_OUTPUT_TOKENS[config.size]
+  ) {
     // The image does not fit the output budget: the candidate stops at MAX_TOKENS without one (Candidate.FinishReason).
     answer = {
       candidates: [{ finishReason: 'MAX_TOKENS', index: 0 }],
-      usageMetadata: { promptTokenCount: promptText + promptImages, totalTokenCount: promptText + promptImages, promptTokensDetails },
+      usageMetadata: {
+        promptTokenCount: promptText + promptImages,
+        totalTokenCount: promptText + promptImages,
+        promptTokensDetails,
+      },
       ...envelope,
     };
   } else {
@@ -182,7 +235,14 @@ export async function generateContent(req: FastifyRequest, reply: FastifyReply, 
     }
     if (config.image) {
       const [width, height] = SIZES[config.ratio][config.size];
-      const png = await renderImage({ width, height, seed: imageSeed(text), format: 'png', alpha: false, detailed: d.image === 'detailed' });
+      const png = await renderImage({
+        width,
+        height,
+        seed: imageSeed(text),
+        format: 'png',
+        alpha: false,
+        detailed: d.image === 'detailed',
+      });
       parts.push({ inlineData: { mimeType: 'image/png', data: png.toString('base64') } });
       candidatesTokensDetails.push({ modality: 'IMAGE', tokenCount: IMAGE_OUTPUT_TOKENS[config.size] });
     }
@@ -200,5 +260,11 @@ export async function generateContent(req: FastifyRequest, reply: FastifyReply, 
     };
   }
   reply.hijack();
-  sendBody(reply.raw, 200, { 'content-type': 'application/json; charset=UTF-8' }, JSON.stringify(answer), d.hangupAfter);
+  sendBody(
+    reply.raw,
+    200,
+    { 'content-type': 'application/json; charset=UTF-8' },
+    JSON.stringify(answer),
+    d.hangupAfter,
+  );
 }

@@ -41,13 +41,21 @@ function veoImage(v: unknown, field: string): Promise<ReceivedImage> {
   const bytes = isObject(v) ? v.bytesBase64Encoded : undefined;
   const mimeType = isObject(v) ? v.mimeType : undefined;
   if (typeof bytes !== 'string' || bytes === '' || typeof mimeType !== 'string') {
-    throw new SimError(400, `${field}: an image is {bytesBase64Encoded, mimeType} (Cloud Storage and file URIs are out of reach of the simulator).`);
+    throw new SimError(
+      400,
+      `${field}: an image is {bytesBase64Encoded, mimeType} (Cloud Storage and file URIs are out of reach of the simulator).`,
+    );
   }
   return decodeImage(field, mimeType, Buffer.from(bytes, 'base64'), (m) => new SimError(400, `${field}: ${m}`));
 }
 
 /** Starts a render for `model`; answers the operation's name. */
-export async function predictLongRunning(req: FastifyRequest, reply: FastifyReply, ctx: RouteContext, model: string): Promise<void> {
+export async function predictLongRunning(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  ctx: RouteContext,
+  model: string,
+): Promise<void> {
   const body = bodyObject(req.body);
   const instances = body.instances;
   if (!Array.isArray(instances) || instances.length !== 1 || !isObject(instances[0])) {
@@ -55,29 +63,42 @@ export async function predictLongRunning(req: FastifyRequest, reply: FastifyRepl
   }
   const instance = instances[0];
   const prompt = instance.prompt;
-  if (typeof prompt !== 'string' || prompt === '') throw new SimError(400, 'instances[0].prompt: a prompt is required.');
+  if (typeof prompt !== 'string' || prompt === '')
+    throw new SimError(400, 'instances[0].prompt: a prompt is required.');
   const parameters = body.parameters ?? {};
   if (!isObject(parameters)) throw new SimError(400, 'parameters must be an object.');
 
   const aspectRatio = parameters.aspectRatio ?? '16:9';
   const resolution = parameters.resolution ?? '720p';
   if (typeof aspectRatio !== 'string' || FRAME[aspectRatio] === undefined) {
-    throw new SimError(400, `parameters.aspectRatio: ${JSON.stringify(aspectRatio)} is not supported; use one of ${Object.keys(FRAME).join(', ')}.`);
+    throw new SimError(
+      400,
+      `parameters.aspectRatio: ${JSON.stringify(aspectRatio)} is not supported; use one of ${Object.keys(FRAME).join(', ')}.`,
+    );
   }
   const frame = typeof resolution === 'string' ? FRAME[aspectRatio]![resolution] : undefined;
-  if (frame === undefined) throw new SimError(400, `parameters.resolution: ${JSON.stringify(resolution)} is not supported; use 480p, 720p or 1080p.`);
+  if (frame === undefined)
+    throw new SimError(
+      400,
+      `parameters.resolution: ${JSON.stringify(resolution)} is not supported; use 480p, 720p or 1080p.`,
+    );
   const seconds = videoSeconds(parameters.durationSeconds ?? 8);
   if (seconds === undefined) {
-    throw new SimError(400, `parameters.durationSeconds: ${JSON.stringify(parameters.durationSeconds)} is not supported; use whole seconds from 1 to ${VIDEO_BOUNDS.maxSeconds}.`);
+    throw new SimError(
+      400,
+      `parameters.durationSeconds: ${JSON.stringify(parameters.durationSeconds)} is not supported; use whole seconds from 1 to ${VIDEO_BOUNDS.maxSeconds}.`,
+    );
   }
   for (const count of ['numberOfVideos', 'sampleCount']) {
-    if (parameters[count] !== undefined && parameters[count] !== 1) throw new SimError(400, `parameters.${count}: one video per request.`);
+    if (parameters[count] !== undefined && parameters[count] !== 1)
+      throw new SimError(400, `parameters.${count}: one video per request.`);
   }
 
   const images: ReceivedImage[] = [];
   if (instance.image !== undefined) images.push(await veoImage(instance.image, 'image'));
   if (instance.lastFrame !== undefined) {
-    if (instance.image === undefined) throw new SimError(400, 'instances[0].lastFrame must be used in combination with instances[0].image.');
+    if (instance.image === undefined)
+      throw new SimError(400, 'instances[0].lastFrame must be used in combination with instances[0].image.');
     images.push(await veoImage(instance.lastFrame, 'lastFrame'));
   }
   if (instance.referenceImages !== undefined) {
@@ -92,7 +113,17 @@ export async function predictLongRunning(req: FastifyRequest, reply: FastifyRepl
   const d = parseDirectives(prompt);
   await applyFaults(d);
   const id = shortId();
-  ctx.media.jobs.create(id, { protocol: 'gemini', model, prompt, width: frame[0], height: frame[1], seconds, fail: d.videoFail === true, renderMs: d.renderMs, hangupAfter: d.hangupAfter });
+  ctx.media.jobs.create(id, {
+    protocol: 'gemini',
+    model,
+    prompt,
+    width: frame[0],
+    height: frame[1],
+    seconds,
+    fail: d.videoFail === true,
+    renderMs: d.renderMs,
+    hangupAfter: d.hangupAfter,
+  });
   return reply.send({ name: `models/${model}/operations/${id}` });
 }
 
@@ -119,7 +150,8 @@ export function getOperation(req: FastifyRequest, reply: FastifyReply, ctx: Rout
       },
     });
   }
-  if (state.status === 'failed') return reply.send({ name, done: true, error: { code: RPC_INTERNAL, message: state.failure!.message } });
+  if (state.status === 'failed')
+    return reply.send({ name, done: true, error: { code: RPC_INTERNAL, message: state.failure!.message } });
   return reply.send({ name, done: false });
 }
 
@@ -128,7 +160,8 @@ export async function downloadFile(req: FastifyRequest, reply: FastifyReply, ctx
   const file = (req.params as { file: string }).file;
   const id = file.endsWith(':download') ? file.slice(0, -':download'.length) : undefined;
   const job = id === undefined ? undefined : geminiJob(ctx, id);
-  if (job === undefined || ctx.media.jobs.state(job).status !== 'completed') throw new SimError(404, `File files/${id ?? file} not found.`);
+  if (job === undefined || ctx.media.jobs.state(job).status !== 'completed')
+    throw new SimError(404, `File files/${id ?? file} not found.`);
   const clip = await ctx.media.jobs.clip(job);
   reply.hijack();
   sendFile(reply.raw, { ...clip, type: 'video/mp4' }, req.headers.range, {}, job.hangupAfter);

@@ -83,7 +83,9 @@ function sendError(err: FastifyError | SimError | Error, req: FastifyRequest, re
     reply.header('request-id', requestId).send(anthropicErrorBody(status, message, requestId));
   } else {
     const sim = err instanceof SimError ? err : undefined;
-    reply.header('x-request-id', requestId).send(openaiErrorBody(status, message, sim?.param ?? null, sim?.code, sim?.type));
+    reply
+      .header('x-request-id', requestId)
+      .send(openaiErrorBody(status, message, sim?.param ?? null, sim?.code, sim?.type));
   }
 }
 
@@ -99,7 +101,11 @@ function bearerIs(req: FastifyRequest, token: string): boolean {
 export default async function simulator(app: FastifyInstance, opts: SimulatorOptions): Promise<void> {
   const received = opts.received ?? [];
   const max = opts.maxRecorded ?? DEFAULT_MAX_RECORDED;
-  const media = new MediaState(opts.receivedImages ?? [], opts.maxRecordedImages ?? DEFAULT_MAX_RECORDED_IMAGES, opts.videoRenderMs ?? DEFAULT_VIDEO_RENDER_MS);
+  const media = new MediaState(
+    opts.receivedImages ?? [],
+    opts.maxRecordedImages ?? DEFAULT_MAX_RECORDED_IMAGES,
+    opts.videoRenderMs ?? DEFAULT_VIDEO_RENDER_MS,
+  );
   const ctx: RouteContext = {
     cache: new PromptCache(),
     media,
@@ -121,7 +127,7 @@ export default async function simulator(app: FastifyInstance, opts: SimulatorOpt
   const token = opts.inspectToken;
   if (token !== undefined && token !== '') {
     const inspect = (req: FastifyRequest) => {
-      if (!bearerIs(req, token)) throw new SimError(401, 'The request log needs the simulator\'s inspect token.');
+      if (!bearerIs(req, token)) throw new SimError(401, "The request log needs the simulator's inspect token.");
     };
     app.get('/__sim/requests', async (req) => {
       inspect(req);
@@ -136,7 +142,8 @@ export default async function simulator(app: FastifyInstance, opts: SimulatorOpt
 }
 
 /** Options of startSimulator: where to listen, and the plugin's options. */
-export interface StartOptions extends Pick<SimulatorOptions, 'maxRecorded' | 'maxRecordedImages' | 'videoRenderMs' | 'inspectToken'> {
+export interface StartOptions
+  extends Pick<SimulatorOptions, 'maxRecorded' | 'maxRecordedImages' | 'videoRenderMs' | 'inspectToken'> {
   /** Default 127.0.0.1. */
   host?: string;
   /** Default 0 (ephemeral). */
@@ -148,13 +155,20 @@ export async function startSimulator(opts: StartOptions = {}): Promise<Simulator
   const host = opts.host ?? '127.0.0.1';
   // forceCloseConnections: SDK clients keep sockets alive; close() must not wait for them. Bodies are parsed with
   // plain JSON.parse: the routes copy no keys into other objects, so `__proto__` in a body is data, as upstream.
-  const app = Fastify({ logger: false, forceCloseConnections: true, onProtoPoisoning: 'ignore', onConstructorPoisoning: 'ignore' });
+  const app = Fastify({
+    logger: false,
+    forceCloseConnections: true,
+    onProtoPoisoning: 'ignore',
+    onConstructorPoisoning: 'ignore',
+  });
   const received: RecordedRequest[] = [];
   const receivedImages: ReceivedImages[] = [];
   const { host: _host, port: _port, ...plugin } = opts;
   await app.register(simulator, { ...plugin, received, receivedImages });
   // Unknown paths answer in the protocol's error shape, like the providers' 404s.
-  app.setNotFoundHandler((req, reply) => sendError(new SimError(404, `Not found: ${req.method} ${req.url.split('?')[0]}`), req, reply));
+  app.setNotFoundHandler((req, reply) =>
+    sendError(new SimError(404, `Not found: ${req.method} ${req.url.split('?')[0]}`), req, reply),
+  );
   await app.listen({ host, port: opts.port ?? 0 });
   const address = app.server.address();
   const port = typeof address === 'object' && address !== null ? address.port : opts.port;

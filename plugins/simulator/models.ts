@@ -22,9 +22,17 @@ export interface ModelLimits {
   readonly maxOutput: number;
 }
 
-const claude = (contextWindow: number, maxOutput: number): ModelLimits => ({ rules: 'anthropic', contextWindow, maxOutput });
+const claude = (contextWindow: number, maxOutput: number): ModelLimits => ({
+  rules: 'anthropic',
+  contextWindow,
+  maxOutput,
+});
 const gpt = (contextWindow: number, maxOutput: number): ModelLimits => ({ rules: 'openai', contextWindow, maxOutput });
-const open = (contextWindow: number): ModelLimits => ({ rules: 'open-weights', contextWindow, maxOutput: contextWindow });
+const open = (contextWindow: number): ModelLimits => ({
+  rules: 'open-weights',
+  contextWindow,
+  maxOutput: contextWindow,
+});
 
 /** The provider models, by the id their provider serves them under. */
 const PROVIDER_MODELS: Readonly<Record<string, ModelLimits>> = {
@@ -81,9 +89,13 @@ export function refuseOverAnthropicLimits(model: string, inputTokens: number, ma
   const l = modelLimits(model);
   if (l === undefined) return;
   if (maxTokens > l.maxOutput) {
-    throw new SimError(400, `max_tokens: ${maxTokens} > ${l.maxOutput}, which is the maximum allowed number of output tokens for ${model}`);
+    throw new SimError(
+      400,
+      `max_tokens: ${maxTokens} > ${l.maxOutput}, which is the maximum allowed number of output tokens for ${model}`,
+    );
   }
-  if (inputTokens > l.contextWindow) throw new SimError(400, `prompt is too long: ${inputTokens} tokens > ${l.contextWindow} maximum`);
+  if (inputTokens > l.contextWindow)
+    throw new SimError(400, `prompt is too long: ${inputTokens} tokens > ${l.contextWindow} maximum`);
 }
 
 /**
@@ -98,9 +110,15 @@ export function refuseOverChatLimits(model: string, inputTokens: number, outputL
   if (l === undefined) return;
   if (l.rules === 'anthropic') {
     if (outputLimit !== Infinity && outputLimit > l.maxOutput) {
-      throw new SimError(400, `max_tokens: ${outputLimit} > ${l.maxOutput}, which is the maximum allowed number of output tokens for ${model}`, null, null);
+      throw new SimError(
+        400,
+        `max_tokens: ${outputLimit} > ${l.maxOutput}, which is the maximum allowed number of output tokens for ${model}`,
+        null,
+        null,
+      );
     }
-    if (inputTokens > l.contextWindow) throw new SimError(400, `prompt is too long: ${inputTokens} tokens > ${l.contextWindow} maximum`, null, null);
+    if (inputTokens > l.contextWindow)
+      throw new SimError(400, `prompt is too long: ${inputTokens} tokens > ${l.contextWindow} maximum`, null, null);
     return;
   }
   if (l.rules === 'openai') {
@@ -114,10 +132,14 @@ export function refuseOverChatLimits(model: string, inputTokens: number, outputL
     }
     const inputLimit = l.contextWindow - l.maxOutput;
     if (inputTokens > inputLimit) {
-      throw overflow(`Input tokens exceed the configured limit of ${inputLimit} tokens. Your messages resulted in ${inputTokens} tokens. Please reduce the length of the messages.`);
+      throw overflow(
+        `Input tokens exceed the configured limit of ${inputLimit} tokens. Your messages resulted in ${inputTokens} tokens. Please reduce the length of the messages.`,
+      );
     }
   } else if (inputTokens > l.contextWindow) {
-    throw overflow(`This model's maximum context length is ${l.contextWindow} tokens. However, your messages resulted in ${inputTokens} tokens. Please reduce the length of the messages.`);
+    throw overflow(
+      `This model's maximum context length is ${l.contextWindow} tokens. However, your messages resulted in ${inputTokens} tokens. Please reduce the length of the messages.`,
+    );
   }
   if (outputLimit !== Infinity && inputTokens + outputLimit > l.contextWindow) {
     throw overflow(

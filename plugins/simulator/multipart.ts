@@ -4,7 +4,9 @@ import { SimError } from './errors.js';
 
 /** The @fastify/multipart plugin, loaded with the first media route. */
 export async function multipartPlugin(): Promise<FastifyPluginAsync<{ limits: typeof MULTIPART_LIMITS }>> {
-  return (await import('@fastify/multipart')).default as unknown as FastifyPluginAsync<{ limits: typeof MULTIPART_LIMITS }>;
+  return (await import('@fastify/multipart')).default as unknown as FastifyPluginAsync<{
+    limits: typeof MULTIPART_LIMITS;
+  }>;
 }
 
 /** One part as @fastify/multipart yields it. */
@@ -24,7 +26,13 @@ export function isMultipart(req: FastifyRequest): boolean {
 }
 
 /** Limits of @fastify/multipart in the simulator: OpenAI takes image files up to 50 MB. */
-export const MULTIPART_LIMITS = { fileSize: 50 * 1024 * 1024, files: 64, fields: 64, parts: 256, fieldSize: 1024 * 1024 };
+export const MULTIPART_LIMITS = {
+  fileSize: 50 * 1024 * 1024,
+  files: 64,
+  fields: 64,
+  parts: 256,
+  fieldSize: 1024 * 1024,
+};
 
 /** All file bytes of one form at most. */
 const MAX_FORM_BYTES = 128 * 1024 * 1024;
@@ -62,5 +70,13 @@ export async function readForm(req: FastifyRequest): Promise<Form> {
 
 /** The form as the request log keeps it: the fields, and each file by field, name, type and size. */
 export function formSummary(form: Form): Record<string, unknown> {
-  return { ...form.fields, files: form.files.map((f) => ({ field: f.field, filename: f.filename, mimeType: f.mimeType, size: f.bytes.length })) };
+  return {
+    ...form.fields,
+    files: form.files.map((f) => ({
+      field: f.field,
+      filename: f.filename,
+      mimeType: f.mimeType,
+      size: f.bytes.length,
+    })),
+  };
 }

@@ -35,10 +35,23 @@ interface ModelRules {
 const GPT_QUALITIES = ['auto', 'low', 'medium', 'high'] as const;
 
 function rules(model: string): ModelRules {
-  if (model.startsWith('dall-e-2')) return { sizes: ['256x256', '512x512', '1024x1024'], qualities: ['standard'], maxPrompt: 1000, transparent: false };
-  if (model.startsWith('dall-e-3')) return { sizes: ['1024x1024', '1792x1024', '1024x1792'], qualities: ['standard', 'hd'], maxPrompt: 4000, transparent: false };
-  if (model.startsWith('gpt-image-2')) return { sizes: 'free', qualities: GPT_QUALITIES, maxPrompt: 32_000, transparent: false };
-  return { sizes: ['1024x1024', '1536x1024', '1024x1536'], qualities: GPT_QUALITIES, maxPrompt: 32_000, transparent: true };
+  if (model.startsWith('dall-e-2'))
+    return { sizes: ['256x256', '512x512', '1024x1024'], qualities: ['standard'], maxPrompt: 1000, transparent: false };
+  if (model.startsWith('dall-e-3'))
+    return {
+      sizes: ['1024x1024', '1792x1024', '1024x1792'],
+      qualities: ['standard', 'hd'],
+      maxPrompt: 4000,
+      transparent: false,
+    };
+  if (model.startsWith('gpt-image-2'))
+    return { sizes: 'free', qualities: GPT_QUALITIES, maxPrompt: 32_000, transparent: false };
+  return {
+    sizes: ['1024x1024', '1536x1024', '1024x1536'],
+    qualities: GPT_QUALITIES,
+    maxPrompt: 32_000,
+    transparent: true,
+  };
 }
 
 /** A request's image parameters, validated. */
@@ -76,7 +89,10 @@ function moderationBlocked(): SimError {
 function oneOf<T extends string>(v: unknown, param: string, allowed: readonly T[], fallback: T): T {
   if (v === undefined || v === null) return fallback;
   if (typeof v !== 'string' || !allowed.includes(v as T)) {
-    throw invalid(param, `Invalid value: '${String(v)}'. Supported values are: ${allowed.map((a) => `'${a}'`).join(', ')}.`);
+    throw invalid(
+      param,
+      `Invalid value: '${String(v)}'. Supported values are: ${allowed.map((a) => `'${a}'`).join(', ')}.`,
+    );
   }
   return v as T;
 }
@@ -98,7 +114,10 @@ function size(v: unknown, model: string, r: ModelRules): [number, number] {
   if (r.sizes !== 'free') {
     if (typeof v !== 'string' || !r.sizes.includes(v)) {
       const listed = [...r.sizes, ...(gpt ? ['auto'] : [])].map((x) => `'${x}'`);
-      throw invalid('size', `Invalid value: '${String(v)}'. Supported values are: ${listed.slice(0, -1).join(', ')}, and ${listed.at(-1)}.`);
+      throw invalid(
+        'size',
+        `Invalid value: '${String(v)}'. Supported values are: ${listed.slice(0, -1).join(', ')}, and ${listed.at(-1)}.`,
+      );
     }
     const [w, h] = v.split('x').map(Number) as [number, number];
     return [w, h];
@@ -106,9 +125,20 @@ function size(v: unknown, model: string, r: ModelRules): [number, number] {
   const m = typeof v === 'string' ? /^(\d{1,5})x(\d{1,5})$/.exec(v) : null;
   const w = Number(m?.[1]);
   const h = Number(m?.[2]);
-  const fits = m !== null && w > 0 && h > 0 && w % 16 === 0 && h % 16 === 0 && Math.max(w, h) <= 3840 && w * h <= 3840 * 2160 && Math.max(w / h, h / w) <= 3;
+  const fits =
+    m !== null &&
+    w > 0 &&
+    h > 0 &&
+    w % 16 === 0 &&
+    h % 16 === 0 &&
+    Math.max(w, h) <= 3840 &&
+    w * h <= 3840 * 2160 &&
+    Math.max(w / h, h / w) <= 3;
   if (!fits) {
-    throw invalid('size', `Invalid value: '${String(v)}'. Supported values are 'auto' and WIDTHxHEIGHT with both sides divisible by 16, an aspect ratio between 1:3 and 3:1, and at most 3840x2160 pixels.`);
+    throw invalid(
+      'size',
+      `Invalid value: '${String(v)}'. Supported values are 'auto' and WIDTHxHEIGHT with both sides divisible by 16, an aspect ratio between 1:3 and 3:1, and at most 3840x2160 pixels.`,
+    );
   }
   return [w, h];
 }
@@ -116,14 +146,20 @@ function size(v: unknown, model: string, r: ModelRules): [number, number] {
 /** Validates the parameters common to generations and edits (`get` reads a JSON field or a form field). */
 function imageParams(get: (name: string) => unknown): ImageParams {
   const prompt = get('prompt');
-  if (typeof prompt !== 'string' || prompt === '') throw invalid('prompt', "Missing required parameter: 'prompt'.", 'missing_required_parameter');
+  if (typeof prompt !== 'string' || prompt === '')
+    throw invalid('prompt', "Missing required parameter: 'prompt'.", 'missing_required_parameter');
   const model = get('model');
-  if (model !== undefined && (typeof model !== 'string' || model === '')) throw invalid('model', "Invalid type for 'model': expected a string.");
+  if (model !== undefined && (typeof model !== 'string' || model === ''))
+    throw invalid('model', "Invalid type for 'model': expected a string.");
   const name = (model as string | undefined) ?? 'gpt-image-1';
   const gpt = !name.startsWith('dall-e');
   const r = rules(name);
   if (prompt.length > r.maxPrompt) {
-    throw invalid('prompt', `Invalid 'prompt': string too long. Expected a string with maximum length ${r.maxPrompt}, but got a string with length ${prompt.length} instead.`, 'string_above_max_length');
+    throw invalid(
+      'prompt',
+      `Invalid 'prompt': string too long. Expected a string with maximum length ${r.maxPrompt}, but got a string with length ${prompt.length} instead.`,
+      'string_above_max_length',
+    );
   }
   const [width, height] = size(get('size'), name, r);
   const quality = oneOf(get('quality'), 'quality', r.qualities as readonly string[], r.qualities[0]!);
@@ -133,12 +169,17 @@ function imageParams(get: (name: string) => unknown): ImageParams {
     throw invalid('background', `Transparent background is not supported for ${name}: use 'opaque' or 'auto'.`);
   }
   if (background === 'transparent' && format === 'jpeg') {
-    throw invalid('background', "Transparent background is not supported with output_format 'jpeg': use 'png' or 'webp'.");
+    throw invalid(
+      'background',
+      "Transparent background is not supported with output_format 'jpeg': use 'png' or 'webp'.",
+    );
   }
   const rf = get('response_format');
   // The GPT image models always answer base64 and take no response_format (API reference, "Create image").
-  if (gpt && rf !== undefined && rf !== null) throw invalid('response_format', "Unknown parameter: 'response_format'.", 'unknown_parameter');
-  if (get('stream') === true || get('stream') === 'true') throw invalid('stream', 'The simulated image models do not stream.');
+  if (gpt && rf !== undefined && rf !== null)
+    throw invalid('response_format', "Unknown parameter: 'response_format'.", 'unknown_parameter');
+  if (get('stream') === true || get('stream') === 'true')
+    throw invalid('stream', 'The simulated image models do not stream.');
   return {
     model: name,
     prompt,
@@ -178,7 +219,13 @@ export function inputImageTokens(width: number, height: number): number {
 }
 
 /** Renders the images and answers them in the ImagesResponse shape; directives apply first. */
-async function answer(req: FastifyRequest, reply: FastifyReply, ctx: RouteContext, p: ImageParams, refs: ReceivedImage[]): Promise<void> {
+async function answer(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  ctx: RouteContext,
+  p: ImageParams,
+  refs: ReceivedImage[],
+): Promise<void> {
   const d = parseDirectives(p.prompt);
   await applyFaults(d);
   if (d.image === 'refuse' || d.image === 'refuse_output') throw moderationBlocked();
@@ -186,14 +233,24 @@ async function answer(req: FastifyRequest, reply: FastifyReply, ctx: RouteContex
   const detailed = d.image === 'detailed';
   const images = await Promise.all(
     Array.from({ length: p.n }, (_, i) =>
-      renderImage({ width: p.width, height: p.height, seed: imageSeed(p.prompt, i), format: p.format, alpha, quality: p.compression, detailed }),
+      renderImage({
+        width: p.width,
+        height: p.height,
+        seed: imageSeed(p.prompt, i),
+        format: p.format,
+        alpha,
+        quality: p.compression,
+        detailed,
+      }),
     ),
   );
   const origin = selfOrigin(req);
   const data = images.map((bytes) => {
     const item: Record<string, string> =
       p.responseFormat === 'url'
-        ? { url: `${origin}/blobs/${ctx.media.putBlob(bytes, IMAGE_MIME[p.format], p.format === 'jpeg' ? 'jpg' : p.format)}` }
+        ? {
+            url: `${origin}/blobs/${ctx.media.putBlob(bytes, IMAGE_MIME[p.format], p.format === 'jpeg' ? 'jpg' : p.format)}`,
+          }
         : { b64_json: bytes.toString('base64') };
     if (p.model.startsWith('dall-e-3')) item.revised_prompt = p.prompt;
     return item;
@@ -221,7 +278,13 @@ async function answer(req: FastifyRequest, reply: FastifyReply, ctx: RouteContex
     };
   }
   reply.hijack();
-  sendBody(reply.raw, 200, { 'content-type': 'application/json', 'x-request-id': newId('req_') }, JSON.stringify(body), d.hangupAfter);
+  sendBody(
+    reply.raw,
+    200,
+    { 'content-type': 'application/json', 'x-request-id': newId('req_') },
+    JSON.stringify(body),
+    d.hangupAfter,
+  );
 }
 
 /** Registers the image routes. */
@@ -230,7 +293,13 @@ export function openaiImageRoutes(app: FastifyInstance, ctx: RouteContext): void
     ctx.record(req);
     checkAuth(req);
     const body = bodyObject(req.body);
-    await answer(req, reply, ctx, imageParams((name) => body[name]), []);
+    await answer(
+      req,
+      reply,
+      ctx,
+      imageParams((name) => body[name]),
+      [],
+    );
   });
 
   app.post('/v1/images/edits', POST_ROUTE, async (req, reply) => {
@@ -246,11 +315,27 @@ export function openaiImageRoutes(app: FastifyInstance, ctx: RouteContext): void
     const parts = form.files.filter((f) => f.field === 'image' || f.field === 'image[]' || f.field === 'mask');
     const count = parts.filter((f) => f.field !== 'mask').length;
     if (count === 0) throw invalid('image', "Missing required parameter: 'image'.", 'missing_required_parameter');
-    if (count > MAX_EDIT_IMAGES) throw invalid('image', `Too many images: ${count}. At most ${MAX_EDIT_IMAGES} images can be edited at once.`, 'array_above_max_length');
+    if (count > MAX_EDIT_IMAGES)
+      throw invalid(
+        'image',
+        `Too many images: ${count}. At most ${MAX_EDIT_IMAGES} images can be edited at once.`,
+        'array_above_max_length',
+      );
     const refs: ReceivedImage[] = [];
-    for (const f of parts) refs.push(await decodeImage(f.field, f.mimeType, f.bytes, (m) => invalid(f.field === 'mask' ? 'mask' : 'image', m, 'invalid_image_file')));
+    for (const f of parts)
+      refs.push(
+        await decodeImage(f.field, f.mimeType, f.bytes, (m) =>
+          invalid(f.field === 'mask' ? 'mask' : 'image', m, 'invalid_image_file'),
+        ),
+      );
     ctx.media.recordImages(req, refs);
-    await answer(req, reply, ctx, p, refs.filter((r) => r.field !== 'mask'));
+    await answer(
+      req,
+      reply,
+      ctx,
+      p,
+      refs.filter((r) => r.field !== 'mask'),
+    );
   });
 
   // The capability URLs of `response_format: url`: no key, like the provider's signed storage URLs.

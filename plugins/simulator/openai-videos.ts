@@ -46,7 +46,13 @@ function videoObject(jobs: VideoJobs, job: VideoJob): Record<string, unknown> {
     seconds: String(job.seconds),
     size: `${job.width}x${job.height}`,
     remixed_from_video_id: null,
-    error: s.failure === null ? null : { code: s.failure.kind === 'directive' ? 'video_generation_failed' : 'internal_error', message: s.failure.message },
+    error:
+      s.failure === null
+        ? null
+        : {
+            code: s.failure.kind === 'directive' ? 'video_generation_failed' : 'internal_error',
+            message: s.failure.message,
+          },
   };
 }
 
@@ -62,7 +68,10 @@ function jsonReference(v: unknown): FormFile {
   const url = (v as { image_url?: unknown } | null)?.image_url;
   const data = typeof url === 'string' ? parseDataUrl(url) : undefined;
   if (data === undefined) {
-    throw invalid('input_reference', "The simulated provider takes input_reference as an uploaded file or as {image_url} with a base64 data URL.");
+    throw invalid(
+      'input_reference',
+      'The simulated provider takes input_reference as an uploaded file or as {image_url} with a base64 data URL.',
+    );
   }
   return { field: 'input_reference', filename: '', mimeType: data.mimeType, bytes: data.bytes };
 }
@@ -81,36 +90,64 @@ export function openaiVideoRoutes(app: FastifyInstance, ctx: RouteContext): void
       ctx.record(req);
       const body = bodyObject(req.body);
       get = (name) => body[name];
-      files = body.input_reference === undefined || body.input_reference === null ? [] : [jsonReference(body.input_reference)];
+      files =
+        body.input_reference === undefined || body.input_reference === null
+          ? []
+          : [jsonReference(body.input_reference)];
     }
     checkAuth(req);
     const prompt = get('prompt');
-    if (typeof prompt !== 'string' || prompt === '') throw invalid('prompt', "Missing required parameter: 'prompt'.", 'missing_required_parameter');
+    if (typeof prompt !== 'string' || prompt === '')
+      throw invalid('prompt', "Missing required parameter: 'prompt'.", 'missing_required_parameter');
     const model = get('model') ?? 'sora-2';
-    if (typeof model !== 'string' || model === '') throw invalid('model', "Invalid type for 'model': expected a string.");
+    if (typeof model !== 'string' || model === '')
+      throw invalid('model', "Invalid type for 'model': expected a string.");
     const sizeValue = get('size') ?? '720x1280';
     const m = typeof sizeValue === 'string' ? /^(\d{3,4})x(\d{3,4})$/.exec(sizeValue) : null;
     const [width, height] = [Number(m?.[1]), Number(m?.[2])];
     if (m === null || !videoSizeOk(width, height)) {
-      throw invalid('size', `Invalid value: '${String(sizeValue)}'. Supported values are WIDTHxHEIGHT with even sides from ${VIDEO_BOUNDS.minSide} to ${VIDEO_BOUNDS.maxSide}.`);
+      throw invalid(
+        'size',
+        `Invalid value: '${String(sizeValue)}'. Supported values are WIDTHxHEIGHT with even sides from ${VIDEO_BOUNDS.minSide} to ${VIDEO_BOUNDS.maxSide}.`,
+      );
     }
     const secondsValue = get('seconds') ?? '4';
     const seconds = videoSeconds(secondsValue);
     if (seconds === undefined) {
-      throw invalid('seconds', `Invalid value: '${String(secondsValue)}'. Supported values are whole seconds from 1 to ${VIDEO_BOUNDS.maxSeconds}.`);
+      throw invalid(
+        'seconds',
+        `Invalid value: '${String(secondsValue)}'. Supported values are whole seconds from 1 to ${VIDEO_BOUNDS.maxSeconds}.`,
+      );
     }
     const inputs = files.filter((f) => f.field === 'input_reference').length;
     const lasts = files.length - inputs;
-    if (inputs > MAX_REFERENCES) throw invalid('input_reference', `Too many input_reference images: ${inputs}. At most ${MAX_REFERENCES} are accepted.`, 'array_above_max_length');
+    if (inputs > MAX_REFERENCES)
+      throw invalid(
+        'input_reference',
+        `Too many input_reference images: ${inputs}. At most ${MAX_REFERENCES} are accepted.`,
+        'array_above_max_length',
+      );
     if (lasts > 1) throw invalid('last_reference', 'At most one last_reference is accepted.');
-    if (lasts === 1 && inputs !== 1) throw invalid('last_reference', 'last_reference needs exactly one input_reference (the first frame).');
+    if (lasts === 1 && inputs !== 1)
+      throw invalid('last_reference', 'last_reference needs exactly one input_reference (the first frame).');
     const refs: ReceivedImage[] = [];
-    for (const f of files) refs.push(await decodeImage(f.field, f.mimeType, f.bytes, (msg) => invalid(f.field, msg, 'invalid_image_file')));
+    for (const f of files)
+      refs.push(await decodeImage(f.field, f.mimeType, f.bytes, (msg) => invalid(f.field, msg, 'invalid_image_file')));
     ctx.media.recordImages(req, refs);
 
     const d = parseDirectives(prompt);
     await applyFaults(d);
-    const job = ctx.media.jobs.create(newId('video_'), { protocol: 'openai', model, prompt, width, height, seconds, fail: d.videoFail === true, renderMs: d.renderMs, hangupAfter: d.hangupAfter });
+    const job = ctx.media.jobs.create(newId('video_'), {
+      protocol: 'openai',
+      model,
+      prompt,
+      width,
+      height,
+      seconds,
+      fail: d.videoFail === true,
+      renderMs: d.renderMs,
+      hangupAfter: d.hangupAfter,
+    });
     return reply.header('x-request-id', newId('req_')).send(videoObject(ctx.media.jobs, job));
   });
 
@@ -126,15 +163,29 @@ export function openaiVideoRoutes(app: FastifyInstance, ctx: RouteContext): void
     const job = findJob(ctx, req);
     const variant = (req.query as { variant?: string }).variant ?? 'video';
     if (variant !== 'video') {
-      throw invalid('variant', variant === 'thumbnail' || variant === 'spritesheet' ? 'The simulated provider serves the video variant only.' : `Invalid value: '${variant}'. Supported values are: 'video', 'thumbnail', 'spritesheet'.`);
+      throw invalid(
+        'variant',
+        variant === 'thumbnail' || variant === 'spritesheet'
+          ? 'The simulated provider serves the video variant only.'
+          : `Invalid value: '${variant}'. Supported values are: 'video', 'thumbnail', 'spritesheet'.`,
+      );
     }
     const state = ctx.media.jobs.state(job);
     if (state.status !== 'completed') {
-      throw new SimError(404, `Video '${job.id}' has no content: its status is '${state.status}'. Poll GET /v1/videos/${job.id} until it is 'completed'.`);
+      throw new SimError(
+        404,
+        `Video '${job.id}' has no content: its status is '${state.status}'. Poll GET /v1/videos/${job.id} until it is 'completed'.`,
+      );
     }
     const clip = await ctx.media.jobs.clip(job);
     reply.hijack();
-    sendFile(reply.raw, { ...clip, type: 'video/mp4' }, req.headers.range, { 'x-request-id': newId('req_') }, job.hangupAfter);
+    sendFile(
+      reply.raw,
+      { ...clip, type: 'video/mp4' },
+      req.headers.range,
+      { 'x-request-id': newId('req_') },
+      job.hangupAfter,
+    );
   });
 
   app.delete('/v1/videos/:id', async (req, reply) => {

@@ -15,7 +15,12 @@ export interface TextPlan {
 }
 
 /** Plans the text: `wanted` tokens (or the default handful), at most `maxTokens`, cut at the first stop sequence. */
-export function planText(seed: number, wanted: number | undefined, maxTokens: number, stops: readonly string[]): TextPlan {
+export function planText(
+  seed: number,
+  wanted: number | undefined,
+  maxTokens: number,
+  stops: readonly string[],
+): TextPlan {
   const n = wanted ?? defaultAnswerLength(seed);
   const capped = Math.min(n, maxTokens);
   const pieces = outputPieces(seed, capped, capped === n);
@@ -64,7 +69,9 @@ export function sampleValue(schema: unknown, seed: number, depth = 0): unknown {
   const s = schema as { type?: unknown; enum?: unknown; properties?: unknown; items?: unknown; const?: unknown };
   if (s.const !== undefined) return s.const;
   if (Array.isArray(s.enum) && s.enum.length > 0) return s.enum[0];
-  const type = Array.isArray(s.type) ? s.type.find((t) => t !== 'null') : (s.type ?? (s.properties ? 'object' : undefined));
+  const type = Array.isArray(s.type)
+    ? s.type.find((t) => t !== 'null')
+    : (s.type ?? (s.properties ? 'object' : undefined));
   switch (type) {
     case 'integer':
     case 'number':
@@ -77,7 +84,8 @@ export function sampleValue(schema: unknown, seed: number, depth = 0): unknown {
       const out: Record<string, unknown> = {};
       if (depth > 3 || s.properties === null || typeof s.properties !== 'object') return out;
       let i = 0;
-      for (const [k, v] of Object.entries(s.properties as Record<string, unknown>)) out[k] = sampleValue(v, seed + ++i, depth + 1);
+      for (const [k, v] of Object.entries(s.properties as Record<string, unknown>))
+        out[k] = sampleValue(v, seed + ++i, depth + 1);
       return out;
     }
     default:

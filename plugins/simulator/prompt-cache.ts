@@ -36,7 +36,12 @@ interface Entry {
 }
 
 /** Prefix hashes at the wanted boundaries (index -> digest), hashing segments 0..upTo once. */
-function prefixDigests(scope: string, segments: Segment[], upTo: number, wanted: (i: number) => boolean): Map<number, string> {
+function prefixDigests(
+  scope: string,
+  segments: Segment[],
+  upTo: number,
+  wanted: (i: number) => boolean,
+): Map<number, string> {
   const out = new Map<number, string>();
   const h: Hash = createHash('sha256').update(scope);
   for (let i = 0; i <= upTo; i++) {

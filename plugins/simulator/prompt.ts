@@ -37,7 +37,8 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 function cacheTtl(cc: unknown, where: string): Ttl | undefined {
   if (cc === undefined || cc === null) return undefined;
-  if (!isObject(cc) || cc.type !== 'ephemeral') throw new SimError(400, `${where}.cache_control.type: Input should be 'ephemeral'`);
+  if (!isObject(cc) || cc.type !== 'ephemeral')
+    throw new SimError(400, `${where}.cache_control.type: Input should be 'ephemeral'`);
   if (cc.ttl === undefined || cc.ttl === '5m') return '5m';
   if (cc.ttl === '1h') return '1h';
   throw new SimError(400, `${where}.cache_control.ttl: Input should be '5m' or '1h'`);
@@ -53,7 +54,8 @@ function contentJson(b: Record<string, unknown>): string {
 function blockSegment(block: unknown, tag: string, where: string): Segment {
   if (!isObject(block)) throw new SimError(400, `${where}: Input should be an object`);
   const ttl = cacheTtl(block.cache_control, where);
-  if (block.type === 'text' && typeof block.text === 'string') return { tokens: textTokens(block.text), tag, src: block.text, ttl };
+  if (block.type === 'text' && typeof block.text === 'string')
+    return { tokens: textTokens(block.text), tag, src: block.text, ttl };
   const json = contentJson(block);
   return { tokens: textTokens(json), tag: tag + '#', src: json, ttl };
 }
@@ -66,7 +68,12 @@ export function anthropicPrompt(body: Record<string, unknown>): Prompt {
     body.tools.forEach((tool, i) => {
       if (!isObject(tool)) throw new SimError(400, `tools.${i}: Input should be an object`);
       const json = contentJson(tool);
-      segments.push({ tokens: textTokens(json), tag: 'tool', src: json, ttl: cacheTtl(tool.cache_control, `tools.${i}`) });
+      segments.push({
+        tokens: textTokens(json),
+        tag: 'tool',
+        src: json,
+        ttl: cacheTtl(tool.cache_control, `tools.${i}`),
+      });
     });
   }
   const system = body.system;
@@ -88,7 +95,8 @@ export function anthropicPrompt(body: Record<string, unknown>): Prompt {
       segments.push({ tokens: MESSAGE_OVERHEAD + textTokens(m.content), tag, src: m.content });
       return;
     }
-    if (!Array.isArray(m.content)) throw new SimError(400, `messages.${i}.content: Input should be a valid string or list`);
+    if (!Array.isArray(m.content))
+      throw new SimError(400, `messages.${i}.content: Input should be a valid string or list`);
     if (m.content.length === 0) {
       segments.push({ tokens: MESSAGE_OVERHEAD, tag, src: '' });
       return;
@@ -110,7 +118,10 @@ export function anthropicPrompt(body: Record<string, unknown>): Prompt {
     if (s.ttl !== undefined) breakpoints++;
   }
   if (breakpoints > MAX_BREAKPOINTS) {
-    throw new SimError(400, `A maximum of ${MAX_BREAKPOINTS} blocks with cache_control may be provided. Found ${breakpoints}.`);
+    throw new SimError(
+      400,
+      `A maximum of ${MAX_BREAKPOINTS} blocks with cache_control may be provided. Found ${breakpoints}.`,
+    );
   }
   return { segments, total };
 }
@@ -119,7 +130,8 @@ function partsTokens(content: unknown): number {
   if (typeof content === 'string') return textTokens(content);
   if (!Array.isArray(content)) return 0;
   let n = 0;
-  for (const p of content) n += isObject(p) && p.type === 'text' && typeof p.text === 'string' ? textTokens(p.text) : jsonTokens(p);
+  for (const p of content)
+    n += isObject(p) && p.type === 'text' && typeof p.text === 'string' ? textTokens(p.text) : jsonTokens(p);
   return n;
 }
 
@@ -130,7 +142,8 @@ export function openaiPrompt(body: Record<string, unknown>): Prompt {
     const json = JSON.stringify(body.tools);
     segments.push({ tokens: textTokens(json), tag: 'tools', src: json });
   }
-  if (!Array.isArray(body.messages)) throw new SimError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
+  if (!Array.isArray(body.messages))
+    throw new SimError(400, "Missing required parameter: 'messages'.", 'messages', 'missing_required_parameter');
   body.messages.forEach((m, i) => {
     if (!isObject(m) || typeof m.role !== 'string') {
       throw new SimError(400, `Invalid value for 'messages[${i}]': expected an object with a role.`, `messages[${i}]`);

@@ -48,7 +48,14 @@ const JSON_SLICE = 16 * 1024;
  * Sends a whole JSON body in one write; `hangup` destroys the socket instead of sending it; `gapMs` (chunk_delay_ms)
  * sends it in 16 KiB slices that far apart, as a body that trickles in.
  */
-export async function sendJson(raw: ServerResponse, status: number, headers: OutgoingHttpHeaders, body: string, hangup = false, gapMs = 0): Promise<void> {
+export async function sendJson(
+  raw: ServerResponse,
+  status: number,
+  headers: OutgoingHttpHeaders,
+  body: string,
+  hangup = false,
+  gapMs = 0,
+): Promise<void> {
   if (hangup) {
     raw.destroy();
     return;
@@ -70,7 +77,12 @@ export async function sendJson(raw: ServerResponse, status: number, headers: Out
 }
 
 /** Streams `plan` as SSE, honouring hangup_after and chunk_delay_ms. */
-export async function sendStream(raw: ServerResponse, headers: OutgoingHttpHeaders, plan: StreamPlan, d: SimDirectives): Promise<void> {
+export async function sendStream(
+  raw: ServerResponse,
+  headers: OutgoingHttpHeaders,
+  plan: StreamPlan,
+  d: SimDirectives,
+): Promise<void> {
   raw.writeHead(200, { ...SSE_HEADERS, ...headers });
   for (const e of plan.head) raw.write(e);
   const { chunks } = plan;
@@ -93,7 +105,13 @@ export async function sendStream(raw: ServerResponse, headers: OutgoingHttpHeade
  * Sends a whole body in one write; `hangupAfter` (bytes) writes only that much of it after the full
  * headers, then destroys the socket, so the client sees a body cut short of its content-length.
  */
-export function sendBody(raw: ServerResponse, status: number, headers: OutgoingHttpHeaders, body: Buffer | string, hangupAfter?: number): void {
+export function sendBody(
+  raw: ServerResponse,
+  status: number,
+  headers: OutgoingHttpHeaders,
+  body: Buffer | string,
+  hangupAfter?: number,
+): void {
   const bytes = typeof body === 'string' ? Buffer.from(body) : body;
   headers['content-length'] = bytes.length;
   raw.writeHead(status, headers);

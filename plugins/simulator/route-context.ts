@@ -19,7 +19,8 @@ export const POST_ROUTE = { bodyLimit: 32 * 1024 * 1024 };
 
 /** The parsed JSON body as an object, or 400. */
 export function bodyObject(body: unknown): Record<string, unknown> {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new SimError(400, 'The request body must be a JSON object');
+  if (body === null || typeof body !== 'object' || Array.isArray(body))
+    throw new SimError(400, 'The request body must be a JSON object');
   return body as Record<string, unknown>;
 }
 

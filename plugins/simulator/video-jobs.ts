@@ -58,7 +58,8 @@ export const VIDEO_BOUNDS = { minSide: 320, maxSide: 1920, maxSeconds: 30 } as c
 
 /** Whether a frame size is within VIDEO_BOUNDS. */
 export function videoSizeOk(width: number, height: number): boolean {
-  const ok = (n: number) => Number.isInteger(n) && n % 2 === 0 && n >= VIDEO_BOUNDS.minSide && n <= VIDEO_BOUNDS.maxSide;
+  const ok = (n: number) =>
+    Number.isInteger(n) && n % 2 === 0 && n >= VIDEO_BOUNDS.minSide && n <= VIDEO_BOUNDS.maxSide;
   return ok(width) && ok(height);
 }
 
@@ -133,9 +134,20 @@ export class VideoJobs {
       const progress = renderMs <= 0 ? 99 : Math.min(99, Math.floor((100 * (now - job.createdAt)) / renderMs));
       return { status: progress < 5 ? 'queued' : 'in_progress', progress, finishedAt: null, failure: null };
     }
-    if (job.fail) return { status: 'failed', progress: 0, finishedAt: due, failure: { kind: 'directive', message: 'The video render failed.' } };
+    if (job.fail)
+      return {
+        status: 'failed',
+        progress: 0,
+        finishedAt: due,
+        failure: { kind: 'directive', message: 'The video render failed.' },
+      };
     if (job.renderError !== undefined) {
-      return { status: 'failed', progress: 0, finishedAt: due, failure: { kind: 'render', message: 'The video render failed: internal error.' } };
+      return {
+        status: 'failed',
+        progress: 0,
+        finishedAt: due,
+        failure: { kind: 'render', message: 'The video render failed: internal error.' },
+      };
     }
     if (job.clip === undefined) return { status: 'in_progress', progress: 99, finishedAt: null, failure: null };
     return { status: 'completed', progress: 100, finishedAt: Math.max(due, job.renderedAt!), failure: null };

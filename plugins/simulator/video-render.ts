@@ -30,7 +30,9 @@ const MAX_CLIPS = 48;
 /** Runs ffmpeg; rejects with the tail of its stderr. */
 function run(bin: string, args: string[], children: Set<ChildProcess>): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(bin, ['-hide_banner', '-loglevel', 'error', '-nostdin', '-y', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(bin, ['-hide_banner', '-loglevel', 'error', '-nostdin', '-y', ...args], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     children.add(child);
     let stderr = '';
     child.stderr!.setEncoding('utf8').on('data', (s: string) => (stderr = (stderr + s).slice(-2000)));
@@ -79,9 +81,24 @@ export class VideoRenderer {
       seg = this.directory().then(async (dir) => {
         const path = join(dir, `seg-${key}.mp4`);
         await this.ffmpeg([
-          '-f', 'lavfi', '-i', `testsrc2=size=${key}:rate=${FPS}:duration=1`,
-          '-c:v', 'libx264', '-preset', 'ultrafast', '-crf', '36', '-g', String(FPS), '-pix_fmt', 'yuv420p', '-an',
-          '-movflags', '+faststart', path,
+          '-f',
+          'lavfi',
+          '-i',
+          `testsrc2=size=${key}:rate=${FPS}:duration=1`,
+          '-c:v',
+          'libx264',
+          '-preset',
+          'ultrafast',
+          '-crf',
+          '36',
+          '-g',
+          String(FPS),
+          '-pix_fmt',
+          'yuv420p',
+          '-an',
+          '-movflags',
+          '+faststart',
+          path,
         ]);
         return path;
       });
@@ -103,7 +120,17 @@ export class VideoRenderer {
     clip = (async () => {
       const seg = await this.segment(width, height);
       const path = join(await this.directory(), `clip-${width}x${height}-${seconds}s.mp4`);
-      await this.ffmpeg(['-stream_loop', String(seconds - 1), '-i', seg, '-c', 'copy', '-movflags', '+faststart', path]);
+      await this.ffmpeg([
+        '-stream_loop',
+        String(seconds - 1),
+        '-i',
+        seg,
+        '-c',
+        'copy',
+        '-movflags',
+        '+faststart',
+        path,
+      ]);
       return { path, size: (await stat(path)).size };
     })();
     this.clips.set(key, clip);

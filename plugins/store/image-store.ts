@@ -89,7 +89,17 @@ export class ImageStore {
    */
   async reserve(bytes: number, ttlMs: number): Promise<ImageReservation | null> {
     const id = randomBytes(24).toString('base64url');
-    const done = (await this.redis.eval(RESERVE, 3, keys.image(id), keys.images, keys.imagesBytes, id, bytes, ttlMs, this.settings.maxBytes)) as number;
+    const done = (await this.redis.eval(
+      RESERVE,
+      3,
+      keys.image(id),
+      keys.images,
+      keys.imagesBytes,
+      id,
+      bytes,
+      ttlMs,
+      this.settings.maxBytes,
+    )) as number;
     return done === 1 ? { id, bytes } : null;
   }
 
@@ -97,11 +107,25 @@ export class ImageStore {
    * Store `data` (in place of `reservation`, whose room it takes); its id and expiry, or null when the budget has no
    * room for it (only an image larger than its reservation, or stored without one, can find none).
    */
-  async put(data: Buffer, type: string, reservation?: ImageReservation): Promise<{ id: string; expires: number } | null> {
+  async put(
+    data: Buffer,
+    type: string,
+    reservation?: ImageReservation,
+  ): Promise<{ id: string; expires: number } | null> {
     const id = reservation?.id ?? randomBytes(24).toString('base64url');
     const expires = (await this.redis.eval(
-      PUT, 3, keys.image(id), keys.images, keys.imagesBytes,
-      id, data.length, this.settings.ttlMs, this.settings.maxBytes, type, data, reservation?.bytes ?? 0,
+      PUT,
+      3,
+      keys.image(id),
+      keys.images,
+      keys.imagesBytes,
+      id,
+      data.length,
+      this.settings.ttlMs,
+      this.settings.maxBytes,
+      type,
+      data,
+      reservation?.bytes ?? 0,
     )) as number;
     return expires === 0 ? null : { id, expires };
   }

@@ -131,6 +131,17 @@ export const luaKeys = {
 
 /** Patterns of the keys that describe one set of chains: cleared when the embedded default's dev chains restart. */
 export const CHAIN_STATE_PATTERNS = [
-  'wallet:*', 'wallets:*', 'cursor:*', 'scanned:*', 'scanned-hash:*', 'scan-anchors:*', 'chain-halt:*', 'chain-anomalies:*', 'debits:*',
-  'holds', 'owner-holds:*', 'instances', 'watcher-lease:*',
+  'wallet:*',
+  'wallets:*',
+  'cursor:*',
+  'scanned:*',
+  'scanned-hash:*',
+  'scan-anchors:*',
+  'chain-halt:*',
+  'chain-anomalies:*',
+  'debits:*',
+  'holds',
+  'owner-holds:*',
+  'instances',
+  'watcher-lease:*',
 ] as const;

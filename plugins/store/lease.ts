@@ -19,9 +19,13 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0`);
 /** A new expiry, only if the owner holds the lease. */
-const RENEW = new LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0");
+const RENEW = new LuaScript(
+  "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0",
+);
 /** Delete the lease, only if the owner holds it. */
-const RELEASE = new LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0");
+const RELEASE = new LuaScript(
+  "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+);
 
 /** One owner's hold on one lease key. */
 export class Lease {
@@ -42,12 +46,18 @@ export class Lease {
 
   /** Take the lease if free or already this owner's (renewing it then); false if another owner holds it. */
   async take(): Promise<boolean> {
-    return this.record(performance.now(), (await TAKE.run<number>(this.redis, [this.key], [this.owner, this.ttlMs])) === 1);
+    return this.record(
+      performance.now(),
+      (await TAKE.run<number>(this.redis, [this.key], [this.owner, this.ttlMs])) === 1,
+    );
   }
 
   /** Extend the lease by `ttlMs` from now; false (and not held) if it is not this owner's any more. */
   async renew(): Promise<boolean> {
-    return this.record(performance.now(), (await RENEW.run<number>(this.redis, [this.key], [this.owner, this.ttlMs])) === 1);
+    return this.record(
+      performance.now(),
+      (await RENEW.run<number>(this.redis, [this.key], [this.owner, this.ttlMs])) === 1,
+    );
   }
 
   /**
@@ -56,7 +66,9 @@ export class Lease {
    */
   async release(): Promise<boolean> {
     this.heldAt = undefined;
-    return (await ifAnswering(this.redis, 1_000, () => RELEASE.run<number>(this.redis, [this.key], [this.owner]))) === 1;
+    return (
+      (await ifAnswering(this.redis, 1_000, () => RELEASE.run<number>(this.redis, [this.key], [this.owner]))) === 1
+    );
   }
 
   /**

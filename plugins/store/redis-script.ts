@@ -116,7 +116,13 @@ export class LuaScript {
   }
 
   /** encode() where a key or argument is not ASCII: sizes in UTF-8 bytes, string by string. */
-  private encodeUtf8(head: Buffer, count: number, prefix: string, keys: readonly string[], args: readonly (string | number)[]): Buffer {
+  private encodeUtf8(
+    head: Buffer,
+    count: number,
+    prefix: string,
+    keys: readonly string[],
+    args: readonly (string | number)[],
+  ): Buffer {
     const prefixBytes = Buffer.byteLength(prefix);
     const keyLens = new Array<number>(keys.length);
     const argStrs = new Array<string>(args.length);

@@ -126,9 +126,19 @@ export class RedisUnanswered extends Error {
 /** Error replies of a Redis that is loading, busy, out of memory or failing over: the command may pass later. */
 const NOT_SERVING = /^(LOADING|BUSY|READONLY|OOM|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|NOSCRIPT)\b/;
 /** ioredis's errors for a connection that is lost, refused or closed, or a command it timed out. */
-const CONNECTION_LOST = /ECONNREFUSED|ECONNRESET|Connection is closed|Stream isn't writeable|Command timed out|None of startup nodes is available/;
+const CONNECTION_LOST =
+  /ECONNREFUSED|ECONNRESET|Connection is closed|Stream isn't writeable|Command timed out|None of startup nodes is available/;
 const CONNECTION_ERRORS = new Set(['MaxRetriesPerRequestError', 'ClusterAllFailedError', 'RedisUnanswered']);
-const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+const SOCKET_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
 
 /**
  * Whether an error is Redis out of reach (a lost or refused connection, retries exhausted, a command timed out or
@@ -168,7 +178,13 @@ export async function redisAnswers(redis: Redis, timeoutMs = 500): Promise<boole
     timer = setTimeout(() => resolve(false), timeoutMs);
   });
   try {
-    return await Promise.race([redis.ping().then((r) => r === 'PONG', () => false), timeout]);
+    return await Promise.race([
+      redis.ping().then(
+        (r) => r === 'PONG',
+        () => false,
+      ),
+      timeout,
+    ]);
   } finally {
     clearTimeout(timer);
   }

@@ -69,7 +69,9 @@ export function sendUpstreamError(reply: FastifyReply, err: GatewayError): void 
 }
 
 /** The base of an exchange: subclasses answer the caller from a 2xx answer (`start`, `data`, `end`). */
-export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeRequest> implements Dispatcher.DispatchHandler {
+export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeRequest>
+  implements Dispatcher.DispatchHandler
+{
   protected controller: Dispatcher.DispatchController | undefined;
   private readonly sent = process.hrtime.bigint();
   private deadline: NodeJS.Timeout | undefined;
@@ -96,14 +98,17 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   dispatch(): FastifyReply {
     const { pool, path } = this.upstreams.target(this.req.url);
     this.call.exchange = this.exchange;
-    pool.dispatch({
-      path,
-      method: this.req.method,
-      headers: this.req.headers,
-      body: this.req.body,
-      headersTimeout: this.req.timeoutMs,
-      bodyTimeout: this.req.timeoutMs,
-    }, this);
+    pool.dispatch(
+      {
+        path,
+        method: this.req.method,
+        headers: this.req.headers,
+        body: this.req.body,
+        headersTimeout: this.req.timeoutMs,
+        bodyTimeout: this.req.timeoutMs,
+      },
+      this,
+    );
     return this.reply;
   }
 
@@ -190,10 +195,19 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
       return;
     }
     const code = (err as { code?: string }).code;
-    const timeout = err === TOO_LONG || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
+    const timeout =
+      err === TOO_LONG ||
+      code === 'UND_ERR_HEADERS_TIMEOUT' ||
+      code === 'UND_ERR_BODY_TIMEOUT' ||
+      code === 'UND_ERR_CONNECT_TIMEOUT';
     this.exchange.status ??= timeout ? 504 : 502;
     if (!this.errorBody) this.metrics?.upstreamErrors.inc({ provider: this.req.provider, status: '0' });
-    sendUpstreamError(reply, timeout ? new GatewayError('upstream_timeout', { cause: err }) : new GatewayError('upstream_error', { cause: err }));
+    sendUpstreamError(
+      reply,
+      timeout
+        ? new GatewayError('upstream_timeout', { cause: err })
+        : new GatewayError('upstream_error', { cause: err }),
+    );
   }
 
   private done(): void {
@@ -220,10 +234,16 @@ export function upstreamError(status: number, text: string, retryAfter: string |
   if (status === 400 || status === 422) return new GatewayError('upstream_invalid_request', { message, cause });
   if (status === 413) return new GatewayError('request_too_large', { cause });
   if (status === 429) {
-    return new GatewayError('upstream_rate_limited', { cause, headers: retryAfter ? { 'retry-after': retryAfter } : undefined });
+    return new GatewayError('upstream_rate_limited', {
+      cause,
+      headers: retryAfter ? { 'retry-after': retryAfter } : undefined,
+    });
   }
   if (status === 503 || status === 529) {
-    return new GatewayError('upstream_overloaded', { cause, headers: retryAfter ? { 'retry-after': retryAfter } : undefined });
+    return new GatewayError('upstream_overloaded', {
+      cause,
+      headers: retryAfter ? { 'retry-after': retryAfter } : undefined,
+    });
   }
   if (status === 504 || status === 408) return new GatewayError('upstream_timeout', { cause });
   // 401/403/404 from the provider are the operator's configuration, not the caller's fault.

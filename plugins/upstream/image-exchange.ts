@@ -24,18 +24,35 @@ import type { ImageReservation, ImageStore } from '../store/image-store.js';
 import { GatewayError } from '../../policies/errors.js';
 import { IMAGE_MIME, type ImageFormat } from '../../policies/image-size.js';
 import { cutForDuration, sendUpstreamError, UpstreamExchange, type ExchangeOwner } from './exchange.js';
-import { Base64Bytes, ImageHeadProbe, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest } from './image-answer.js';
+import {
+  Base64Bytes,
+  ImageHeadProbe,
+  type ImageAnswerEnd,
+  type ImageAnswerReader,
+  type ImageSink,
+  type ImageUpstreamRequest,
+} from './image-answer.js';
 import type { Upstreams } from './pools.js';
 
 /** How the caller receives the image. */
 export type ImageDelivery =
   | { readonly kind: 'pass' }
   | { readonly kind: 'convert' }
-  | { readonly kind: 'store'; readonly store: ImageStore; readonly reservation: ImageReservation; readonly urlOf: (id: string) => string };
+  | {
+      readonly kind: 'store';
+      readonly store: ImageStore;
+      readonly reservation: ImageReservation;
+      readonly urlOf: (id: string) => string;
+    };
 
 /** Send an image call upstream; the caller is answered by the exchange. Returns the reply, sent later. */
 export function exchangeImage(
-  upstreams: Upstreams, reply: FastifyReply, call: ExchangeOwner, req: ImageUpstreamRequest, delivery: ImageDelivery, metrics?: Metrics,
+  upstreams: Upstreams,
+  reply: FastifyReply,
+  call: ExchangeOwner,
+  req: ImageUpstreamRequest,
+  delivery: ImageDelivery,
+  metrics?: Metrics,
 ): FastifyReply {
   return new ImageExchange(upstreams, reply, call, { delivered: 0 }, req, metrics, delivery).dispatch();
 }
@@ -56,8 +73,13 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private readonly probe = new ImageHeadProbe();
 
   constructor(
-    upstreams: Upstreams, reply: FastifyReply, call: ExchangeOwner, exchange: { delivered: number }, req: ImageUpstreamRequest,
-    metrics: Metrics | undefined, private readonly delivery: ImageDelivery,
+    upstreams: Upstreams,
+    reply: FastifyReply,
+    call: ExchangeOwner,
+    exchange: { delivered: number },
+    req: ImageUpstreamRequest,
+    metrics: Metrics | undefined,
+    private readonly delivery: ImageDelivery,
   ) {
     super(upstreams, reply, call, exchange, req, metrics);
   }
@@ -85,7 +107,10 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
         return;
       case 'store': {
         const length = Number(headers['content-length']);
-        this.bytes = new Base64Bytes(Number.isSafeInteger(length) ? Math.ceil((length * 3) / 4) : 0, this.delivery.reservation.bytes);
+        this.bytes = new Base64Bytes(
+          Number.isSafeInteger(length) ? Math.ceil((length * 3) / 4) : 0,
+          this.delivery.reservation.bytes,
+        );
         this.reader = this.req.reader(this.storeSink(this.bytes));
       }
     }
@@ -106,7 +131,8 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   /** The 200 head on the raw response: our headers, the upstream's content type (and length, passed through). */
   private writeHead(upstream: IncomingHttpHeaders | null, pass: boolean): void {
     const out = this.reply.getHeaders() as Record<string, unknown>;
-    out['content-type'] = pass && typeof upstream?.['content-type'] === 'string' ? upstream['content-type'] : 'application/json';
+    out['content-type'] =
+      pass && typeof upstream?.['content-type'] === 'string' ? upstream['content-type'] : 'application/json';
     const upstreamId = upstream?.['x-request-id'] ?? upstream?.['request-id'];
     if (upstreamId !== undefined) out['x-upstream-request-id'] = upstreamId;
     if (pass && upstream?.['content-length'] !== undefined) out['content-length'] = upstream['content-length'];
@@ -192,7 +218,13 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
         return;
       case 'store':
         if (!end.image) sendUpstreamError(this.reply, end.failure ?? noImage());
-        else if (this.bytes!.over) sendUpstreamError(this.reply, new GatewayError('upstream_error', { message: 'The image is larger than the room the gateway reserved for a URL image.' }));
+        else if (this.bytes!.over)
+          sendUpstreamError(
+            this.reply,
+            new GatewayError('upstream_error', {
+              message: 'The image is larger than the room the gateway reserved for a URL image.',
+            }),
+          );
         else void this.storeAndAnswer(end, this.delivery);
     }
   }
@@ -204,7 +236,10 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     this.reply.raw.end(`"}]${usage}}`);
   }
 
-  private async storeAndAnswer(end: ImageAnswerEnd, delivery: Extract<ImageDelivery, { kind: 'store' }>): Promise<void> {
+  private async storeAndAnswer(
+    end: ImageAnswerEnd,
+    delivery: Extract<ImageDelivery, { kind: 'store' }>,
+  ): Promise<void> {
     const reply = this.reply;
     if (this.call.ended) return;
     const data = this.bytes!.bytes();
@@ -213,11 +248,23 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     try {
       stored = await delivery.store.put(data, IMAGE_MIME[this.format!], delivery.reservation);
     } catch (err) {
-      sendUpstreamError(reply, new GatewayError('service_unavailable', { message: 'The image could not be stored; retry, or ask for b64_json.', cause: err }));
+      sendUpstreamError(
+        reply,
+        new GatewayError('service_unavailable', {
+          message: 'The image could not be stored; retry, or ask for b64_json.',
+          cause: err,
+        }),
+      );
       return;
     }
     if (stored === null) {
-      sendUpstreamError(reply, new GatewayError('service_unavailable', { message: 'The image store is full; retry later, or ask for b64_json.', headers: { 'retry-after': '60' } }));
+      sendUpstreamError(
+        reply,
+        new GatewayError('service_unavailable', {
+          message: 'The image store is full; retry later, or ask for b64_json.',
+          headers: { 'retry-after': '60' },
+        }),
+      );
       return;
     }
     const { id } = stored;
@@ -230,7 +277,11 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     reply.raw.once('close', () => {
       if (!reply.raw.writableFinished) forget();
     });
-    const body: Record<string, unknown> = { created: end.created ?? Math.floor(Date.now() / 1000), data: [{ url: delivery.urlOf(id) }], output_format: this.format };
+    const body: Record<string, unknown> = {
+      created: end.created ?? Math.floor(Date.now() / 1000),
+      data: [{ url: delivery.urlOf(id) }],
+      output_format: this.format,
+    };
     if (end.usage) body.usage = end.usage;
     this.exchange.delivered = 1;
     reply.code(200).header('content-type', 'application/json').send(JSON.stringify(body));

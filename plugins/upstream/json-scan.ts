@@ -29,13 +29,31 @@ export interface ScanHandler {
 }
 
 const enum S {
-  Value, ArrayFirst, ObjectFirst, ObjectKey, Colon, After, String, Primitive, Done, Error,
+  Value,
+  ArrayFirst,
+  ObjectFirst,
+  ObjectKey,
+  Colon,
+  After,
+  String,
+  Primitive,
+  Done,
+  Error,
 }
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
-const ESCAPES: Record<number, string> = { 0x22: '"', 0x5c: '\\', 0x2f: '/', 0x62: '\b', 0x66: '\f', 0x6e: '\n', 0x72: '\r', 0x74: '\t' };
+const ESCAPES: Record<number, string> = {
+  0x22: '"',
+  0x5c: '\\',
+  0x2f: '/',
+  0x62: '\b',
+  0x66: '\f',
+  0x6e: '\n',
+  0x72: '\r',
+  0x74: '\t',
+};
 
 function isSpace(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;

@@ -36,7 +36,13 @@ function copyResponseHeaders(out: Record<string, unknown>, headers: IncomingHttp
 }
 
 /** Forward the call upstream and stream the metered answer back; returns the reply, sent later. */
-export function proxyCall(upstreams: Upstreams, reply: FastifyReply, call: ExchangeOwner, req: UpstreamRequest, metrics?: Metrics): FastifyReply {
+export function proxyCall(
+  upstreams: Upstreams,
+  reply: FastifyReply,
+  call: ExchangeOwner,
+  req: UpstreamRequest,
+  metrics?: Metrics,
+): FastifyReply {
   return new ProxyHandler(upstreams, reply, call, {}, req, metrics).dispatch();
 }
 

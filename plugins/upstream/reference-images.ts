@@ -38,7 +38,14 @@ export interface PreparedImage {
 export async function prepareImage(img: DecodedImage, how: ImageFit): Promise<PreparedImage> {
   const fits = how.fit === 'none' || (img.width === how.width && img.height === how.height && !img.rotated);
   if (!img.hasAlpha && !img.rotated && fits) {
-    return { field: img.field, format: img.format, mimeType: IMAGE_MIME[img.format], bytes: img.bytes, width: img.width, height: img.height };
+    return {
+      field: img.field,
+      format: img.format,
+      mimeType: IMAGE_MIME[img.format],
+      bytes: img.bytes,
+      width: img.width,
+      height: img.height,
+    };
   }
   const sharp = await loadSharp();
   let p = sharp(img.bytes).rotate();
@@ -47,5 +54,12 @@ export async function prepareImage(img: DecodedImage, how: ImageFit): Promise<Pr
   else if (how.fit === 'contain') p = p.resize(how.width, how.height, { fit: 'contain', background: PAD_BACKGROUND });
   p = img.format === 'png' ? p.png() : img.format === 'jpeg' ? p.jpeg({ quality: 95 }) : p.webp({ quality: 95 });
   const { data, info } = await p.toBuffer({ resolveWithObject: true });
-  return { field: img.field, format: img.format, mimeType: IMAGE_MIME[img.format], bytes: data, width: info.width, height: info.height };
+  return {
+    field: img.field,
+    format: img.format,
+    mimeType: IMAGE_MIME[img.format],
+    bytes: data,
+    width: info.width,
+    height: info.height,
+  };
 }

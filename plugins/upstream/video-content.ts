@@ -24,7 +24,12 @@ export interface ContentSource {
   readonly timeoutMs: number;
 }
 
-async function fetchOnce(upstreams: Upstreams, url: string, headers: Record<string, string>, timeoutMs: number): Promise<Dispatcher.ResponseData> {
+async function fetchOnce(
+  upstreams: Upstreams,
+  url: string,
+  headers: Record<string, string>,
+  timeoutMs: number,
+): Promise<Dispatcher.ResponseData> {
   const { pool, path } = upstreams.target(url);
   try {
     return await pool.request({ path, method: 'GET', headers, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
@@ -38,7 +43,12 @@ async function fetchOnce(upstreams: Upstreams, url: string, headers: Record<stri
  * Answer `reply` with the MP4 at `source`, honouring the caller's Range header. A provider that no longer has it is
  * 410 video_expired; a range it cannot satisfy is 416 invalid_range; its other failures are the usual upstream errors.
  */
-export async function sendVideoContent(upstreams: Upstreams, reply: FastifyReply, source: ContentSource, range: string | undefined): Promise<FastifyReply> {
+export async function sendVideoContent(
+  upstreams: Upstreams,
+  reply: FastifyReply,
+  source: ContentSource,
+  range: string | undefined,
+): Promise<FastifyReply> {
   let url = source.url;
   for (let hop = 0; ; hop++) {
     const headers: Record<string, string> = { ...source.headers(url), accept: 'video/mp4, */*' };
@@ -61,9 +71,13 @@ export async function sendVideoContent(upstreams: Upstreams, reply: FastifyReply
     const text = await res.body.text().catch(() => '');
     if (res.statusCode === 416) {
       const total = res.headers['content-range'];
-      throw new GatewayError('invalid_range', { headers: typeof total === 'string' ? { 'content-range': total } : undefined, cause: new Error(text.slice(0, 200)) });
+      throw new GatewayError('invalid_range', {
+        headers: typeof total === 'string' ? { 'content-range': total } : undefined,
+        cause: new Error(text.slice(0, 200)),
+      });
     }
-    if (res.statusCode === 404 || res.statusCode === 410) throw new GatewayError('video_expired', { cause: new Error(`provider answered ${res.statusCode}`) });
+    if (res.statusCode === 404 || res.statusCode === 410)
+      throw new GatewayError('video_expired', { cause: new Error(`provider answered ${res.statusCode}`) });
     const ra = res.headers['retry-after'];
     throw upstreamError(res.statusCode, text, typeof ra === 'string' ? ra : undefined);
   }

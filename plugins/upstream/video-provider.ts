@@ -62,7 +62,11 @@ export interface VideoJobProvider {
 
 /** A provider's answer that failed with a status the poller can wait out. */
 export class UpstreamRetry extends Error {
-  constructor(readonly status: number, readonly retryAfterMs: number | undefined, message: string) {
+  constructor(
+    readonly status: number,
+    readonly retryAfterMs: number | undefined,
+    message: string,
+  ) {
     super(message);
     this.name = 'UpstreamRetry';
   }
@@ -85,20 +89,29 @@ const MAX_ANSWER_BYTES = 1024 * 1024;
 export const POLL_TIMEOUT_MS = 30_000;
 
 /** One request to a provider on its keep-alive pool, its answer read whole. */
-export async function exchange(upstreams: Upstreams, provider: ProviderConfig, req: {
-  url: string;
-  method: 'GET' | 'POST' | 'DELETE';
-  headers: Record<string, string>;
-  body?: string | Buffer;
-  /** Default: the provider's timeout_ms. */
-  timeoutMs?: number;
-}): Promise<UpstreamAnswer> {
+export async function exchange(
+  upstreams: Upstreams,
+  provider: ProviderConfig,
+  req: {
+    url: string;
+    method: 'GET' | 'POST' | 'DELETE';
+    headers: Record<string, string>;
+    body?: string | Buffer;
+    /** Default: the provider's timeout_ms. */
+    timeoutMs?: number;
+  },
+): Promise<UpstreamAnswer> {
   const { pool, path } = upstreams.target(req.url);
   const timeout = req.timeoutMs ?? provider.timeout_ms;
   let res;
   try {
     res = await pool.request({
-      path, method: req.method, headers: req.headers, body: req.body ?? null, headersTimeout: timeout, bodyTimeout: timeout,
+      path,
+      method: req.method,
+      headers: req.headers,
+      body: req.body ?? null,
+      headersTimeout: timeout,
+      bodyTimeout: timeout,
     });
   } catch (err) {
     const code = (err as { code?: string }).code ?? '';
@@ -110,7 +123,9 @@ export async function exchange(upstreams: Upstreams, provider: ProviderConfig, r
     size += chunk.length;
     if (size > MAX_ANSWER_BYTES) {
       res.body.destroy();
-      throw new GatewayError('upstream_error', { cause: new Error(`${provider.name}: answer over ${MAX_ANSWER_BYTES} bytes`) });
+      throw new GatewayError('upstream_error', {
+        cause: new Error(`${provider.name}: answer over ${MAX_ANSWER_BYTES} bytes`),
+      });
     }
     chunks.push(chunk);
   }
@@ -125,7 +140,9 @@ export function answerJson(provider: ProviderConfig, a: UpstreamAnswer): Record<
   } catch {
     // below
   }
-  throw new GatewayError('upstream_error', { cause: new Error(`${provider.name}: answer ${a.status} is not a JSON object: ${a.text.slice(0, 200)}`) });
+  throw new GatewayError('upstream_error', {
+    cause: new Error(`${provider.name}: answer ${a.status} is not a JSON object: ${a.text.slice(0, 200)}`),
+  });
 }
 
 /** A submit's non-2xx answer as the caller's error: the provider's refusal is a 400, its failures 429/5xx. */
@@ -137,11 +154,19 @@ export function submitError(a: UpstreamAnswer): GatewayError {
 /** A poll's non-2xx answer: a job the provider does not know is lost (failed); others are waited out. */
 export function pollFailure(provider: ProviderConfig, a: UpstreamAnswer): UpstreamJobState {
   if (a.status === 404 || a.status === 410) {
-    return { status: 'failed', code: 'upstream_job_lost', message: `The provider no longer knows this job (HTTP ${a.status}).` };
+    return {
+      status: 'failed',
+      code: 'upstream_job_lost',
+      message: `The provider no longer knows this job (HTTP ${a.status}).`,
+    };
   }
   const ra = a.headers['retry-after'];
   const seconds = typeof ra === 'string' ? Number(ra) : NaN;
-  throw new UpstreamRetry(a.status, Number.isFinite(seconds) ? seconds * 1000 : undefined, `${provider.name}: poll answered ${a.status}: ${a.text.slice(0, 200)}`);
+  throw new UpstreamRetry(
+    a.status,
+    Number.isFinite(seconds) ? seconds * 1000 : undefined,
+    `${provider.name}: poll answered ${a.status}: ${a.text.slice(0, 200)}`,
+  );
 }
 
 /** A cancel's non-2xx answer: a job the provider does not know is gone, 429 and 5xx are worth another try, else refused. */
@@ -150,21 +175,36 @@ export function cancelFailure(provider: ProviderConfig, a: UpstreamAnswer): Upst
   if (a.status === 408 || a.status === 429 || a.status >= 500) {
     const ra = a.headers['retry-after'];
     const seconds = typeof ra === 'string' ? Number(ra) : NaN;
-    throw new UpstreamRetry(a.status, Number.isFinite(seconds) ? seconds * 1000 : undefined, `${provider.name}: cancel answered ${a.status}: ${a.text.slice(0, 200)}`);
+    throw new UpstreamRetry(
+      a.status,
+      Number.isFinite(seconds) ? seconds * 1000 : undefined,
+      `${provider.name}: cancel answered ${a.status}: ${a.text.slice(0, 200)}`,
+    );
   }
   return 'refused';
 }
 
 /** A multipart/form-data body (RFC 7578) of text fields and files, built in one buffer. */
-export function formData(fields: Readonly<Record<string, string>>, files: readonly { name: string; filename: string; type: string; bytes: Buffer }[]): { body: Buffer; contentType: string } {
+export function formData(
+  fields: Readonly<Record<string, string>>,
+  files: readonly { name: string; filename: string; type: string; bytes: Buffer }[],
+): { body: Buffer; contentType: string } {
   const boundary = `----farebox${randomBytes(12).toString('hex')}`;
   const parts: Buffer[] = [];
   const quote = (s: string) => s.replace(/["\r\n\\]/g, '_');
   for (const [name, value] of Object.entries(fields)) {
-    parts.push(Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="${quote(name)}"\r\n\r\n${value}\r\n`));
+    parts.push(
+      Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="${quote(name)}"\r\n\r\n${value}\r\n`),
+    );
   }
   for (const f of files) {
-    parts.push(Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="${quote(f.name)}"; filename="${quote(f.filename)}"\r\ncontent-type: ${f.type}\r\n\r\n`), f.bytes, Buffer.from('\r\n'));
+    parts.push(
+      Buffer.from(
+        `--${boundary}\r\ncontent-disposition: form-data; name="${quote(f.name)}"; filename="${quote(f.filename)}"\r\ncontent-type: ${f.type}\r\n\r\n`,
+      ),
+      f.bytes,
+      Buffer.from('\r\n'),
+    );
   }
   parts.push(Buffer.from(`--${boundary}--\r\n`));
   return { body: Buffer.concat(parts), contentType: `multipart/form-data; boundary=${boundary}` };

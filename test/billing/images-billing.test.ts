@@ -23,7 +23,14 @@ const slow = createServer((req, res) => {
   const gemini = req.url!.includes(':generateContent');
   const b64 = png.toString('base64');
   const body = gemini
-    ? JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ inlineData: { mimeType: 'image/png', data: b64 } }] }, finishReason: 'STOP' }] })
+    ? JSON.stringify({
+        candidates: [
+          {
+            content: { role: 'model', parts: [{ inlineData: { mimeType: 'image/png', data: b64 } }] },
+            finishReason: 'STOP',
+          },
+        ],
+      })
     : JSON.stringify({ created: 1, data: [{ b64_json: b64 }] });
   res.writeHead(200, { 'content-type': 'application/json' });
   let at = body.indexOf(b64.slice(0, 40)) + FIRST_IMAGE_CHARS;
@@ -53,8 +60,18 @@ const h = await startHarness({
     c.providers['slow-openai'] = { protocol: 'openai', base_url: `${slowUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
     // The operator declares every class for both; the provider answers a 256x256 image whatever is asked.
     const all = { sizes: ['1K', '2K', '4K'], aspect_ratios: ['1:1', '16:9'] };
-    c.models.push({ id: 'img-slow-g', family: 'img', provider: 'slow-gemini', ...all }, { id: 'img-slow-o', family: 'img', provider: 'slow-openai', ...all } as never);
-    c.prices = { image: { 'img-slow-g': { '1K': '0.10', '2K': '0.20', '4K': '0.30' }, 'img-slow-o': { '1K': '0.10', '2K': '0.20', '4K': '0.30' } } };
+    c.models.push({ id: 'img-slow-g', family: 'img', provider: 'slow-gemini', ...all }, {
+      id: 'img-slow-o',
+      family: 'img',
+      provider: 'slow-openai',
+      ...all,
+    } as never);
+    c.prices = {
+      image: {
+        'img-slow-g': { '1K': '0.10', '2K': '0.20', '4K': '0.30' },
+        'img-slow-o': { '1K': '0.10', '2K': '0.20', '4K': '0.30' },
+      },
+    };
     c.limits = { families: { img: { key: { rpm: 1000, tpm: 1 } } } };
   },
 });
@@ -87,15 +104,30 @@ async function newest(after: number): Promise<CallRecord> {
 }
 
 t.test('a delivered image costs exactly its listed price; the record says images 1, the size, the model', async (t) => {
-  for (const [model, size, rf] of [['img-pro', '1K', 'b64_json'], ['img-pro', '4K', 'url'], ['img-2', '2K', 'b64_json'], ['img-2', '4K', 'url']] as const) {
+  for (const [model, size, rf] of [
+    ['img-pro', '1K', 'b64_json'],
+    ['img-pro', '4K', 'url'],
+    ['img-2', '2K', 'b64_json'],
+    ['img-2', '4K', 'url'],
+  ] as const) {
     const before = await available();
-    const { response } = await openai.images.generate({ model, prompt: 'a quay', size, response_format: rf } as never).withResponse();
+    const { response } = await openai.images
+      .generate({ model, prompt: 'a quay', size, response_format: rf } as never)
+      .withResponse();
     t.equal(response.headers.get('x-gw-billing-chain'), 'chain_a', 'the billed chain is named');
     const rec = await settled(response.headers.get('x-request-id')!);
     t.equal(rec.priceAtomic, price(model, size), `${model} ${size} ${rf}: ${listed[model]![size]} USD`);
     t.equal(rec.held, price(model, size), 'held at one image of that size');
     t.match(rec, { model, size, status: /^(pending|settled)$/ });
-    t.same(rec.usage, { input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_5m_tokens: 0, cache_write_1h_tokens: 0, images: 1, video_seconds: 0 });
+    t.same(rec.usage, {
+      input_tokens: 0,
+      output_tokens: 0,
+      cache_read_tokens: 0,
+      cache_write_5m_tokens: 0,
+      cache_write_1h_tokens: 0,
+      images: 1,
+      video_seconds: 0,
+    });
     t.equal(before - (await available()), price(model, size), 'the wallet paid exactly that');
   }
 });
@@ -103,7 +135,9 @@ t.test('a delivered image costs exactly its listed price; the record says images
 t.test('an edit costs one image of its size', async (t) => {
   const before = await available();
   const image = await toFile(await referencePng(80, 80), 'a.png', { type: 'image/png' });
-  const { response } = await openai.images.edit({ model: 'img-pro', prompt: 'dusk', image, size: '2K' } as never).withResponse();
+  const { response } = await openai.images
+    .edit({ model: 'img-pro', prompt: 'dusk', image, size: '2K' } as never)
+    .withResponse();
   const rec = await settled(response.headers.get('x-request-id')!);
   t.equal(rec.priceAtomic, price('img-pro', '2K'));
   t.equal(before - (await available()), price('img-pro', '2K'));
@@ -111,12 +145,18 @@ t.test('an edit costs one image of its size', async (t) => {
 
 t.test('refusals and provider failures cost nothing', async (t) => {
   for (const [model, prompt, status] of [
-    ['img-pro', 'x #sim:image=refuse', 400], ['img-pro', 'x #sim:image=refuse_output', 400], ['img-2', 'x #sim:image=refuse', 400],
-    ['img-pro', 'x #sim:status=500', 502], ['img-2', 'x #sim:status=502', 502], ['img-pro', 'x #sim:hangup_after=40', 502],
+    ['img-pro', 'x #sim:image=refuse', 400],
+    ['img-pro', 'x #sim:image=refuse_output', 400],
+    ['img-2', 'x #sim:image=refuse', 400],
+    ['img-pro', 'x #sim:status=500', 502],
+    ['img-2', 'x #sim:status=502', 502],
+    ['img-pro', 'x #sim:hangup_after=40', 502],
   ] as const) {
     for (const rf of ['b64_json', 'url']) {
       const before = await available();
-      const e = (await openai.images.generate({ model, prompt, size: '4K', response_format: rf } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+      const e = (await openai.images
+        .generate({ model, prompt, size: '4K', response_format: rf } as never)
+        .catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
       t.equal(e.status, status, `${model} ${prompt} ${rf}`);
       const rec = await settled(e.headers!.get('x-request-id')!);
       t.match(rec, { status: 'free', priceAtomic: 0n, held: price(model, '4K') }, 'held, then released');
@@ -129,24 +169,35 @@ t.test('bad input, through the SDK, is refused before any hold: 400, no record, 
   const w0 = await readWallet(h.redis, h.account, 'chain_a');
   const records0 = (await listCallRecords(h.redis, h.account, 1000)).length;
   const generations: [Record<string, unknown>, string][] = [
-    [{ model: 'img-9', prompt: 'p' }, 'model'], [{ model: 'gamma-k3', prompt: 'p' }, 'model'], [{ model: 'img-pro', prompt: ' ' }, 'prompt'],
-    [{ model: 'img-pro', prompt: 'p', size: '8K' }, 'size'], [{ model: 'img-2', prompt: 'p', aspect_ratio: '2:1' }, 'aspect_ratio'],
-    [{ model: 'img-2', prompt: 'p', n: 2 }, 'n'], [{ model: 'img-pro', prompt: 'p', response_format: 'png' }, 'response_format'],
+    [{ model: 'img-9', prompt: 'p' }, 'model'],
+    [{ model: 'gamma-k3', prompt: 'p' }, 'model'],
+    [{ model: 'img-pro', prompt: ' ' }, 'prompt'],
+    [{ model: 'img-pro', prompt: 'p', size: '8K' }, 'size'],
+    [{ model: 'img-2', prompt: 'p', aspect_ratio: '2:1' }, 'aspect_ratio'],
+    [{ model: 'img-2', prompt: 'p', n: 2 }, 'n'],
+    [{ model: 'img-pro', prompt: 'p', response_format: 'png' }, 'response_format'],
     [{ model: 'img-pro', prompt: 'p', tools: [{ google_search: {} }] }, 'tools'],
   ];
   for (const [body, param] of generations) {
     const e = await openai.images.generate(body as never).catch((x: unknown) => x);
-    t.ok(e instanceof OpenAI.BadRequestError && e.param === param, `generate ${JSON.stringify(body)}: 400 naming ${param}`);
+    t.ok(
+      e instanceof OpenAI.BadRequestError && e.param === param,
+      `generate ${JSON.stringify(body)}: 400 naming ${param}`,
+    );
   }
   const ref = await toFile(await referencePng(64, 48), 'ref.png', { type: 'image/png' });
   const gif = await toFile(Buffer.from('GIF89a' + 'x'.repeat(64), 'latin1'), 'ref.png', { type: 'image/png' });
   // Cut inside its header: refused from the header, before the hold (data cut after a whole header is found by the
   // decode after the hold: test/billing/reference-decodes.test.ts).
   const cut = await toFile((await referencePng(64, 48)).subarray(0, 30), 'ref.png', { type: 'image/png' });
-  const fifteen = await Promise.all(Array.from({ length: 15 }, (_, i) => toFile(png, `r${i}.png`, { type: 'image/png' })));
+  const fifteen = await Promise.all(
+    Array.from({ length: 15 }, (_, i) => toFile(png, `r${i}.png`, { type: 'image/png' })),
+  );
   const edits: [Record<string, unknown>, string][] = [
-    [{ model: 'img-pro', prompt: 'p', image: gif }, 'a GIF'], [{ model: 'img-pro', prompt: 'p', image: cut }, 'a PNG cut inside its header'],
-    [{ model: 'img-2', prompt: 'p', image: fifteen }, '15 images'], [{ model: 'img-2', image: ref }, 'no prompt'],
+    [{ model: 'img-pro', prompt: 'p', image: gif }, 'a GIF'],
+    [{ model: 'img-pro', prompt: 'p', image: cut }, 'a PNG cut inside its header'],
+    [{ model: 'img-2', prompt: 'p', image: fifteen }, '15 images'],
+    [{ model: 'img-2', image: ref }, 'no prompt'],
     [{ model: 'img-2', prompt: 'p', image: ref, size: '3K' }, 'a bad size'],
   ];
   for (const [body, what] of edits) {
@@ -159,11 +210,12 @@ t.test('bad input, through the SDK, is refused before any hold: 400, no record, 
   t.equal((await listCallRecords(h.redis, h.account, 1000)).length, records0, 'no call record made');
 });
 
-t.test('a provider that hangs up inside the image: the caller\'s answer is cut, and free', async (t) => {
+t.test("a provider that hangs up inside the image: the caller's answer is cut, and free", async (t) => {
   for (const model of ['img-pro', 'img-2']) {
     const before = await available();
     const res = await fetch(`${h.url}/v1/images/generations`, {
-      method: 'POST', headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model, prompt: 'x #sim:hangup_after=5000', size: '4K' }),
     });
     t.equal(res.status, 200, 'the image had begun');
@@ -181,12 +233,18 @@ t.test('a caller who leaves before the image began pays nothing; once it began, 
       const started = Date.now();
       const ac = new AbortController();
       const call = fetch(`${h.url}/v1/images/generations`, {
-        method: 'POST', signal: ac.signal, headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+        method: 'POST',
+        signal: ac.signal,
+        headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
         body: JSON.stringify({ model, prompt: 'x #sim:delay_ms=800', response_format: rf }),
       });
       setTimeout(() => ac.abort(), 300);
       await t.rejects(call);
-      t.match(await newest(started), { model, status: 'free', priceAtomic: 0n }, `${model} ${rf}: gone before the answer`);
+      t.match(
+        await newest(started),
+        { model, status: 'free', priceAtomic: 0n },
+        `${model} ${rf}: gone before the answer`,
+      );
       t.equal(await available(), before);
     }
   }
@@ -195,27 +253,39 @@ t.test('a caller who leaves before the image began pays nothing; once it began, 
     let before = await available();
     let ac = new AbortController();
     let res = await fetch(`${h.url}/v1/images/generations`, {
-      method: 'POST', signal: ac.signal, headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      method: 'POST',
+      signal: ac.signal,
+      headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model, prompt: 'x' }),
     });
     t.equal(res.status, 200);
     const first = await res.body!.getReader().read();
-    t.ok(first.value!.length < 1024 + 100, 'the answer\'s head and 600 characters of the image');
+    t.ok(first.value!.length < 1024 + 100, "the answer's head and 600 characters of the image");
     ac.abort();
-    t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n }, `${model}: gone with 600 characters of the image`);
+    t.match(
+      await settled(res.headers.get('x-request-id')!),
+      { status: 'free', priceAtomic: 0n },
+      `${model}: gone with 600 characters of the image`,
+    );
     t.equal(await available(), before);
     // Gone after the next piece: 2,600 characters of the image had gone out.
     before = await available();
     ac = new AbortController();
     res = await fetch(`${h.url}/v1/images/generations`, {
-      method: 'POST', signal: ac.signal, headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      method: 'POST',
+      signal: ac.signal,
+      headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model, prompt: 'x' }),
     });
     const reader = res.body!.getReader();
     let got = 0;
     while (got < 2_000) got += (await reader.read()).value!.length;
     ac.abort();
-    t.match(await settled(res.headers.get('x-request-id')!), { status: /^(pending|settled)$/, priceAtomic: 100_000n }, `${model}: gone mid-image, charged its 1K price`);
+    t.match(
+      await settled(res.headers.get('x-request-id')!),
+      { status: /^(pending|settled)$/, priceAtomic: 100_000n },
+      `${model}: gone mid-image, charged its 1K price`,
+    );
     t.equal(before - (await available()), 100_000n, 'the wallet paid it');
   }
 });
@@ -246,24 +316,37 @@ function stallAndLeave(body: Record<string, unknown>, readBytes: number): Promis
         resolve({ head, read });
       }
     });
-    socket.write(`POST /v1/images/generations HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(json)}\r\n\r\n${json}`);
+    socket.write(
+      `POST /v1/images/generations HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(json)}\r\n\r\n${json}`,
+    );
   });
 }
 
-t.test('a reader that stalls and hangs up on an answer larger than the socket buffers pays for the image it was given', async (t) => {
-  for (const [model, size] of [['img-2', '4K'], ['img-pro', '2K']] as const) {
-    const before = await available();
-    // The simulator's grainy image: a PNG the size of a photograph's (2880x2880: about 26 MB, 35 MB of base64).
-    const { head, read } = await stallAndLeave({ model, prompt: 'a quay #sim:image=detailed', size }, 256 * 1024);
-    t.match(head, /^HTTP\/1\.1 200 /);
-    const length = /content-length: (\d+)/i.exec(head);
-    if (model === 'img-2') t.ok(Number(length![1]) > 16 * 1024 * 1024, 'the answer is far larger than what the sockets buffer');
-    t.ok(read < 1024 * 1024, 'the caller read a sliver of it');
-    const id = /x-request-id: (\S+)/i.exec(head)![1]!;
-    t.match(await settled(id), { model, size, status: /^(pending|settled)$/, priceAtomic: price(model, size) }, `${model} ${size}: charged its listed price`);
-    t.equal(before - (await available()), price(model, size), 'the wallet paid for the image');
-  }
-});
+t.test(
+  'a reader that stalls and hangs up on an answer larger than the socket buffers pays for the image it was given',
+  async (t) => {
+    for (const [model, size] of [
+      ['img-2', '4K'],
+      ['img-pro', '2K'],
+    ] as const) {
+      const before = await available();
+      // The simulator's grainy image: a PNG the size of a photograph's (2880x2880: about 26 MB, 35 MB of base64).
+      const { head, read } = await stallAndLeave({ model, prompt: 'a quay #sim:image=detailed', size }, 256 * 1024);
+      t.match(head, /^HTTP\/1\.1 200 /);
+      const length = /content-length: (\d+)/i.exec(head);
+      if (model === 'img-2')
+        t.ok(Number(length![1]) > 16 * 1024 * 1024, 'the answer is far larger than what the sockets buffer');
+      t.ok(read < 1024 * 1024, 'the caller read a sliver of it');
+      const id = /x-request-id: (\S+)/i.exec(head)![1]!;
+      t.match(
+        await settled(id),
+        { model, size, status: /^(pending|settled)$/, priceAtomic: price(model, size) },
+        `${model} ${size}: charged its listed price`,
+      );
+      t.equal(before - (await available()), price(model, size), 'the wallet paid for the image');
+    }
+  },
+);
 
 t.test('a wallet that cannot cover one image of that size: 402, the provider never called', async (t) => {
   const poor = await startHarness({ chains: true });
@@ -271,7 +354,9 @@ t.test('a wallet that cannot cover one image of that size: 402, the provider nev
   await poor.fund('chain_a', price('img-pro', '4K') - 1n);
   const o = new OpenAI({ baseURL: `${poor.url}/v1`, apiKey: poor.key, maxRetries: 0 });
   const calls = poor.sim.received.length;
-  const e = (await o.images.generate({ model: 'img-pro', prompt: 'x', size: '4K' } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+  const e = (await o.images
+    .generate({ model: 'img-pro', prompt: 'x', size: '4K' } as never)
+    .catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
   t.equal(e.status, 402);
   t.match(e.error, { code: 'insufficient_funds', message: /needs up to 0\.240000 USD/ });
   t.equal(poor.sim.received.length, calls);
@@ -286,26 +371,45 @@ t.test('the slow provider, read whole: charged, so the mid-image cases above wer
   }
 });
 
-t.test('a provider that renders a smaller image than asked: billed at the class of the pixels delivered, never the one asked', async (t) => {
-  for (const model of ['img-slow-g', 'img-slow-o']) {
-    const before = await available();
-    const { response } = await openai.images.generate({ model, prompt: 'x', size: '4K', aspect_ratio: '16:9' } as never).withResponse();
-    const rec = await settled(response.headers.get('x-request-id')!);
-    t.match(rec, { size: '1K', priceAtomic: 100_000n, held: 300_000n }, `${model}: held at 4K, its 256x256 image billed at 1K`);
-    t.equal(before - (await available()), 100_000n);
-  }
-});
+t.test(
+  'a provider that renders a smaller image than asked: billed at the class of the pixels delivered, never the one asked',
+  async (t) => {
+    for (const model of ['img-slow-g', 'img-slow-o']) {
+      const before = await available();
+      const { response } = await openai.images
+        .generate({ model, prompt: 'x', size: '4K', aspect_ratio: '16:9' } as never)
+        .withResponse();
+      const rec = await settled(response.headers.get('x-request-id')!);
+      t.match(
+        rec,
+        { size: '1K', priceAtomic: 100_000n, held: 300_000n },
+        `${model}: held at 4K, its 256x256 image billed at 1K`,
+      );
+      t.equal(before - (await available()), 100_000n);
+    }
+  },
+);
 
-t.test('an image call counts one request against the rate limits and no tokens (the img family allows 1 token a minute)', async (t) => {
-  const g = await startHarness({ chains: true, edit: (c) => { c.limits = { families: { img: { key: { rpm: 2, tpm: 1 } } } }; } });
-  t.teardown(() => g.close());
-  await g.fund('chain_a', 1_000_000n);
-  const o = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
-  const first = await o.images.generate({ model: 'img-2', prompt: 'x' } as never).withResponse();
-  t.equal(first.response.headers.get('x-ratelimit-limit-requests'), '2');
-  t.equal(first.response.headers.get('x-ratelimit-remaining-requests'), '1');
-  await o.images.generate({ model: 'img-2', prompt: 'x' } as never);
-  const third = (await o.images.generate({ model: 'img-2', prompt: 'x' } as never).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
-  t.equal(third.status, 429);
-  t.equal(third.error && (third.error as { code: string }).code, 'rate_limited');
-});
+t.test(
+  'an image call counts one request against the rate limits and no tokens (the img family allows 1 token a minute)',
+  async (t) => {
+    const g = await startHarness({
+      chains: true,
+      edit: (c) => {
+        c.limits = { families: { img: { key: { rpm: 2, tpm: 1 } } } };
+      },
+    });
+    t.teardown(() => g.close());
+    await g.fund('chain_a', 1_000_000n);
+    const o = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
+    const first = await o.images.generate({ model: 'img-2', prompt: 'x' } as never).withResponse();
+    t.equal(first.response.headers.get('x-ratelimit-limit-requests'), '2');
+    t.equal(first.response.headers.get('x-ratelimit-remaining-requests'), '1');
+    await o.images.generate({ model: 'img-2', prompt: 'x' } as never);
+    const third = (await o.images
+      .generate({ model: 'img-2', prompt: 'x' } as never)
+      .catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+    t.equal(third.status, 429);
+    t.equal(third.error && (third.error as { code: string }).code, 'rate_limited');
+  },
+);

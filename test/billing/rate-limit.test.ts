@@ -38,8 +38,14 @@ const level = async (key: string) => Number(((await raw.get(`${prefix}${key}`)) 
 const limiter = (cfg: LimitsConfigInput, redis = r1) => new RateLimiter(redis, limitsConfigSchema.parse(cfg));
 const account = () => `0x${randomBytes(20).toString('hex')}`;
 const T = 1_700_000_000_000;
-const input = (acct: string, over: Partial<RateLimitInput> = {}): RateLimitInput =>
-  ({ keyId: 'key1', account: acct, family: 'gamma', tokens: 0, now: T, ...over });
+const input = (acct: string, over: Partial<RateLimitInput> = {}): RateLimitInput => ({
+  keyId: 'key1',
+  account: acct,
+  family: 'gamma',
+  tokens: 0,
+  now: T,
+  ...over,
+});
 const NO_ACCOUNT = { rpm: null, tpm: null };
 
 async function admitted(l: RateLimiter, inputs: RateLimitInput[]): Promise<number> {
@@ -57,7 +63,14 @@ t.test('limit reached -> refused as key_requests, retry-after = one refill inter
     t.equal(d.remaining, 19 - i);
   }
   const refused = await l.check(input(a));
-  t.match(refused, { allowed: false, which: 'key_requests', limit: 20, remaining: 0, retryAfterMs: 3000, resetMs: 60_000 });
+  t.match(refused, {
+    allowed: false,
+    which: 'key_requests',
+    limit: 20,
+    remaining: 0,
+    retryAfterMs: 3000,
+    resetMs: 60_000,
+  });
   t.match(await l.check(input(a, { now: T + 2999 })), { allowed: false, retryAfterMs: 1 });
   t.match(await l.check(input(a, { now: T + 3000 })), { allowed: true, remaining: 0 });
 });
@@ -119,26 +132,44 @@ t.test('keys live under the keyPrefix with an {account} hash tag and expire when
 t.test('two keys of one account share the account limit; another account is apart', async (t) => {
   const l = limiter({ default: { key: { rpm: 100 }, account: { rpm: 5 } } });
   const a = account();
-  t.equal(await admitted(l, [1, 2, 3].map(() => input(a, { keyId: 'kA' }))), 3);
-  t.equal(await admitted(l, [1, 2].map(() => input(a, { keyId: 'kB' }))), 2);
+  t.equal(
+    await admitted(
+      l,
+      [1, 2, 3].map(() => input(a, { keyId: 'kA' })),
+    ),
+    3,
+  );
+  t.equal(
+    await admitted(
+      l,
+      [1, 2].map(() => input(a, { keyId: 'kB' })),
+    ),
+    2,
+  );
   t.match(await l.check(input(a, { keyId: 'kB' })), { allowed: false, which: 'account_requests' });
   t.match(await l.check(input(a, { keyId: 'kC' })), { allowed: false, which: 'account_requests' });
   t.match(await l.check(input(account(), { keyId: 'kA' })), { allowed: true });
 });
 
-t.test('per-family overrides apply to their family only; each family counts apart; unlimited skips Redis', async (t) => {
-  const l = limiter({
-    default: { key: { rpm: 2 }, account: NO_ACCOUNT },
-    families: { alpha: { key: { rpm: 5 } }, vidA: { key: { rpm: null } } },
-  });
-  const a = account();
-  const n = (family: string, count: number) => Array.from({ length: count }, () => input(a, { family }));
-  t.equal(await admitted(l, n('alpha', 8)), 5);
-  t.equal(await admitted(l, n('beta', 4)), 2);
-  t.equal(await admitted(l, n('gamma', 4)), 2);
-  t.equal(await l.check(input(a, { family: 'vidA' })), UNLIMITED);
-  t.notOk((await keysUnderPrefix()).some((k) => k.includes(`{${a}}:vidA`)), 'no key written for an unlimited family');
-});
+t.test(
+  'per-family overrides apply to their family only; each family counts apart; unlimited skips Redis',
+  async (t) => {
+    const l = limiter({
+      default: { key: { rpm: 2 }, account: NO_ACCOUNT },
+      families: { alpha: { key: { rpm: 5 } }, vidA: { key: { rpm: null } } },
+    });
+    const a = account();
+    const n = (family: string, count: number) => Array.from({ length: count }, () => input(a, { family }));
+    t.equal(await admitted(l, n('alpha', 8)), 5);
+    t.equal(await admitted(l, n('beta', 4)), 2);
+    t.equal(await admitted(l, n('gamma', 4)), 2);
+    t.equal(await l.check(input(a, { family: 'vidA' })), UNLIMITED);
+    t.notOk(
+      (await keysUnderPrefix()).some((k) => k.includes(`{${a}}:vidA`)),
+      'no key written for an unlimited family',
+    );
+  },
+);
 
 t.test('two limiters on two Redis connections (two gateway instances) share the counts', async (t) => {
   const cfg = { default: { key: { rpm: 10 }, account: NO_ACCOUNT } };
@@ -206,8 +237,17 @@ t.test('the debit script corrects the token limits with the debit, once however 
   const call = input(a, { tokens: 800 });
   const requestId = newRequestId();
   const h = {
-    requestId, callId: callIdOf(requestId), account: a, chain: 'chain_a' as const, amount: 5000n, owner: 'rl-test',
-    ttlMs: 60_000, model: 'gamma-k3', keyId: 'key1', now: T, retentionMs: 60_000,
+    requestId,
+    callId: callIdOf(requestId),
+    account: a,
+    chain: 'chain_a' as const,
+    amount: 5000n,
+    owner: 'rl-test',
+    ttlMs: 60_000,
+    model: 'gamma-k3',
+    keyId: 'key1',
+    now: T,
+    retentionMs: 60_000,
   };
   t.ok((await placeHold(r1, h, l.prepare(call)!)).placed, 'held, and 800 tokens charged to both limits');
   t.equal(await level(`rl:{${a}}:gamma:k:key1:t`), 800);
@@ -248,7 +288,11 @@ t.test('a refusal renders as 429 rate_limited in each protocol with its headers'
   const d = await l.check(input(a));
   const openai = rateLimitedError(d, 'openai', T);
   t.equal(openai.status, 429);
-  t.match(openai.headers, { 'retry-after': '60', 'x-ratelimit-limit-requests': '1', 'x-ratelimit-remaining-requests': '0' });
+  t.match(openai.headers, {
+    'retry-after': '60',
+    'x-ratelimit-limit-requests': '1',
+    'x-ratelimit-remaining-requests': '0',
+  });
   t.match(JSON.parse(renderError(openai, 'openai')), { error: { type: 'rate_limit_error', code: 'rate_limited' } });
   const anthropic = rateLimitedError(d, 'anthropic', T);
   t.match(anthropic.headers, { 'anthropic-ratelimit-requests-remaining': '0', 'retry-after': '60' });

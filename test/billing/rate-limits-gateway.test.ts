@@ -65,7 +65,11 @@ async function assertLimited(t: Test, res: Response, endpoint: Endpoint, limit: 
   const retryAfter = res.headers.get('retry-after') ?? '';
   t.match(retryAfter, /^[1-9]\d*$/, 'Retry-After: whole seconds, at least 1');
   t.ok(Number(retryAfter) <= 60, 'within the minute window');
-  t.equal(Math.max(1, Math.ceil(Number(res.headers.get('retry-after-ms')) / 1000)), Number(retryAfter), 'retry-after-ms agrees');
+  t.equal(
+    Math.max(1, Math.ceil(Number(res.headers.get('retry-after-ms')) / 1000)),
+    Number(retryAfter),
+    'retry-after-ms agrees',
+  );
   t.equal(res.headers.get('x-ratelimit-limit-requests'), String(limit));
   t.equal(res.headers.get('x-ratelimit-remaining-requests'), '0');
   t.match(res.headers.get('x-ratelimit-reset-requests'), /^(\d+h)?(\d+m)?\d+(\.\d+)?(ms|s)$/, 'OpenAI duration');
@@ -76,66 +80,111 @@ async function assertLimited(t: Test, res: Response, endpoint: Endpoint, limit: 
     t.match(reset, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/, 'RFC 3339');
     t.ok(Date.parse(reset) > Date.now() - 1_000, 'reset is ahead');
   } else {
-    t.equal(res.headers.get('anthropic-ratelimit-requests-limit'), null, 'Anthropic names only on the messages endpoints');
+    t.equal(
+      res.headers.get('anthropic-ratelimit-requests-limit'),
+      null,
+      'Anthropic names only on the messages endpoints',
+    );
   }
 }
 
 for (const endpoint of ['chat', 'messages'] as const) {
-  t.test(`${endpoint}: two instances share the counts: rpm 5 per key, 3 calls on each -> the 6th overall is 429`, async (t) => {
-    const { keys: [key] } = await account();
-    const model = 'alpha-sonnet-4-6';
-    const upstream = () => h1.sim.received.length + h2.sim.received.length;
-    for (let i = 0; i < 5; i++) {
-      const g = i % 2 === 0 ? h1 : h2;
-      const res = await post(g, endpoint, key, model);
-      t.equal(res.status, 200, `call ${i + 1} on instance ${g === h1 ? 1 : 2}`);
-      await res.arrayBuffer();
-      t.equal(res.headers.get('x-ratelimit-limit-requests'), '5');
-      t.equal(res.headers.get('x-ratelimit-remaining-requests'), String(4 - i), 'the tighter of key (5) and account (8)');
-      if (endpoint === 'messages') t.equal(res.headers.get('anthropic-ratelimit-requests-remaining'), String(4 - i));
-      else t.equal(res.headers.get('anthropic-ratelimit-requests-remaining'), null);
-    }
-    const before = upstream();
-    await assertLimited(t, await post(h2, endpoint, key, model), endpoint, 5, /requests per minute for this API key \(limit 5\)/);
-    await assertLimited(t, await post(h1, endpoint, key, model), endpoint, 5, /for this API key/);
-    t.equal(upstream(), before, 'refused calls never reach the upstream');
-  });
+  t.test(
+    `${endpoint}: two instances share the counts: rpm 5 per key, 3 calls on each -> the 6th overall is 429`,
+    async (t) => {
+      const {
+        keys: [key],
+      } = await account();
+      const model = 'alpha-sonnet-4-6';
+      const upstream = () => h1.sim.received.length + h2.sim.received.length;
+      for (let i = 0; i < 5; i++) {
+        const g = i % 2 === 0 ? h1 : h2;
+        const res = await post(g, endpoint, key, model);
+        t.equal(res.status, 200, `call ${i + 1} on instance ${g === h1 ? 1 : 2}`);
+        await res.arrayBuffer();
+        t.equal(res.headers.get('x-ratelimit-limit-requests'), '5');
+        t.equal(
+          res.headers.get('x-ratelimit-remaining-requests'),
+          String(4 - i),
+          'the tighter of key (5) and account (8)',
+        );
+        if (endpoint === 'messages') t.equal(res.headers.get('anthropic-ratelimit-requests-remaining'), String(4 - i));
+        else t.equal(res.headers.get('anthropic-ratelimit-requests-remaining'), null);
+      }
+      const before = upstream();
+      await assertLimited(
+        t,
+        await post(h2, endpoint, key, model),
+        endpoint,
+        5,
+        /requests per minute for this API key \(limit 5\)/,
+      );
+      await assertLimited(t, await post(h1, endpoint, key, model), endpoint, 5, /for this API key/);
+      t.equal(upstream(), before, 'refused calls never reach the upstream');
+    },
+  );
 }
 
 t.test('the official SDKs see the 429 as their typed RateLimitError', async (t) => {
-  const { keys: [key] } = await account();
+  const {
+    keys: [key],
+  } = await account();
   const openai = new OpenAI({ baseURL: `${h1.url}/v1`, apiKey: key, maxRetries: 0 });
   const anthropic = new Anthropic({ baseURL: h2.url, apiKey: key, maxRetries: 0 });
-  for (let i = 0; i < 5; i++) await openai.chat.completions.create({ model: 'alpha-haiku-4-5', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] });
-  const oe = await openai.chat.completions.create({ model: 'alpha-haiku-4-5', messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
+  for (let i = 0; i < 5; i++)
+    await openai.chat.completions.create({
+      model: 'alpha-haiku-4-5',
+      max_tokens: 16,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+  const oe = await openai.chat.completions
+    .create({ model: 'alpha-haiku-4-5', messages: [{ role: 'user', content: 'hi' }] })
+    .catch((x: unknown) => x);
   t.ok(oe instanceof OpenAI.RateLimitError, 'OpenAI.RateLimitError');
   t.match((oe as InstanceType<typeof OpenAI.RateLimitError>).error, { code: 'rate_limited', type: 'rate_limit_error' });
-  const ae = await anthropic.messages.create({ model: 'alpha-haiku-4-5', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
+  const ae = await anthropic.messages
+    .create({ model: 'alpha-haiku-4-5', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] })
+    .catch((x: unknown) => x);
   t.ok(ae instanceof Anthropic.RateLimitError, 'Anthropic.RateLimitError, on the other instance');
   const are = ae as InstanceType<typeof Anthropic.RateLimitError>;
   t.match(are.error, { type: 'error', error: { type: 'rate_limit_error', code: 'rate_limited' } });
   t.match(are.headers?.get('retry-after'), /^[1-9]\d*$/);
 });
 
-t.test('per key vs per account: a key hits its own 5; two keys of one account share its 8; other accounts are untouched', async (t) => {
-  const { keys: [a, b] } = await account(2);
-  const model = 'gamma-k3';
-  for (let i = 0; i < 5; i++) t.equal((await post(h1, 'chat', a, 'alpha-sonnet-4-6')).status, 200);
-  await assertLimited(t, await post(h2, 'chat', a, 'alpha-sonnet-4-6'), 'chat', 5, /for this API key \(limit 5\)/);
-  // Key b: its own key limit is fresh, but the account has 8 - 5 = 3 left (the refusal consumed nothing).
-  for (let i = 0; i < 3; i++) {
-    const res = await post(i % 2 ? h1 : h2, 'chat', b, 'alpha-sonnet-4-6');
-    t.equal(res.status, 200, `key b call ${i + 1}`);
-    t.equal(res.headers.get('x-ratelimit-remaining-requests'), String(2 - i), 'the account is the tighter limit');
-  }
-  await assertLimited(t, await post(h1, 'chat', b, 'alpha-sonnet-4-6'), 'chat', 8, /requests per minute for this account \(limit 8\)/);
-  const { keys: [c] } = await account();
-  t.equal((await post(h1, 'chat', c, 'alpha-sonnet-4-6')).status, 200, 'another account is not limited');
-  t.equal((await post(h1, 'chat', a, model)).status, 200, 'gamma is unlimited: the same key passes there');
-});
+t.test(
+  'per key vs per account: a key hits its own 5; two keys of one account share its 8; other accounts are untouched',
+  async (t) => {
+    const {
+      keys: [a, b],
+    } = await account(2);
+    const model = 'gamma-k3';
+    for (let i = 0; i < 5; i++) t.equal((await post(h1, 'chat', a, 'alpha-sonnet-4-6')).status, 200);
+    await assertLimited(t, await post(h2, 'chat', a, 'alpha-sonnet-4-6'), 'chat', 5, /for this API key \(limit 5\)/);
+    // Key b: its own key limit is fresh, but the account has 8 - 5 = 3 left (the refusal consumed nothing).
+    for (let i = 0; i < 3; i++) {
+      const res = await post(i % 2 ? h1 : h2, 'chat', b, 'alpha-sonnet-4-6');
+      t.equal(res.status, 200, `key b call ${i + 1}`);
+      t.equal(res.headers.get('x-ratelimit-remaining-requests'), String(2 - i), 'the account is the tighter limit');
+    }
+    await assertLimited(
+      t,
+      await post(h1, 'chat', b, 'alpha-sonnet-4-6'),
+      'chat',
+      8,
+      /requests per minute for this account \(limit 8\)/,
+    );
+    const {
+      keys: [c],
+    } = await account();
+    t.equal((await post(h1, 'chat', c, 'alpha-sonnet-4-6')).status, 200, 'another account is not limited');
+    t.equal((await post(h1, 'chat', a, model)).status, 200, 'gamma is unlimited: the same key passes there');
+  },
+);
 
 t.test('per family override: beta keys get 2 rpm, gamma none, and each family counts on its own', async (t) => {
-  const { keys: [key] } = await account();
+  const {
+    keys: [key],
+  } = await account();
   for (let i = 0; i < 2; i++) {
     const res = await post(h1, 'chat', key, 'beta-5.6-sol');
     t.equal(res.status, 200);
@@ -154,8 +203,13 @@ t.test('per family override: beta keys get 2 rpm, gamma none, and each family co
 });
 
 t.test('an upstream 429 reaches the caller as 429 with the upstream Retry-After, in each protocol', async (t) => {
-  const { keys: [key] } = await account();
-  for (const [endpoint, model] of [['chat', 'gamma-k3'], ['messages', 'alpha-sonnet-4-6']] as const) {
+  const {
+    keys: [key],
+  } = await account();
+  for (const [endpoint, model] of [
+    ['chat', 'gamma-k3'],
+    ['messages', 'alpha-sonnet-4-6'],
+  ] as const) {
     const n = h1.sim.received.length;
     const res = await post(h1, endpoint, key, model, '#sim:status=429');
     t.equal(res.status, 429, endpoint);
@@ -185,7 +239,8 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
   const first = ok.headers.get('x-request-id')!;
   // The admitted call's hold must be settled first: a hold in flight moves `available` when it settles.
   const deadline = Date.now() + 20_000;
-  while ((await getCallRecord(g.redis, first))?.status === 'held' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  while ((await getCallRecord(g.redis, first))?.status === 'held' && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 50));
   const rec = (await getCallRecord(g.redis, first))!;
   t.not(rec.status, 'held');
   t.ok(rec.priceAtomic > 0n, 'the admitted call was charged');
@@ -205,7 +260,11 @@ t.test('billed: a call refused by a rate limit holds and charges nothing', async
   const after = await readWallet(g.redis, g.account, 'chain_a');
   t.equal(after.held, 0n);
   t.equal(after.available, before.available, 'available unchanged');
-  t.same((await listUsage(g.redis, g.account)).map((r) => r.call_id), usageBefore.map((r) => r.call_id), 'no new usage record');
+  t.same(
+    (await listUsage(g.redis, g.account)).map((r) => r.call_id),
+    usageBefore.map((r) => r.call_id),
+    'no new usage record',
+  );
 });
 
 t.test('billed: once settled, the token limits hold the tokens billed, not the estimate', async (t) => {
@@ -222,7 +281,11 @@ t.test('billed: once settled, the token limits hold the tokens billed, not the e
   const openai = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 });
   const t0 = Date.now();
   const { data, response } = await openai.chat.completions
-    .create({ model: 'alpha-sonnet-4-6', max_tokens: 4000, messages: [{ role: 'user', content: 'hi #sim:tokens=500' }] })
+    .create({
+      model: 'alpha-sonnet-4-6',
+      max_tokens: 4000,
+      messages: [{ role: 'user', content: 'hi #sim:tokens=500' }],
+    })
     .withResponse();
   const estimated = tpm - Number(response.headers.get('x-ratelimit-remaining-tokens'));
   t.ok(estimated >= 4000, `the gate charged the estimate, max_tokens and more (${estimated})`);
@@ -234,7 +297,10 @@ t.test('billed: once settled, the token limits hold the tokens billed, not the e
     // Each level is "<used> <at ms>": the estimate drained since the gate, then corrected to the tokens billed.
     const [used, at] = ((await g.redis.get(key)) ?? 'NaN NaN').split(' ').map(Number);
     const drained = ((at! - t0) * tpm) / 60_000;
-    t.ok(used! <= billed && used! >= billed - drained, `${key}: ${used} = ${billed} billed, less at most ${drained} drained`);
+    t.ok(
+      used! <= billed && used! >= billed - drained,
+      `${key}: ${used} = ${billed} billed, less at most ${drained} drained`,
+    );
   }
 });
 

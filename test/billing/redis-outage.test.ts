@@ -31,14 +31,15 @@ t.teardown(async () => {
   rmSync(spoolDir, { recursive: true, force: true });
 });
 
-const gateway = () => startHarness({
-  chains: true,
-  prefix,
-  edit: (c) => {
-    c.redis = { ...c.redis!, url: relay.url };
-    c.billing = { ...c.billing, spool_dir: spoolDir, hold_grace_ms: 2_000 };
-  },
-});
+const gateway = () =>
+  startHarness({
+    chains: true,
+    prefix,
+    edit: (c) => {
+      c.redis = { ...c.redis!, url: relay.url };
+      c.billing = { ...c.billing, spool_dir: spoolDir, hold_grace_ms: 2_000 };
+    },
+  });
 
 /** Streams of `tokens` tokens 100 ms apart; resolves with each one's request id and whether it ended whole. */
 function streams(g: Harness, n: number, tokens: number): { ids: Promise<string>[]; done: Promise<boolean>[] } {
@@ -48,7 +49,11 @@ function streams(g: Harness, n: number, tokens: number): { ids: Promise<string>[
     const res = fetch(`${g.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${g.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'gamma-k3', stream: true, messages: [{ role: 'user', content: `call ${i} #sim:tokens=${tokens} #sim:chunk_delay_ms=100` }] }),
+      body: JSON.stringify({
+        model: 'gamma-k3',
+        stream: true,
+        messages: [{ role: 'user', content: `call ${i} #sim:tokens=${tokens} #sim:chunk_delay_ms=100` }],
+      }),
     });
     ids.push(res.then((r) => r.headers.get('x-request-id')!));
     done.push(res.then(async (r) => (await r.text()).includes('[DONE]')));
@@ -57,18 +62,32 @@ function streams(g: Harness, n: number, tokens: number): { ids: Promise<string>[
 }
 
 async function charged(ids: string[]): Promise<CallRecord[]> {
-  return until('every call debited', async () => {
-    const records = await Promise.all(ids.map((id) => getCallRecord(direct, id)));
-    return records.every((r) => r && r.status !== 'held' && r.status !== 'free' && r.priceAtomic > 0n) ? (records as CallRecord[]) : null;
-  }, 30_000);
+  return until(
+    'every call debited',
+    async () => {
+      const records = await Promise.all(ids.map((id) => getCallRecord(direct, id)));
+      return records.every((r) => r && r.status !== 'held' && r.status !== 'free' && r.priceAtomic > 0n)
+        ? (records as CallRecord[])
+        : null;
+    },
+    30_000,
+  );
 }
 
 async function onchainOnce(t: Test, g: Harness, ids: string[]): Promise<void> {
   const chain = createEvmChain('chain_a', g.config.chains!.chain_a);
-  await until('charged onchain', async () => (await Promise.all(ids.map((id) => chain.callStatus(callIdOf(id))))).every((s) => s === 'charged'), 30_000);
+  await until(
+    'charged onchain',
+    async () => (await Promise.all(ids.map((id) => chain.callStatus(callIdOf(id))))).every((s) => s === 'charged'),
+    30_000,
+  );
   const events = await chain.readEvents(0n, await chain.latestBlock());
   for (const id of ids) {
-    t.equal(events.filter((e) => e.kind === 'charged' && e.callId === callIdOf(id)).length, 1, `${id} charged once onchain`);
+    t.equal(
+      events.filter((e) => e.kind === 'charged' && e.callId === callIdOf(id)).length,
+      1,
+      `${id} charged once onchain`,
+    );
   }
 }
 
@@ -81,7 +100,10 @@ t.test('calls answered while Redis is away for 8 s are charged once it is back, 
   relay.down();
   t.same(await Promise.all(done), [true, true, true, true, true], 'every answer arrived whole, Redis gone');
   await until('the debits spooled', async () => (await g.metrics.debitsSpooled.get()).values[0]?.value === 5);
-  t.ok(readdirSync(spoolDir).some((f) => f.endsWith('.jsonl')), 'they wait in the spool file');
+  t.ok(
+    readdirSync(spoolDir).some((f) => f.endsWith('.jsonl')),
+    'they wait in the spool file',
+  );
   // Longer than debits were ever retried before they were given up (without a spool: 5 tries over 6.2 s). The
   // outage's length is what is tested: no event can stand for it.
   await new Promise((r) => setTimeout(r, 8_000));
@@ -90,11 +112,19 @@ t.test('calls answered while Redis is away for 8 s are charged once it is back, 
   for (const r of records) t.equal(r.usage.output_tokens, 25, `${r.call_id} billed its whole answer`);
   await onchainOnce(t, g, requestIds);
   t.equal((await g.metrics.debitSpoolSize.get()).values[0]?.value, 0, 'the spool is empty');
-  t.same(readdirSync(spoolDir).filter((f) => f.endsWith('.jsonl')), [], 'and its file gone');
-  const w = await until('nothing held or pending', async () => {
-    const x = await readWallet(direct, g.account, 'chain_a');
-    return x.held === 0n && x.pending === 0n ? x : null;
-  }, 30_000);
+  t.same(
+    readdirSync(spoolDir).filter((f) => f.endsWith('.jsonl')),
+    [],
+    'and its file gone',
+  );
+  const w = await until(
+    'nothing held or pending',
+    async () => {
+      const x = await readWallet(direct, g.account, 'chain_a');
+      return x.held === 0n && x.pending === 0n ? x : null;
+    },
+    30_000,
+  );
   t.equal(w.synced, 5_000_000n - records.reduce((a, r) => a + r.priceAtomic, 0n), 'the wallet paid each price once');
   await g.close();
 });
@@ -113,10 +143,16 @@ t.test('a gateway restarted during the outage charges what the one before it spo
   t.ok(left.length > 0, 'left in the spool');
   // The next gateway starts while Redis is still away and adopts the file (as it gets ready); Redis comes back after.
   const second = Fastify({ logger: false });
-  await second.register(farebox, { config: first.config, env: { FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey } });
+  await second.register(farebox, {
+    config: first.config,
+    env: { FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey },
+  });
   await second.ready();
   const now = readdirSync(spoolDir).filter((f) => f.endsWith('.jsonl'));
-  t.ok(now.length > 0 && now.every((f) => !left.includes(f)), 'adopted, Redis still away: the debits wait in its own file');
+  t.ok(
+    now.length > 0 && now.every((f) => !left.includes(f)),
+    'adopted, Redis still away: the debits wait in its own file',
+  );
   relay.up();
   const records = await charged(requestIds);
   t.equal(records.length, 3);

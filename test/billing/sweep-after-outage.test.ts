@@ -32,48 +32,65 @@ const TIMEOUT = 10_000;
 const settings = { retentionMs: 3_600_000, holdTtlMs: 5_000, instanceTimeoutMs: TIMEOUT };
 const log = { error() {}, warn() {} };
 
-t.test('after an outage no instance frees the holds of another\'s running calls; a dead one\'s go after the timeout', async (t) => {
-  const account = `0x${randomBytes(20).toString('hex')}`;
-  await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
-  const first = new Billing(viaRelay, settings, createMetrics(), log);
-  const other = new Billing(redis, settings, createMetrics(), log);
-  const place = async (b: Billing) => {
-    const { result, hold } = await b.hold({ requestId: newRequestId(), account, keyId: 'k', chain: 'chain_a', quote: { model: 'gamma-k3', amount: 100_000n } });
-    t.ok(result.placed);
-    b.track(hold);
-    return hold;
-  };
-  const mine = await place(first);
-  const theirs = await place(other);
-  const t0 = Date.now();
-  await first.sweep(t0);
-  await other.sweep(t0);
+t.test(
+  "after an outage no instance frees the holds of another's running calls; a dead one's go after the timeout",
+  async (t) => {
+    const account = `0x${randomBytes(20).toString('hex')}`;
+    await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
+    const first = new Billing(viaRelay, settings, createMetrics(), log);
+    const other = new Billing(redis, settings, createMetrics(), log);
+    const place = async (b: Billing) => {
+      const { result, hold } = await b.hold({
+        requestId: newRequestId(),
+        account,
+        keyId: 'k',
+        chain: 'chain_a',
+        quote: { model: 'gamma-k3', amount: 100_000n },
+      });
+      t.ok(result.placed);
+      b.track(hold);
+      return hold;
+    };
+    const mine = await place(first);
+    const theirs = await place(other);
+    const t0 = Date.now();
+    await first.sweep(t0);
+    await other.sweep(t0);
 
-  // Redis away for the first instance: its sweep fails.
-  relay.down();
-  await until('the first instance sees Redis gone', async () => viaRelay.status !== 'ready', 10_000);
-  await t.rejects(first.sweep(t0 + 1_000));
-  relay.up();
-  await until('the first instance reaches Redis again', async () => (await viaRelay.ping().catch(() => null)) === 'PONG', 10_000);
+    // Redis away for the first instance: its sweep fails.
+    relay.down();
+    await until('the first instance sees Redis gone', async () => viaRelay.status !== 'ready', 10_000);
+    await t.rejects(first.sweep(t0 + 1_000));
+    relay.up();
+    await until(
+      'the first instance reaches Redis again',
+      async () => (await viaRelay.ping().catch(() => null)) === 'PONG',
+      10_000,
+    );
 
-  // A minute later by Redis's clock: both heartbeats and both holds are past their time, both calls still run.
-  const back = t0 + 60_000;
-  t.equal(await first.sweep(back), 0, 'the first sweep after the outage frees nothing');
-  t.match(await getCallRecord(redis, theirs.requestId), { status: 'held', released: null }, 'the other instance\'s running call keeps its hold');
-  // The other instance beats and renews as usual; the first keeps sweeping.
-  for (const at of [1_000, 4_000, 7_000, 9_500]) {
-    t.equal(await first.sweep(back + at), 0);
-    await other.sweep(back + at);
-  }
-  t.equal(await first.sweep(back + TIMEOUT), 0, 'an instance timeout later the other is alive: nothing to free');
-  t.match(await getCallRecord(redis, theirs.requestId), { status: 'held' });
-  t.match(await getCallRecord(redis, mine.requestId), { status: 'held' });
-  t.equal((await readWallet(redis, account, 'chain_a')).held, 200_000n);
+    // A minute later by Redis's clock: both heartbeats and both holds are past their time, both calls still run.
+    const back = t0 + 60_000;
+    t.equal(await first.sweep(back), 0, 'the first sweep after the outage frees nothing');
+    t.match(
+      await getCallRecord(redis, theirs.requestId),
+      { status: 'held', released: null },
+      "the other instance's running call keeps its hold",
+    );
+    // The other instance beats and renews as usual; the first keeps sweeping.
+    for (const at of [1_000, 4_000, 7_000, 9_500]) {
+      t.equal(await first.sweep(back + at), 0);
+      await other.sweep(back + at);
+    }
+    t.equal(await first.sweep(back + TIMEOUT), 0, 'an instance timeout later the other is alive: nothing to free');
+    t.match(await getCallRecord(redis, theirs.requestId), { status: 'held' });
+    t.match(await getCallRecord(redis, mine.requestId), { status: 'held' });
+    t.equal((await readWallet(redis, account, 'chain_a')).held, 200_000n);
 
-  // Now the other instance dies: its hold is freed once its heartbeat is an instance timeout old.
-  other.untrack(theirs);
-  t.equal(await first.sweep(back + 9_500 + TIMEOUT + 1), 1, 'a dead instance\'s hold is freed after the timeout');
-  t.match(await getCallRecord(redis, theirs.requestId), { status: 'free', released: 'instance_died' });
-  t.match(await getCallRecord(redis, mine.requestId), { status: 'held' }, 'its own running call keeps its hold');
-  await first.debit(mine, { usage: makeUsage({ output_tokens: 1 }), price: 1_000n });
-});
+    // Now the other instance dies: its hold is freed once its heartbeat is an instance timeout old.
+    other.untrack(theirs);
+    t.equal(await first.sweep(back + 9_500 + TIMEOUT + 1), 1, "a dead instance's hold is freed after the timeout");
+    t.match(await getCallRecord(redis, theirs.requestId), { status: 'free', released: 'instance_died' });
+    t.match(await getCallRecord(redis, mine.requestId), { status: 'held' }, 'its own running call keeps its hold');
+    await first.debit(mine, { usage: makeUsage({ output_tokens: 1 }), price: 1_000n });
+  },
+);

@@ -92,15 +92,27 @@ let seq = 0;
 function hold(amount: bigint): HoldInput {
   const requestId = `req_${randomBytes(16).toString('hex')}_${seq++}`;
   return {
-    requestId, callId: callIdOf(requestId), account, chain: 'chain_a', amount, owner: 'resend-test',
-    ttlMs: 60_000, model: 'gamma-k3', keyId: 'key_resend', now: Date.now(), retentionMs: 3_600_000,
+    requestId,
+    callId: callIdOf(requestId),
+    account,
+    chain: 'chain_a',
+    amount,
+    owner: 'resend-test',
+    ttlMs: 60_000,
+    model: 'gamma-k3',
+    keyId: 'key_resend',
+    now: Date.now(),
+    retentionMs: 3_600_000,
   };
 }
 
 await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
 
 t.test('a hold run twice answers placed both times and holds once; the rate limits are charged once', async (t) => {
-  const limiter = new RateLimiter(redis, limitsConfigSchema.parse({ default: { key: { rpm: 10 }, account: { rpm: null } } }));
+  const limiter = new RateLimiter(
+    redis,
+    limitsConfigSchema.parse({ default: { key: { rpm: 10 }, account: { rpm: null } } }),
+  );
   const h = hold(300_000n);
   const limits = limiter.prepare({ keyId: h.keyId, account, family: 'gamma', tokens: 100, now: h.now })!;
   const first = await placeHold(redis, h, limits);
@@ -110,14 +122,31 @@ t.test('a hold run twice answers placed both times and holds once; the rate limi
   t.same(again, first, 'the same answer, rate-limit decision included');
   t.equal((await readWallet(redis, account, 'chain_a')).held, 300_000n, 'held once');
   const next = await placeHold(redis, hold(1n), limits);
-  t.match(limiter.decide(limits, next.limits), { allowed: true, remaining: 8 }, 'the next call finds one request used before it, not two');
+  t.match(
+    limiter.decide(limits, next.limits),
+    { allowed: true, remaining: 8 },
+    'the next call finds one request used before it, not two',
+  );
 
   const other = await placeHold(redis, { ...h, amount: 200_000n });
-  t.same(other, { placed: false, available: 699_999n, duplicate: true, rateLimited: false, limits: other.limits }, 'another hold under the id is a duplicate');
+  t.same(
+    other,
+    { placed: false, available: 699_999n, duplicate: true, rateLimited: false, limits: other.limits },
+    'another hold under the id is a duplicate',
+  );
   const otherOwner = await placeHold(redis, { ...h, owner: 'another' });
   t.equal(otherOwner.placed, false, 'so is one from another owner');
 
-  await debitHold(redis, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', owner: h.owner, price: 0n, usageJson: '{}', retentionMs: 3_600_000 });
+  await debitHold(redis, {
+    requestId: h.requestId,
+    callId: h.callId,
+    account,
+    chain: 'chain_a',
+    owner: h.owner,
+    price: 0n,
+    usageJson: '{}',
+    retentionMs: 3_600_000,
+  });
   t.equal((await readWallet(redis, account, 'chain_a')).held, 1n, 'released; the 1-unit hold remains');
 });
 
@@ -147,16 +176,35 @@ t.test('a debit whose reply was lost is resent and answers with the amount debit
   const before = await readWallet(redis, account, 'chain_a');
   const debitsBefore = await countQueuedDebits(redis, 'chain_a');
   relay.dropNextReply = true;
-  const done = await debitHold(r, { requestId: h.requestId, callId: h.callId, account, chain: 'chain_a', owner: h.owner, price: 12_345n, usageJson: '{"output_tokens":3}', retentionMs: 3_600_000 });
+  const done = await debitHold(r, {
+    requestId: h.requestId,
+    callId: h.callId,
+    account,
+    chain: 'chain_a',
+    owner: h.owner,
+    price: 12_345n,
+    usageJson: '{"output_tokens":3}',
+    retentionMs: 3_600_000,
+  });
   t.equal(relay.connections, 2, 'the connection was dropped and made again');
   t.same(done, { debited: 12_345n, capped: false, late: false });
   const after = await readWallet(redis, account, 'chain_a');
   t.equal(before.held - after.held, 40_000n, 'the hold released once');
   t.equal(after.pending - before.pending, 12_345n, 'debited once');
-  t.equal(await countQueuedDebits(redis, 'chain_a') - debitsBefore, 1, 'one debit queued');
+  t.equal((await countQueuedDebits(redis, 'chain_a')) - debitsBefore, 1, 'one debit queued');
 
   // A debit with no hold and no debit of its own (a released hold) still answers null.
-  t.equal(await debitHold(redis, { ...h, callId: callIdOf(`${h.requestId}x`), requestId: `${h.requestId}x`, price: 5n, usageJson: '{}', retentionMs: 1000 }), null);
+  t.equal(
+    await debitHold(redis, {
+      ...h,
+      callId: callIdOf(`${h.requestId}x`),
+      requestId: `${h.requestId}x`,
+      price: 5n,
+      usageJson: '{}',
+      retentionMs: 1000,
+    }),
+    null,
+  );
 });
 
 t.test('through the gateway: a call whose hold reply was lost answers 200 and is charged once', async (t) => {
@@ -184,13 +232,19 @@ t.test('through the gateway: a call whose hold reply was lost answers 200 and is
     return r?.status === 'settled' ? r : null;
   });
   // Two holds and one debit name the wallet, then the call's record (the test's own reads name the record alone).
-  const scriptRuns = Buffer.concat(relay.sent).toString('latin1').split(`${keys.wallet(h.account, 'chain_a')}\r\n`)
+  const scriptRuns = Buffer.concat(relay.sent)
+    .toString('latin1')
+    .split(`${keys.wallet(h.account, 'chain_a')}\r\n`)
     .filter((after) => /^\$\d+\r\n[^\r]*call:(0x[0-9a-f]+)\r\n/.exec(after)?.[1] === callIdOf(id)).length;
   t.equal(scriptRuns, 3, 'the hold went out twice');
   const w = await until('nothing held or pending', async () => {
     const x = await readWallet(h.redis, h.account, 'chain_a');
     return x.held === 0n && x.pending === 0n ? x : null;
   });
-  t.equal(before.synced - w.synced, rec.priceAtomic, 'charged the call\'s price once');
-  t.equal(w.synced, await createEvmChain('chain_a', h.config.chains!.chain_a).balanceOf(h.account as `0x${string}`), 'as onchain');
+  t.equal(before.synced - w.synced, rec.priceAtomic, "charged the call's price once");
+  t.equal(
+    w.synced,
+    await createEvmChain('chain_a', h.config.chains!.chain_a).balanceOf(h.account as `0x${string}`),
+    'as onchain',
+  );
 });

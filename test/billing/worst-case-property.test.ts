@@ -17,9 +17,17 @@ const rand = (n: number) => {
   return seed % n;
 };
 const pick = <T>(xs: readonly T[]): T => xs[rand(xs.length)];
-const words = (n: number) => Array.from({ length: n }, (_, i) => ['alpha', 'β', 'data', '数据', 'x', 'long-word-here'][(i + n) % 6]).join(' ');
+const words = (n: number) =>
+  Array.from({ length: n }, (_, i) => ['alpha', 'β', 'data', '数据', 'x', 'long-word-here'][(i + n) % 6]).join(' ');
 
-const ALPHA = ['alpha-fable-5', 'alpha-haiku-4-5', 'alpha-opus-4-6', 'alpha-opus-5', 'alpha-sonnet-4-6', 'alpha-sonnet-5'];
+const ALPHA = [
+  'alpha-fable-5',
+  'alpha-haiku-4-5',
+  'alpha-opus-4-6',
+  'alpha-opus-5',
+  'alpha-sonnet-4-6',
+  'alpha-sonnet-5',
+];
 const CHAT = [...ALPHA, 'beta-5.6-sol', 'beta-5.6-mini', 'beta-5.5', 'gamma-k3', 'gamma-q3'];
 
 function randomRequest(i: number): { path: string; body: object } {
@@ -32,18 +40,44 @@ function randomRequest(i: number): { path: string; body: object } {
   const maxTokens = pick([1, 5, 50, 300, 1000, 10_000_000]);
   if (rand(2) === 0) {
     const ttl = pick([undefined, '5m', '1h'] as const);
-    const system = rand(2) === 0
-      ? [{ type: 'text', text: words(400 + rand(2000)), ...(ttl ? { cache_control: { type: 'ephemeral', ttl } } : rand(2) ? { cache_control: { type: 'ephemeral' } } : {}) }]
-      : undefined;
-    return { path: '/v1/messages', body: { model: pick(ALPHA), max_tokens: maxTokens, stream, ...(system ? { system } : {}), messages: [{ role: 'user', content: text }] } };
+    const system =
+      rand(2) === 0
+        ? [
+            {
+              type: 'text',
+              text: words(400 + rand(2000)),
+              ...(ttl
+                ? { cache_control: { type: 'ephemeral', ttl } }
+                : rand(2)
+                  ? { cache_control: { type: 'ephemeral' } }
+                  : {}),
+            },
+          ]
+        : undefined;
+    return {
+      path: '/v1/messages',
+      body: {
+        model: pick(ALPHA),
+        max_tokens: maxTokens,
+        stream,
+        ...(system ? { system } : {}),
+        messages: [{ role: 'user', content: text }],
+      },
+    };
   }
   const stop = rand(4) === 0 ? ['data', 'x'] : undefined;
   return {
     path: '/v1/chat/completions',
     body: {
-      model: pick(CHAT), stream, ...(rand(2) ? { max_tokens: maxTokens } : {}), ...(stop ? { stop } : {}),
+      model: pick(CHAT),
+      stream,
+      ...(rand(2) ? { max_tokens: maxTokens } : {}),
+      ...(stop ? { stop } : {}),
       ...(stream && rand(2) ? { stream_options: { include_usage: true } } : {}),
-      messages: [{ role: 'system', content: words(rand(200)) }, { role: 'user', content: text }],
+      messages: [
+        { role: 'system', content: words(rand(200)) },
+        { role: 'user', content: text },
+      ],
     },
   };
 }
@@ -55,7 +89,12 @@ t.test('no actual price exceeds its hold, over 160 random requests', async (t) =
       Array.from({ length: 8 }, async (_, j) => {
         const { path, body } = randomRequest(i + j);
         const res = await fetch(`${h.url}${path}`, {
-          method: 'POST', headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${h.key}`,
+            'content-type': 'application/json',
+            'anthropic-version': '2023-06-01',
+          },
           body: JSON.stringify(body),
         });
         await res.text().catch(() => '');

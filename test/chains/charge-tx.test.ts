@@ -1,6 +1,13 @@
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { encodeFunctionData, getAddress, keccak256 as viemKeccak, parseTransaction, recoverTransactionAddress, type Hex } from 'viem';
+import {
+  encodeFunctionData,
+  getAddress,
+  keccak256 as viemKeccak,
+  parseTransaction,
+  recoverTransactionAddress,
+  type Hex,
+} from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { escrowAbi } from '../../plugins/chains/abi.js';
 import { encodeChargeBatch, keccak256, signTransaction } from '../../plugins/chains/charge-tx.js';
@@ -57,38 +64,48 @@ t.test("a signed transaction is byte for byte what viem's account signs, and rec
   }
 });
 
-t.test('edge fields: zero nonce and fees, 55/56-byte data, both y parities, r or s with leading zero bytes', async (t) => {
-  const key = hex(32);
-  const account = privateKeyToAccount(key);
-  const seen = { parity0: false, parity1: false, shortRS: false };
-  let mismatches = 0;
-  let i = 0;
-  // At least 200 signatures, and on until an r or s below 2^248 (a leading zero byte, trimmed in the encoding) came:
-  // about 1 signature in 128 has one, so 5,000 never miss it in practice.
-  for (; i < 5_000 && (i < 200 || !seen.shortRS); i++) {
-    const tx = {
-      type: 'eip1559' as const,
-      chainId: [1, 31_337_001, 8453][i % 3]!,
-      nonce: i % 7 === 0 ? 0 : i,
-      to: hex(20),
-      data: (i % 4 === 0 ? '0x' : hex([1, 55, 56, 300][i % 4]!)) as Hex,
-      gas: i % 5 === 0 ? 0n : 21_000n + BigInt(i),
-      maxFeePerGas: i % 6 === 0 ? 0n : 2n ** 64n + BigInt(i),
-      maxPriorityFeePerGas: i % 2 || i % 6 === 0 ? 0n : 127n,
-    };
-    const ours = await signTransaction(tx, key);
-    if (ours !== (await account.signTransaction(tx))) mismatches++;
-    const parsed = parseTransaction(ours);
-    if (parsed.yParity === 0) seen.parity0 = true;
-    if (parsed.yParity === 1) seen.parity1 = true;
-    if (parsed.r!.length < 66 || parsed.s!.length < 66 || /^0x00/.test(parsed.r!) || /^0x00/.test(parsed.s!)) seen.shortRS = true;
-  }
-  t.equal(mismatches, 0, `all ${i} byte for byte as viem signs them`);
-  t.ok(seen.parity0 && seen.parity1, 'both y parities');
-  t.ok(seen.shortRS, 'an r or s with a leading zero byte');
-  const base = { type: 'eip1559' as const, chainId: 1, nonce: 1, to: hex(20), data: '0x' as Hex, gas: 21_000n };
-  await t.rejects(signTransaction({ ...base, maxFeePerGas: 1n, maxPriorityFeePerGas: 2n }, key), /above maxFeePerGas/);
-  await t.rejects(signTransaction({ ...base, chainId: 0, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n }, key), /not positive/);
-  await t.rejects(signTransaction({ ...base, to: '0x1234', maxFeePerGas: 1n }, key), /not an address/);
-  await t.rejects(signTransaction({ ...base, data: '0xabc', maxFeePerGas: 1n }, key), /not hex bytes/);
-});
+t.test(
+  'edge fields: zero nonce and fees, 55/56-byte data, both y parities, r or s with leading zero bytes',
+  async (t) => {
+    const key = hex(32);
+    const account = privateKeyToAccount(key);
+    const seen = { parity0: false, parity1: false, shortRS: false };
+    let mismatches = 0;
+    let i = 0;
+    // At least 200 signatures, and on until an r or s below 2^248 (a leading zero byte, trimmed in the encoding) came:
+    // about 1 signature in 128 has one, so 5,000 never miss it in practice.
+    for (; i < 5_000 && (i < 200 || !seen.shortRS); i++) {
+      const tx = {
+        type: 'eip1559' as const,
+        chainId: [1, 31_337_001, 8453][i % 3]!,
+        nonce: i % 7 === 0 ? 0 : i,
+        to: hex(20),
+        data: (i % 4 === 0 ? '0x' : hex([1, 55, 56, 300][i % 4]!)) as Hex,
+        gas: i % 5 === 0 ? 0n : 21_000n + BigInt(i),
+        maxFeePerGas: i % 6 === 0 ? 0n : 2n ** 64n + BigInt(i),
+        maxPriorityFeePerGas: i % 2 || i % 6 === 0 ? 0n : 127n,
+      };
+      const ours = await signTransaction(tx, key);
+      if (ours !== (await account.signTransaction(tx))) mismatches++;
+      const parsed = parseTransaction(ours);
+      if (parsed.yParity === 0) seen.parity0 = true;
+      if (parsed.yParity === 1) seen.parity1 = true;
+      if (parsed.r!.length < 66 || parsed.s!.length < 66 || /^0x00/.test(parsed.r!) || /^0x00/.test(parsed.s!))
+        seen.shortRS = true;
+    }
+    t.equal(mismatches, 0, `all ${i} byte for byte as viem signs them`);
+    t.ok(seen.parity0 && seen.parity1, 'both y parities');
+    t.ok(seen.shortRS, 'an r or s with a leading zero byte');
+    const base = { type: 'eip1559' as const, chainId: 1, nonce: 1, to: hex(20), data: '0x' as Hex, gas: 21_000n };
+    await t.rejects(
+      signTransaction({ ...base, maxFeePerGas: 1n, maxPriorityFeePerGas: 2n }, key),
+      /above maxFeePerGas/,
+    );
+    await t.rejects(
+      signTransaction({ ...base, chainId: 0, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n }, key),
+      /not positive/,
+    );
+    await t.rejects(signTransaction({ ...base, to: '0x1234', maxFeePerGas: 1n }, key), /not an address/);
+    await t.rejects(signTransaction({ ...base, data: '0xabc', maxFeePerGas: 1n }, key), /not hex bytes/);
+  },
+);

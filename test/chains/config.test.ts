@@ -1,6 +1,11 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import { CHAIN_NAMES, chainConfigSchema, chainsConfigSchema, DEFAULT_CONFIRMATIONS } from '../../plugins/chains/config.js';
+import {
+  CHAIN_NAMES,
+  chainConfigSchema,
+  chainsConfigSchema,
+  DEFAULT_CONFIRMATIONS,
+} from '../../plugins/chains/config.js';
 
 const example = JSON.parse(readFileSync(new URL('../../deploy/farebox.example.json', import.meta.url), 'utf8'));
 
@@ -14,7 +19,10 @@ t.test('deploy/farebox.example.json chains parse: four real networks with native
   t.equal(chains.chain_b.stablecoin, '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913');
   t.equal(chains.chain_a.settler_key_env, 'FAREBOX_SETTLER_KEY_CHAIN_A');
   for (const n of CHAIN_NAMES) {
-    t.ok(chains[n].confirmations > DEFAULT_CONFIRMATIONS / 2, `${n}: confirmations set for its network (${chains[n].confirmations})`);
+    t.ok(
+      chains[n].confirmations > DEFAULT_CONFIRMATIONS / 2,
+      `${n}: confirmations set for its network (${chains[n].confirmations})`,
+    );
     t.match(chains[n].max_fee_per_gas, /^\d/, `${n}: a fee ceiling for its network`);
   }
 });
@@ -26,7 +34,14 @@ t.test('defaults are applied to optional fields', async (t) => {
     stablecoin: '0x' + '11'.repeat(20),
     escrow: '0x' + '22'.repeat(20),
   });
-  t.match(c, { confirmations: 12, max_fee_per_gas: '100', max_log_range: 2_000, deploy_block: 0, replace_after_ms: 120_000, poll_interval_ms: 1_000 });
+  t.match(c, {
+    confirmations: 12,
+    max_fee_per_gas: '100',
+    max_log_range: 2_000,
+    deploy_block: 0,
+    replace_after_ms: 120_000,
+    poll_interval_ms: 1_000,
+  });
   t.equal(c.settler_key_env, undefined, 'no key env -> read-only chain');
 });
 
@@ -50,4 +65,3 @@ t.test('bad chain configs are refused', async (t) => {
   const { chain_d: _dropped, ...three } = example.chains;
   t.notOk(chainsConfigSchema.safeParse(three).success, 'all four chains are required');
 });
-

@@ -29,7 +29,8 @@ const viemChain = devViemChain('chain_b', c.chain_id, c.rpc_url);
 const transport = http(c.rpc_url);
 const pub = createPublicClient({ chain: viemChain, transport, pollingInterval: 10 });
 const testClient = createTestClient({ chain: viemChain, transport, mode: 'hardhat' });
-const wallet = (k: DevKey) => createWalletClient({ chain: viemChain, transport, account: privateKeyToAccount(k.privateKey) });
+const wallet = (k: DevKey) =>
+  createWalletClient({ chain: viemChain, transport, account: privateKeyToAccount(k.privateKey) });
 const chain = createEvmChain('chain_b', c, { settlerKey: settler.privateKey });
 let seq = 0;
 const id = () => callIdOf(`escrow-logs-test-${seq++}`);
@@ -41,7 +42,10 @@ async function mined(hash: Promise<Hex>): Promise<Hex> {
   return h;
 }
 const rawLogs = (fromBlock = '0x0'): Promise<ViemRpcLog[]> =>
-  pub.request({ method: 'eth_getLogs', params: [{ address: c.escrow, fromBlock: fromBlock as Hex, toBlock: 'latest' }] });
+  pub.request({
+    method: 'eth_getLogs',
+    params: [{ address: c.escrow, fromBlock: fromBlock as Hex, toBlock: 'latest' }],
+  });
 
 // The records readEvents built before the hand-written decoder: getLogs' formatLog, then parseEventLogs; and the
 // admin records from the same decoding.
@@ -58,7 +62,12 @@ function viaViem(logs: ViemRpcLog[]): (EscrowEvent | EscrowAdminEvent | null)[] 
       case 'ChargeRefused':
         return { ...base, kind: 'charge_refused', ...log.args };
       case 'ChargeSkipped':
-        return { ...base, kind: 'charge_skipped', ...log.args, status: log.args.status === CALL_STATUS.refused ? 'refused' : 'charged' };
+        return {
+          ...base,
+          kind: 'charge_skipped',
+          ...log.args,
+          status: log.args.status === CALL_STATUS.refused ? 'refused' : 'charged',
+        };
       case 'WithdrawalRequested':
         return { ...base, kind: 'withdrawal_requested', callId: null, ...log.args };
       case 'WithdrawalCancelled':
@@ -84,7 +93,12 @@ function viaViem(logs: ViemRpcLog[]): (EscrowEvent | EscrowAdminEvent | null)[] 
       case 'MaxChargeProposalCancelled':
         return { ...base, kind: 'max_charge_proposal_cancelled', ...log.args };
       case 'MaxChargeUpdated':
-        return { ...base, kind: 'max_charge_updated', previous: log.args.previousMaxCharge, maxCharge: log.args.maxCharge };
+        return {
+          ...base,
+          kind: 'max_charge_updated',
+          previous: log.args.previousMaxCharge,
+          maxCharge: log.args.maxCharge,
+        };
       case 'OwnershipTransferStarted':
         return { ...base, kind: 'ownership_transfer_started', ...log.args };
       case 'OwnershipTransferred':
@@ -104,9 +118,13 @@ const batch = await chain.charge([
   { callId: id(), account: bob.address, amount: DEV_MAX_CHARGE + 1n }, // above the cap
 ]);
 const skipped = await chain.charge([{ callId: batch.results[0]!.callId, account: bob.address, amount: 200n }]);
-await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [100n] }));
+await mined(
+  wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [100n] }),
+);
 await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'cancelWithdrawal' }));
-await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [300n] }));
+await mined(
+  wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'requestWithdrawal', args: [300n] }),
+);
 await testClient.increaseTime({ seconds: 61 });
 await mined(wallet(bob).writeContract({ address: c.escrow, abi: escrowAbi, functionName: 'withdraw' }));
 const admin = (k: DevKey, functionName: string, args: unknown[] = []) =>
@@ -138,35 +156,46 @@ t.test('decodes every escrow log exactly as viem parseEventLogs did', async (t) 
   const ours = logs.map(decodeEscrowLog);
   const theirs = viaViem(logs);
   t.strictSame(ours, theirs);
-  t.strictSame(ours.map((e) => e && Object.keys(e)), theirs.map((e) => e && Object.keys(e)), 'same keys in the same order');
-  t.same(ours.map((e) => e?.kind ?? null), [
-    'deposited',
-    'charged',
-    'charge_refused',
-    'charge_skipped',
-    'charge_over_cap',
-    'charge_skipped',
-    'withdrawal_requested',
-    'withdrawal_cancelled',
-    'withdrawal_requested',
-    'withdrawn',
-    'settler_proposed',
-    'settler_proposal_cancelled',
-    'settler_proposed',
-    'treasury_proposed',
-    'treasury_proposal_cancelled',
-    'treasury_proposed',
-    'max_charge_proposed',
-    'max_charge_proposal_cancelled',
-    'max_charge_proposed',
-    'settler_updated',
-    'settler_updated',
-    'treasury_updated',
-    'max_charge_updated',
-    'ownership_transfer_started',
-    'ownership_transferred',
-  ]);
-  t.same(ours.map((e) => e !== null && isMoneyEvent(e)), ours.map((_, i) => i < 10), 'the first ten move money');
+  t.strictSame(
+    ours.map((e) => e && Object.keys(e)),
+    theirs.map((e) => e && Object.keys(e)),
+    'same keys in the same order',
+  );
+  t.same(
+    ours.map((e) => e?.kind ?? null),
+    [
+      'deposited',
+      'charged',
+      'charge_refused',
+      'charge_skipped',
+      'charge_over_cap',
+      'charge_skipped',
+      'withdrawal_requested',
+      'withdrawal_cancelled',
+      'withdrawal_requested',
+      'withdrawn',
+      'settler_proposed',
+      'settler_proposal_cancelled',
+      'settler_proposed',
+      'treasury_proposed',
+      'treasury_proposal_cancelled',
+      'treasury_proposed',
+      'max_charge_proposed',
+      'max_charge_proposal_cancelled',
+      'max_charge_proposed',
+      'settler_updated',
+      'settler_updated',
+      'treasury_updated',
+      'max_charge_updated',
+      'ownership_transfer_started',
+      'ownership_transferred',
+    ],
+  );
+  t.same(
+    ours.map((e) => e !== null && isMoneyEvent(e)),
+    ours.map((_, i) => i < 10),
+    'the first ten move money',
+  );
   t.match(ours[0], { kind: 'deposited', account: bob.address, from: owner.address, amount: 500n });
   t.match(ours[2], { kind: 'charge_refused', callId: refusedId, amount: 10_000n, balance: 300n });
   t.match(ours[3], { kind: 'charge_skipped', callId: refusedId, status: 'refused' });
@@ -187,27 +216,39 @@ t.test('receipt logs decode the same; the batch receipt matches the events', asy
   const receipt = await pub.request({ method: 'eth_getTransactionReceipt', params: [batch.txHash] });
   const escrowLogs = receipt!.logs.filter((l) => l.address.toLowerCase() === c.escrow.toLowerCase());
   t.strictSame(escrowLogs.map(decodeEscrowLog), viaViem(escrowLogs));
-  t.same(batch.results.map((r) => r.outcome), ['charged', 'refused', 'already_refused', 'over_cap']);
+  t.same(
+    batch.results.map((r) => r.outcome),
+    ['charged', 'refused', 'already_refused', 'over_cap'],
+  );
   t.equal(batch.results[3]!.maxCharge, DEV_MAX_CHARGE);
   t.equal(batch.results[1]!.balance, 300n);
   t.equal(batch.total, 200n);
   t.equal(batch.gasUsed, BigInt(receipt!.gasUsed));
   t.equal(batch.blockNumber, BigInt(receipt!.blockNumber));
-  t.same(skipped.results.map((r) => r.outcome), ['already_charged']);
+  t.same(
+    skipped.results.map((r) => r.outcome),
+    ['already_charged'],
+  );
 });
 
-t.test('readEvents returns the decoded money events in chain order; scanEvents the admin ones beside them', async (t) => {
-  const head = await chain.latestBlock();
-  const decoded = logs.map(decodeEscrowLog).filter((e) => e !== null);
-  const events = await chain.readEvents(start + 1n, head);
-  t.strictSame(events, decoded.filter(isMoneyEvent));
-  const scan = await chain.scanEvents(start + 1n, head, null);
-  t.ok(scan.ok);
-  if (!scan.ok) return;
-  t.strictSame(scan.events, events);
-  t.strictSame(scan.admin, decoded.filter((e) => !isMoneyEvent(e)));
-  t.equal(scan.to.number, head);
-});
+t.test(
+  'readEvents returns the decoded money events in chain order; scanEvents the admin ones beside them',
+  async (t) => {
+    const head = await chain.latestBlock();
+    const decoded = logs.map(decodeEscrowLog).filter((e) => e !== null);
+    const events = await chain.readEvents(start + 1n, head);
+    t.strictSame(events, decoded.filter(isMoneyEvent));
+    const scan = await chain.scanEvents(start + 1n, head, null);
+    t.ok(scan.ok);
+    if (!scan.ok) return;
+    t.strictSame(scan.events, events);
+    t.strictSame(
+      scan.admin,
+      decoded.filter((e) => !isMoneyEvent(e)),
+    );
+    t.equal(scan.to.number, head);
+  },
+);
 
 t.test('addresses stay checksummed past the cache bound', async (t) => {
   const n = 10_050;
@@ -219,7 +260,11 @@ t.test('addresses stay checksummed past the cache bound', async (t) => {
   }
   t.equal(wrong, 0);
   const upper = { ...charged, topics: charged.topics.map((x) => x.toUpperCase().replace('0X', '0x')) };
-  t.strictSame((decodeEscrowLog(upper) as EscrowEvent).account, (decodeEscrowLog(charged) as EscrowEvent).account, 'topic case does not matter');
+  t.strictSame(
+    (decodeEscrowLog(upper) as EscrowEvent).account,
+    (decodeEscrowLog(charged) as EscrowEvent).account,
+    'topic case does not matter',
+  );
 });
 
 t.test('malformed logs of a money event throw; other events are ignored', async (t) => {
@@ -251,7 +296,11 @@ t.test('malformed logs of a money event throw; other events are ignored', async 
     'status beyond uint8',
   );
   const settlerUpdated = logs.find((l) => decodeEscrowLog(l)?.kind === 'settler_updated')!;
-  t.throws(() => decodeEscrowLog({ ...settlerUpdated, data: `0x${'0'.repeat(63)}2` }), /malformed SettlerUpdated log .*not 0 or 1/, 'bool beyond 1');
+  t.throws(
+    () => decodeEscrowLog({ ...settlerUpdated, data: `0x${'0'.repeat(63)}2` }),
+    /malformed SettlerUpdated log .*not 0 or 1/,
+    'bool beyond 1',
+  );
   t.equal(decodeEscrowLog({ ...base, topics: [`0x${'ab'.repeat(32)}`, callId, account] }), null, 'unknown selector');
   t.equal(decodeEscrowLog({ ...base, topics: [] }), null, 'anonymous log');
 });

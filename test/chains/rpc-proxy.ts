@@ -39,7 +39,11 @@ async function body(req: IncomingMessage): Promise<string> {
 /** Start a proxy to the JSON-RPC endpoint `target` on 127.0.0.1 (an ephemeral port). */
 export async function startRpcProxy(target: string): Promise<RpcProxy> {
   const forward = async (r: Req): Promise<{ result?: unknown; error?: unknown }> => {
-    const res = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(r) });
+    const res = await fetch(target, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(r),
+    });
     return (await res.json()) as { result?: unknown; error?: unknown };
   };
   const answer = async (r: Req): Promise<object> => {
@@ -58,7 +62,9 @@ export async function startRpcProxy(target: string): Promise<RpcProxy> {
       if (proxy.lagHead !== undefined) logs = logs.filter((l) => BigInt(l.blockNumber) <= proxy.lagHead!);
       if (proxy.maxResults !== undefined && logs.length > proxy.maxResults) {
         const message = `query returned more than ${proxy.maxResults} results. Try with this block range [${f.fromBlock}, ${f.toBlock}].`;
-        return out({ error: { code: -32005, message, data: { from: f.fromBlock, to: f.toBlock, limit: proxy.maxResults } } });
+        return out({
+          error: { code: -32005, message, data: { from: f.fromBlock, to: f.toBlock, limit: proxy.maxResults } },
+        });
       }
       return out({ result: logs });
     }

@@ -26,17 +26,30 @@ const now = Date.now();
 for (let i = 0; i < RECORDS; i++) {
   const id = `req_${i.toString(16).padStart(32, '0')}`;
   batch.hset(keys.call(callIdOf(id)), {
-    call_id: id, time: String(now + i), key_id: 'key_test', model: 'gamma-k3', chain: 'chain_a', price: '1234', status: 'settled',
-    usage: JSON.stringify({ input_tokens: 12, output_tokens: 34 }), tx: `0x${'ab'.repeat(32)}`,
+    call_id: id,
+    time: String(now + i),
+    key_id: 'key_test',
+    model: 'gamma-k3',
+    chain: 'chain_a',
+    price: '1234',
+    status: 'settled',
+    usage: JSON.stringify({ input_tokens: 12, output_tokens: 34 }),
+    tx: `0x${'ab'.repeat(32)}`,
   });
   batch.zadd(keys.usageIndex(account), now + i, id);
 }
 await batch.exec();
 
 /** Run a command with its stdout read through a pipe by a reader that waits `startMs`, then takes a chunk every `everyMs`. */
-function slowlyRead(command: string[], startMs: number, everyMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function slowlyRead(
+  command: string[],
+  startMs: number,
+  everyMs: number,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, command, { env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' } });
+    const child = spawn(process.execPath, command, {
+      env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' },
+    });
     const chunks: Buffer[] = [];
     let stderr = '';
     child.stderr.on('data', (d) => (stderr += d));
@@ -65,19 +78,26 @@ t.test('usage --json through a slow pipe: the whole document, one line, then exi
 });
 
 const built = new URL('../../dist/bin/cli.js', import.meta.url);
-const stale = !existsSync(built) || statSync(built).mtimeMs < statSync(new URL('../../bin/cli.ts', import.meta.url)).mtimeMs;
+const stale =
+  !existsSync(built) || statSync(built).mtimeMs < statSync(new URL('../../bin/cli.ts', import.meta.url)).mtimeMs;
 
-t.test('bin/farebox.js (what npx farebox runs) lets the output drain too', {
-  skip: stale && 'dist/ is older than bin/cli.ts: npm run build (npm ci does) to test the built command',
-}, async (t) => {
-  const r = await slowlyRead(['bin/farebox.js', ...usage], 1_000, 5);
-  t.equal(r.code, 0, r.stderr);
-  t.equal((JSON.parse(r.stdout) as unknown[]).length, RECORDS, 'every record');
-});
+t.test(
+  'bin/farebox.js (what npx farebox runs) lets the output drain too',
+  {
+    skip: stale && 'dist/ is older than bin/cli.ts: npm run build (npm ci does) to test the built command',
+  },
+  async (t) => {
+    const r = await slowlyRead(['bin/farebox.js', ...usage], 1_000, 5);
+    t.equal(r.code, 0, r.stderr);
+    t.equal((JSON.parse(r.stdout) as unknown[]).length, RECORDS, 'every record');
+  },
+);
 
 t.test('a reader that leaves early (| head -c 100) ends the command quietly', async (t) => {
   const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, [...CLI, ...usage], { env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' } });
+    const child = spawn(process.execPath, [...CLI, ...usage], {
+      env: { ...process.env, FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' },
+    });
     let stderr = '';
     child.stderr.on('data', (d) => (stderr += d));
     child.stdout.once('data', () => child.stdout.destroy());
@@ -87,30 +107,89 @@ t.test('a reader that leaves early (| head -c 100) ends the command quietly', as
   t.equal(r.code, 0);
 });
 
-t.test('usage --json prints a compact record and its first-layout twin (a Redis upgraded in place) as one document shape', async (t) => {
-  const who = (await createAccount(redis, {})).address;
-  await setSyncedBalance(redis, who, 'chain_a', 1_000_000n);
-  const at = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
-  const compact = newRequestId();
-  const h = { requestId: compact, callId: callIdOf(compact), account: who, chain: 'chain_a' as const, owner: 'gw-1', retentionMs: 3_600_000 };
-  await placeHold(redis, { ...h, amount: 50_000n, ttlMs: 60_000, model: 'gamma-k3', keyId: 'key_cli', now: at });
-  await debitHold(redis, { ...h, price: 1_234n, usageJson: JSON.stringify(makeUsage({ input_tokens: 12, output_tokens: 34 })) });
-  const tx = `0x${'cd'.repeat(32)}` as Hex;
-  await applyEventBatch(redis, 'chain_a', [{ kind: 'charged', account: who as Hex, amount: 1_234n, callId: h.callId, blockNumber: 7n, logIndex: 0, txHash: tx }]);
-  t.equal((await weigh(redis, keys.call(h.callId))).encoding, 'listpack', 'written compact');
-  const first = `req_${'e'.repeat(32)}`;
-  await writeFirstLayout(redis, {
-    requestId: first, account: who, keyId: 'key_cli', model: 'gamma-k3', chain: 'chain_a', held: 50_000n, owner: 'gw-1', time: at - 1,
-    expires: at + 59_999, status: 'settled', price: 1_234n, usage: { input_tokens: 12, output_tokens: 34 }, tx,
-  }, 3_600_000);
+t.test(
+  'usage --json prints a compact record and its first-layout twin (a Redis upgraded in place) as one document shape',
+  async (t) => {
+    const who = (await createAccount(redis, {})).address;
+    await setSyncedBalance(redis, who, 'chain_a', 1_000_000n);
+    const at = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
+    const compact = newRequestId();
+    const h = {
+      requestId: compact,
+      callId: callIdOf(compact),
+      account: who,
+      chain: 'chain_a' as const,
+      owner: 'gw-1',
+      retentionMs: 3_600_000,
+    };
+    await placeHold(redis, { ...h, amount: 50_000n, ttlMs: 60_000, model: 'gamma-k3', keyId: 'key_cli', now: at });
+    await debitHold(redis, {
+      ...h,
+      price: 1_234n,
+      usageJson: JSON.stringify(makeUsage({ input_tokens: 12, output_tokens: 34 })),
+    });
+    const tx = `0x${'cd'.repeat(32)}` as Hex;
+    await applyEventBatch(redis, 'chain_a', [
+      {
+        kind: 'charged',
+        account: who as Hex,
+        amount: 1_234n,
+        callId: h.callId,
+        blockNumber: 7n,
+        logIndex: 0,
+        txHash: tx,
+      },
+    ]);
+    t.equal((await weigh(redis, keys.call(h.callId))).encoding, 'listpack', 'written compact');
+    const first = `req_${'e'.repeat(32)}`;
+    await writeFirstLayout(
+      redis,
+      {
+        requestId: first,
+        account: who,
+        keyId: 'key_cli',
+        model: 'gamma-k3',
+        chain: 'chain_a',
+        held: 50_000n,
+        owner: 'gw-1',
+        time: at - 1,
+        expires: at + 59_999,
+        status: 'settled',
+        price: 1_234n,
+        usage: { input_tokens: 12, output_tokens: 34 },
+        tx,
+      },
+      3_600_000,
+    );
 
-  const r = await cliHere(['usage', '--account', who, '--json'], { FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' });
-  t.equal(r.code, 0, r.stderr);
-  const row = (call_id: string, time: string) => ({
-    call_id, time, key_id: 'key_cli', model: 'gamma-k3', chain: 'chain_a',
-    usage: { input_tokens: 12, output_tokens: 34, cache_read_tokens: 0, cache_write_5m_tokens: 0, cache_write_1h_tokens: 0, images: 0, video_seconds: 0 },
-    price: '0.001234', status: 'settled', tx,
-  });
-  // Compared as text: the same keys in the same order, for either layout.
-  t.equal(r.stdout, `${JSON.stringify([row(compact, '2026-01-02T03:04:05.678Z'), row(first, '2026-01-02T03:04:05.677Z')])}\n`);
-});
+    const r = await cliHere(['usage', '--account', who, '--json'], {
+      FAREBOX_REDIS_PREFIX: prefix,
+      FAREBOX_CONFIG: '',
+    });
+    t.equal(r.code, 0, r.stderr);
+    const row = (call_id: string, time: string) => ({
+      call_id,
+      time,
+      key_id: 'key_cli',
+      model: 'gamma-k3',
+      chain: 'chain_a',
+      usage: {
+        input_tokens: 12,
+        output_tokens: 34,
+        cache_read_tokens: 0,
+        cache_write_5m_tokens: 0,
+        cache_write_1h_tokens: 0,
+        images: 0,
+        video_seconds: 0,
+      },
+      price: '0.001234',
+      status: 'settled',
+      tx,
+    });
+    // Compared as text: the same keys in the same order, for either layout.
+    t.equal(
+      r.stdout,
+      `${JSON.stringify([row(compact, '2026-01-02T03:04:05.678Z'), row(first, '2026-01-02T03:04:05.677Z')])}\n`,
+    );
+  },
+);

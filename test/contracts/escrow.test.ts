@@ -58,21 +58,34 @@ const escrow = (k: DevKey) => ({
   depositFor: (account: Address, amount: bigint) =>
     wallet(k).writeContract({ address: c.escrow, abi, functionName: 'depositFor', args: [account, amount] }),
   charge: (callIds: Hex[], accounts: Address[], amounts: bigint[], gas?: bigint) =>
-    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'chargeBatch', args: [callIds, accounts, amounts], gas }),
+    wallet(k).writeContract({
+      address: c.escrow,
+      abi,
+      functionName: 'chargeBatch',
+      args: [callIds, accounts, amounts],
+      gas,
+    }),
   requestWithdrawal: (amount: bigint) =>
     wallet(k).writeContract({ address: c.escrow, abi, functionName: 'requestWithdrawal', args: [amount] }),
   cancelWithdrawal: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelWithdrawal' }),
   withdraw: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'withdraw' }),
-  proposeSettler: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeSettler', args: [who] }),
+  proposeSettler: (who: Address) =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeSettler', args: [who] }),
   cancelSettlerProposal: (who: Address) =>
     wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelSettlerProposal', args: [who] }),
-  grantSettler: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'grantSettler', args: [who] }),
-  revokeSettler: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'revokeSettler', args: [who] }),
-  proposeTreasury: (who: Address) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeTreasury', args: [who] }),
-  cancelTreasuryProposal: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelTreasuryProposal' }),
+  grantSettler: (who: Address) =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'grantSettler', args: [who] }),
+  revokeSettler: (who: Address) =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'revokeSettler', args: [who] }),
+  proposeTreasury: (who: Address) =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeTreasury', args: [who] }),
+  cancelTreasuryProposal: () =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelTreasuryProposal' }),
   applyTreasury: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'applyTreasury' }),
-  proposeMaxCharge: (v: bigint) => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeMaxCharge', args: [v] }),
-  cancelMaxChargeProposal: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelMaxChargeProposal' }),
+  proposeMaxCharge: (v: bigint) =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'proposeMaxCharge', args: [v] }),
+  cancelMaxChargeProposal: () =>
+    wallet(k).writeContract({ address: c.escrow, abi, functionName: 'cancelMaxChargeProposal' }),
   applyMaxCharge: () => wallet(k).writeContract({ address: c.escrow, abi, functionName: 'applyMaxCharge' }),
   transferOwnership: (who: Address) =>
     wallet(k).writeContract({ address: c.escrow, abi, functionName: 'transferOwnership', args: [who] }),
@@ -88,8 +101,22 @@ const read = {
 
 // Gives `k` tokens and lets the escrow pull them.
 async function fundWallet(k: DevKey, amount: bigint) {
-  await mined(wallet(owner).writeContract({ address: c.stablecoin, abi: testStablecoinAbi, functionName: 'mint', args: [k.address, amount] }));
-  await mined(wallet(k).writeContract({ address: c.stablecoin, abi: testStablecoinAbi, functionName: 'approve', args: [c.escrow, amount] }));
+  await mined(
+    wallet(owner).writeContract({
+      address: c.stablecoin,
+      abi: testStablecoinAbi,
+      functionName: 'mint',
+      args: [k.address, amount],
+    }),
+  );
+  await mined(
+    wallet(k).writeContract({
+      address: c.stablecoin,
+      abi: testStablecoinAbi,
+      functionName: 'approve',
+      args: [c.escrow, amount],
+    }),
+  );
 }
 async function fundEscrow(k: DevKey, amount: bigint) {
   await fundWallet(k, amount);
@@ -121,12 +148,18 @@ t.test('deployment refuses a withdrawal timelock of 0, a role delay not above it
   const { Escrow } = await loadArtifacts();
   // The constructor's revert, read from an eth_call of the creation code.
   const refused = async (withdrawal: bigint, role: bigint, cap: bigint) => {
-    const data = encodeDeployData({ abi: escrowAbi, bytecode: Escrow.bytecode, args: [c.stablecoin, owner.address, treasury.address, settler.address, withdrawal, role, cap] });
+    const data = encodeDeployData({
+      abi: escrowAbi,
+      bytecode: Escrow.bytecode,
+      args: [c.stablecoin, owner.address, treasury.address, settler.address, withdrawal, role, cap],
+    });
     try {
       await pub.call({ account: owner.address, data });
       return 'deployed';
     } catch (err) {
-      const revert = (err as BaseError).walk((e) => typeof (e as { data?: unknown }).data === 'string') as { data?: Hex } | null;
+      const revert = (err as BaseError).walk((e) => typeof (e as { data?: unknown }).data === 'string') as {
+        data?: Hex;
+      } | null;
       return revert?.data ? decodeErrorResult({ abi: escrowAbi, data: revert.data }).errorName : String(err);
     }
   };
@@ -143,7 +176,9 @@ t.test('deposit pulls approved tokens and credits the sender (Deposited)', async
   const { events } = await mined(escrow(alice).deposit(5_000_000n));
   t.equal((await read.balance(alice.address)) - before, 5_000_000n);
   t.equal(await read.tokens(alice.address), 0n, 'tokens left the wallet');
-  matchEvents(t, events, [{ eventName: 'Deposited', args: { account: alice.address, from: alice.address, amount: 5_000_000n } }]);
+  matchEvents(t, events, [
+    { eventName: 'Deposited', args: { account: alice.address, from: alice.address, amount: 5_000_000n } },
+  ]);
 });
 
 t.test('depositFor credits another account, paid by the sender', async (t) => {
@@ -151,7 +186,9 @@ t.test('depositFor credits another account, paid by the sender', async (t) => {
   const before = await read.balance(carol.address);
   const { events } = await mined(escrow(bob).depositFor(carol.address, 2_000_000n));
   t.equal((await read.balance(carol.address)) - before, 2_000_000n);
-  matchEvents(t, events, [{ eventName: 'Deposited', args: { account: carol.address, from: bob.address, amount: 2_000_000n } }]);
+  matchEvents(t, events, [
+    { eventName: 'Deposited', args: { account: carol.address, from: bob.address, amount: 2_000_000n } },
+  ]);
 });
 
 t.test('deposit refusals: zero amount, no allowance, zero account', async (t) => {
@@ -161,7 +198,14 @@ t.test('deposit refusals: zero amount, no allowance, zero account', async (t) =>
 });
 
 t.test('depositWithAuthorization: relayed EIP-3009 deposit credits the signer, once', async (t) => {
-  await mined(wallet(owner).writeContract({ address: c.stablecoin, abi: testStablecoinAbi, functionName: 'mint', args: [dave.address, 3_000_000n] }));
+  await mined(
+    wallet(owner).writeContract({
+      address: c.stablecoin,
+      abi: testStablecoinAbi,
+      functionName: 'mint',
+      args: [dave.address, 3_000_000n],
+    }),
+  );
   const nonce = callIdOf('auth-nonce-1');
   const validBefore = BigInt(Math.floor(Date.now() / 1000) + 3600);
   const message = { from: dave.address, to: c.escrow, value: 3_000_000n, validAfter: 0n, validBefore, nonce };
@@ -187,12 +231,18 @@ t.test('depositWithAuthorization: relayed EIP-3009 deposit credits the signer, o
   const args = [dave.address, 3_000_000n, 0n, validBefore, nonce, v, r, s] as const;
   const before = await read.balance(dave.address);
   // Bob relays (pays gas); Dave is credited.
-  const { events } = await mined(wallet(bob).writeContract({ address: c.escrow, abi, functionName: 'depositWithAuthorization', args }));
+  const { events } = await mined(
+    wallet(bob).writeContract({ address: c.escrow, abi, functionName: 'depositWithAuthorization', args }),
+  );
   t.equal((await read.balance(dave.address)) - before, 3_000_000n);
   t.equal(await read.tokens(dave.address), 0n);
-  matchEvents(t, events, [{ eventName: 'Deposited', args: { account: dave.address, from: dave.address, amount: 3_000_000n } }]);
+  matchEvents(t, events, [
+    { eventName: 'Deposited', args: { account: dave.address, from: dave.address, amount: 3_000_000n } },
+  ]);
   t.equal(
-    await refusal(wallet(bob).writeContract({ address: c.escrow, abi, functionName: 'depositWithAuthorization', args })),
+    await refusal(
+      wallet(bob).writeContract({ address: c.escrow, abi, functionName: 'depositWithAuthorization', args }),
+    ),
     'AuthorizationAlreadyUsed',
     'replay refused',
   );
@@ -252,12 +302,11 @@ t.test('a charge above the balance is refused with its own event, the rest of th
   const [ok, tooMuch, dup] = ids(3);
   const bal = await read.balance(carol.address);
   const { events } = await mined(
-    escrow(settler).charge([ok!, tooMuch!, ok!, dup!], [carol.address, carol.address, carol.address, carol.address], [
-      100n,
-      bal,
-      100n,
-      200n,
-    ]),
+    escrow(settler).charge(
+      [ok!, tooMuch!, ok!, dup!],
+      [carol.address, carol.address, carol.address, carol.address],
+      [100n, bal, 100n, 200n],
+    ),
   );
   matchEvents(t, events, [
     { eventName: 'Charged', args: { callId: ok, amount: 100n } },
@@ -305,7 +354,9 @@ t.test('call ids sharing a status word settle independently, across a word bound
   const statuses = async () => Promise.all([124, 125, 126, 127, 128, 129, 130, 131].map((k) => read.status(id(k))));
   t.same(await statuses(), [0, 1, 2, 1, 1, 0, 1, 0], 'each id its own status; the neighbours untouched');
 
-  const second = await mined(escrow(settler).charge([id(129), id(126), id(124)], Array(3).fill(carol.address), [5n, 1n, 6n]));
+  const second = await mined(
+    escrow(settler).charge([id(129), id(126), id(124)], Array(3).fill(carol.address), [5n, 1n, 6n]),
+  );
   matchEvents(t, second.events, [
     { eventName: 'Charged', args: { callId: id(129), amount: 5n } },
     { eventName: 'ChargeSkipped', args: { callId: id(126), status: 2 } },
@@ -316,13 +367,18 @@ t.test('call ids sharing a status word settle independently, across a word bound
 
 t.test('the lowest and the highest call id', async (t) => {
   const [zero, top] = [`0x${'0'.repeat(64)}`, `0x${'f'.repeat(64)}`] as Hex[];
-  const { events } = await mined(escrow(settler).charge([top!, zero!, top!], Array(3).fill(carol.address), [1n, 2n, 1n]));
+  const { events } = await mined(
+    escrow(settler).charge([top!, zero!, top!], Array(3).fill(carol.address), [1n, 2n, 1n]),
+  );
   matchEvents(t, events, [
     { eventName: 'Charged', args: { callId: top } },
     { eventName: 'Charged', args: { callId: zero } },
     { eventName: 'ChargeSkipped', args: { callId: top, status: 1 } },
   ]);
-  t.same(await Promise.all([zero!, top!, numbered(1n, 1)[0]!, numbered(2n ** 256n - 2n, 1)[0]!].map(read.status)), [1, 1, 0, 0]);
+  t.same(
+    await Promise.all([zero!, top!, numbered(1n, 1)[0]!, numbered(2n ** 256n - 2n, 1)[0]!].map(read.status)),
+    [1, 1, 0, 0],
+  );
 });
 
 t.test('batches of call ids from a few words, in any order and repeated, settle as a model says', async (t) => {
@@ -358,12 +414,18 @@ t.test('batches of call ids from a few words, in any order and repeated, settle 
     t.equal(await read.balance(dave.address), balance, `round ${round}: balance as the model says`);
   }
   const onchain = await Promise.all(pool.map(read.status));
-  t.same(onchain, pool.map((id) => model.get(id) ?? 0), 'every status of the three words as the model says');
+  t.same(
+    onchain,
+    pool.map((id) => model.get(id) ?? 0),
+    'every status of the three words as the model says',
+  );
 });
 
 t.test('gas per charge: consecutive call ids share status words, unrelated ones each take a new slot', async (t) => {
   const gasPerCharge = async (callIds: Hex[]) => {
-    const { receipt } = await mined(escrow(settler).charge(callIds, Array(callIds.length).fill(carol.address), Array(callIds.length).fill(1n)));
+    const { receipt } = await mined(
+      escrow(settler).charge(callIds, Array(callIds.length).fill(carol.address), Array(callIds.length).fill(1n)),
+    );
     return receipt.gasUsed / BigInt(callIds.length);
   };
   const dense = await gasPerCharge(numbered(0x7777_0000n << 7n, 128));
@@ -383,12 +445,19 @@ t.test('withdrawal: timelock, refusals, cancel', async (t) => {
   t.equal(await refusal(escrow(dave).requestWithdrawal(bal + 1n)), 'InsufficientBalance');
   const { events } = await mined(escrow(dave).requestWithdrawal(1_000n));
   matchEvents(t, events, [{ eventName: 'WithdrawalRequested', args: { account: dave.address, amount: 1_000n } }]);
-  const [amount, readyAt] = await pub.readContract({ address: c.escrow, abi, functionName: 'pendingWithdrawal', args: [dave.address] });
+  const [amount, readyAt] = await pub.readContract({
+    address: c.escrow,
+    abi,
+    functionName: 'pendingWithdrawal',
+    args: [dave.address],
+  });
   t.equal(amount, 1_000n);
   t.equal(readyAt, (await pub.getBlock()).timestamp + DELAY);
   t.equal(await refusal(escrow(dave).withdraw()), 'WithdrawalNotReady', 'early withdrawal refused');
   const cancelled = await mined(escrow(dave).cancelWithdrawal());
-  matchEvents(t, cancelled.events, [{ eventName: 'WithdrawalCancelled', args: { account: dave.address, amount: 1_000n } }]);
+  matchEvents(t, cancelled.events, [
+    { eventName: 'WithdrawalCancelled', args: { account: dave.address, amount: 1_000n } },
+  ]);
   t.equal(await refusal(escrow(dave).cancelWithdrawal()), 'NoWithdrawalRequested');
   t.equal(await read.balance(dave.address), bal, 'balance untouched');
 });
@@ -402,10 +471,17 @@ t.test('withdrawal while charges still settle: charges apply, withdraw pays what
   await testClient.mine({ blocks: 1 });
   const tokens = await read.tokens(bob.address);
   const { events } = await mined(escrow(bob).withdraw());
-  matchEvents(t, events, [{ eventName: 'Withdrawn', args: { account: bob.address, amount: bal - 300n, requested: bal } }]);
+  matchEvents(t, events, [
+    { eventName: 'Withdrawn', args: { account: bob.address, amount: bal - 300n, requested: bal } },
+  ]);
   t.equal((await read.tokens(bob.address)) - tokens, bal - 300n);
   t.equal(await read.balance(bob.address), 0n);
-  const [left] = await pub.readContract({ address: c.escrow, abi, functionName: 'pendingWithdrawal', args: [bob.address] });
+  const [left] = await pub.readContract({
+    address: c.escrow,
+    abi,
+    functionName: 'pendingWithdrawal',
+    args: [bob.address],
+  });
   t.equal(left, 0n, 'request consumed');
 });
 
@@ -420,62 +496,77 @@ t.test('full withdrawal after the timelock pays the requested amount', async (t)
   t.equal(await read.tokens(dave.address), 1_000n);
 });
 
-t.test('roles: only the owner proposes; a settler is granted only roleDelay after its proposal, and revoked at once', async (t) => {
-  t.equal(await refusal(escrow(alice).proposeSettler(alice.address)), 'NotOwner');
-  t.equal(await refusal(escrow(settler).grantSettler(settler.address)), 'NotOwner');
-  t.equal(await refusal(escrow(alice).revokeSettler(settler.address)), 'NotOwner');
-  t.equal(await refusal(escrow(owner).proposeSettler('0x0000000000000000000000000000000000000000')), 'ZeroAddress');
-  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal', 'no grant without a proposal');
+t.test(
+  'roles: only the owner proposes; a settler is granted only roleDelay after its proposal, and revoked at once',
+  async (t) => {
+    t.equal(await refusal(escrow(alice).proposeSettler(alice.address)), 'NotOwner');
+    t.equal(await refusal(escrow(settler).grantSettler(settler.address)), 'NotOwner');
+    t.equal(await refusal(escrow(alice).revokeSettler(settler.address)), 'NotOwner');
+    t.equal(await refusal(escrow(owner).proposeSettler('0x0000000000000000000000000000000000000000')), 'ZeroAddress');
+    t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal', 'no grant without a proposal');
 
-  const proposed = await mined(escrow(owner).proposeSettler(dave.address));
-  const readyAt = (await pub.getBlock({ blockNumber: proposed.receipt.blockNumber })).timestamp + ROLE_DELAY;
-  matchEvents(t, proposed.events, [{ eventName: 'SettlerProposed', args: { settler: dave.address, readyAt } }]);
-  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'settlerReadyAt', args: [dave.address] }), readyAt);
-  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'ProposalNotReady', 'not before the delay');
-  t.equal(await refusal(escrow(dave).charge(ids(1), [carol.address], [1n])), 'NotSettler', 'a proposed settler cannot charge');
-  await later(ROLE_DELAY - 10n);
-  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'ProposalNotReady', '10 s early');
-  await later(10n);
-  const granted = await mined(escrow(owner).grantSettler(dave.address));
-  matchEvents(t, granted.events, [{ eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: true } }]);
-  matchEvents(t, (await mined(escrow(dave).charge(ids(1), [carol.address], [1n]))).events, [{ eventName: 'Charged' }]);
-  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal', 'a proposal is used once');
+    const proposed = await mined(escrow(owner).proposeSettler(dave.address));
+    const readyAt = (await pub.getBlock({ blockNumber: proposed.receipt.blockNumber })).timestamp + ROLE_DELAY;
+    matchEvents(t, proposed.events, [{ eventName: 'SettlerProposed', args: { settler: dave.address, readyAt } }]);
+    t.equal(
+      await pub.readContract({ address: c.escrow, abi, functionName: 'settlerReadyAt', args: [dave.address] }),
+      readyAt,
+    );
+    t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'ProposalNotReady', 'not before the delay');
+    t.equal(
+      await refusal(escrow(dave).charge(ids(1), [carol.address], [1n])),
+      'NotSettler',
+      'a proposed settler cannot charge',
+    );
+    await later(ROLE_DELAY - 10n);
+    t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'ProposalNotReady', '10 s early');
+    await later(10n);
+    const granted = await mined(escrow(owner).grantSettler(dave.address));
+    matchEvents(t, granted.events, [{ eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: true } }]);
+    matchEvents(t, (await mined(escrow(dave).charge(ids(1), [carol.address], [1n]))).events, [
+      { eventName: 'Charged' },
+    ]);
+    t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal', 'a proposal is used once');
 
-  const revoked = await mined(escrow(owner).revokeSettler(dave.address));
-  matchEvents(t, revoked.events, [{ eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: false } }]);
-  t.equal(await refusal(escrow(dave).charge(ids(1), [carol.address], [1n])), 'NotSettler', 'revoked at once');
+    const revoked = await mined(escrow(owner).revokeSettler(dave.address));
+    matchEvents(t, revoked.events, [{ eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: false } }]);
+    t.equal(await refusal(escrow(dave).charge(ids(1), [carol.address], [1n])), 'NotSettler', 'revoked at once');
 
-  // Cancelled, or dropped by a revocation: nothing to grant later.
-  await mined(escrow(owner).proposeSettler(dave.address));
-  const cancelled = await mined(escrow(owner).cancelSettlerProposal(dave.address));
-  matchEvents(t, cancelled.events, [{ eventName: 'SettlerProposalCancelled', args: { settler: dave.address } }]);
-  t.equal(await refusal(escrow(owner).cancelSettlerProposal(dave.address)), 'NoProposal');
-  await mined(escrow(owner).proposeSettler(dave.address));
-  const dropped = await mined(escrow(owner).revokeSettler(dave.address));
-  matchEvents(t, dropped.events, [
-    { eventName: 'SettlerProposalCancelled', args: { settler: dave.address } },
-    { eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: false } },
-  ]);
-  await later(ROLE_DELAY);
-  t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal');
-});
+    // Cancelled, or dropped by a revocation: nothing to grant later.
+    await mined(escrow(owner).proposeSettler(dave.address));
+    const cancelled = await mined(escrow(owner).cancelSettlerProposal(dave.address));
+    matchEvents(t, cancelled.events, [{ eventName: 'SettlerProposalCancelled', args: { settler: dave.address } }]);
+    t.equal(await refusal(escrow(owner).cancelSettlerProposal(dave.address)), 'NoProposal');
+    await mined(escrow(owner).proposeSettler(dave.address));
+    const dropped = await mined(escrow(owner).revokeSettler(dave.address));
+    matchEvents(t, dropped.events, [
+      { eventName: 'SettlerProposalCancelled', args: { settler: dave.address } },
+      { eventName: 'SettlerUpdated', args: { settler: dave.address, enabled: false } },
+    ]);
+    await later(ROLE_DELAY);
+    t.equal(await refusal(escrow(owner).grantSettler(dave.address)), 'NoProposal');
+  },
+);
 
-t.test('one owner key cannot drain a wallet through a fresh settler: the caller sees the proposal and leaves first', async (t) => {
-  const victim = callers[4]!;
-  await fundEscrow(victim, 5_000_000n);
-  const { events } = await mined(escrow(owner).proposeSettler(bob.address)); // a key the owner controls
-  t.equal(events[0]!.eventName, 'SettlerProposed', 'announced onchain');
-  await mined(escrow(victim).requestWithdrawal(5_000_000n));
-  await later(DELAY);
-  await mined(escrow(victim).withdraw());
-  t.equal(await read.balance(victim.address), 0n, 'out within the withdrawal timelock');
-  await later(ROLE_DELAY - DELAY);
-  await mined(escrow(owner).grantSettler(bob.address));
-  const drain = await mined(escrow(bob).charge(ids(1), [victim.address], [5_000_000n]));
-  matchEvents(t, drain.events, [{ eventName: 'ChargeRefused', args: { account: victim.address, balance: 0n } }]);
-  t.equal(await read.tokens(victim.address), 5_000_000n, 'the caller kept its money');
-  await mined(escrow(owner).revokeSettler(bob.address));
-});
+t.test(
+  'one owner key cannot drain a wallet through a fresh settler: the caller sees the proposal and leaves first',
+  async (t) => {
+    const victim = callers[4]!;
+    await fundEscrow(victim, 5_000_000n);
+    const { events } = await mined(escrow(owner).proposeSettler(bob.address)); // a key the owner controls
+    t.equal(events[0]!.eventName, 'SettlerProposed', 'announced onchain');
+    await mined(escrow(victim).requestWithdrawal(5_000_000n));
+    await later(DELAY);
+    await mined(escrow(victim).withdraw());
+    t.equal(await read.balance(victim.address), 0n, 'out within the withdrawal timelock');
+    await later(ROLE_DELAY - DELAY);
+    await mined(escrow(owner).grantSettler(bob.address));
+    const drain = await mined(escrow(bob).charge(ids(1), [victim.address], [5_000_000n]));
+    matchEvents(t, drain.events, [{ eventName: 'ChargeRefused', args: { account: victim.address, balance: 0n } }]);
+    t.equal(await read.tokens(victim.address), 5_000_000n, 'the caller kept its money');
+    await mined(escrow(owner).revokeSettler(bob.address));
+  },
+);
 
 t.test('treasury: proposed, applied only after roleDelay, cancellable; charges go to the new one', async (t) => {
   t.equal(await refusal(escrow(settler).proposeTreasury(alice.address)), 'NotOwner');
@@ -489,11 +580,17 @@ t.test('treasury: proposed, applied only after roleDelay, cancellable; charges g
   const { events } = await mined(escrow(owner).proposeTreasury(dave.address));
   matchEvents(t, events, [{ eventName: 'TreasuryProposed', args: { treasury: dave.address } }]);
   t.equal(await refusal(escrow(owner).applyTreasury()), 'ProposalNotReady');
-  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'treasury' }), treasury.address, 'not moved yet');
+  t.equal(
+    await pub.readContract({ address: c.escrow, abi, functionName: 'treasury' }),
+    treasury.address,
+    'not moved yet',
+  );
   await later(ROLE_DELAY);
   t.equal(await refusal(escrow(alice).applyTreasury()), 'NotOwner');
   const applied = await mined(escrow(owner).applyTreasury());
-  matchEvents(t, applied.events, [{ eventName: 'TreasuryUpdated', args: { previousTreasury: treasury.address, treasury: dave.address } }]);
+  matchEvents(t, applied.events, [
+    { eventName: 'TreasuryUpdated', args: { previousTreasury: treasury.address, treasury: dave.address } },
+  ]);
   const tokens = await read.tokens(dave.address);
   await mined(escrow(settler).charge(ids(1), [carol.address], [7n]));
   t.equal((await read.tokens(dave.address)) - tokens, 7n, 'charges go to the new treasury');
@@ -502,23 +599,33 @@ t.test('treasury: proposed, applied only after roleDelay, cancellable; charges g
   await mined(escrow(owner).applyTreasury());
 });
 
-t.test('a charge above maxCharge is refused with ChargeOverCap, closing its call id; the rest of the batch settles', async (t) => {
-  await fundEscrow(carol, 2n * DEV_MAX_CHARGE);
-  const [over, ok, atCap] = ids(3);
-  const bal = await read.balance(carol.address);
-  const { events } = await mined(
-    escrow(settler).charge([over!, ok!, atCap!], Array(3).fill(carol.address), [DEV_MAX_CHARGE + 1n, 100n, DEV_MAX_CHARGE]),
-  );
-  matchEvents(t, events, [
-    { eventName: 'ChargeOverCap', args: { callId: over, account: carol.address, amount: DEV_MAX_CHARGE + 1n, maxCharge: DEV_MAX_CHARGE } },
-    { eventName: 'Charged', args: { callId: ok, amount: 100n } },
-    { eventName: 'Charged', args: { callId: atCap, amount: DEV_MAX_CHARGE } },
-  ]);
-  t.equal(bal - (await read.balance(carol.address)), DEV_MAX_CHARGE + 100n);
-  t.equal(await read.status(over!), 2, 'closed as refused');
-  const replay = await mined(escrow(settler).charge([over!], [carol.address], [1n]));
-  matchEvents(t, replay.events, [{ eventName: 'ChargeSkipped', args: { callId: over, status: 2 } }]);
-});
+t.test(
+  'a charge above maxCharge is refused with ChargeOverCap, closing its call id; the rest of the batch settles',
+  async (t) => {
+    await fundEscrow(carol, 2n * DEV_MAX_CHARGE);
+    const [over, ok, atCap] = ids(3);
+    const bal = await read.balance(carol.address);
+    const { events } = await mined(
+      escrow(settler).charge([over!, ok!, atCap!], Array(3).fill(carol.address), [
+        DEV_MAX_CHARGE + 1n,
+        100n,
+        DEV_MAX_CHARGE,
+      ]),
+    );
+    matchEvents(t, events, [
+      {
+        eventName: 'ChargeOverCap',
+        args: { callId: over, account: carol.address, amount: DEV_MAX_CHARGE + 1n, maxCharge: DEV_MAX_CHARGE },
+      },
+      { eventName: 'Charged', args: { callId: ok, amount: 100n } },
+      { eventName: 'Charged', args: { callId: atCap, amount: DEV_MAX_CHARGE } },
+    ]);
+    t.equal(bal - (await read.balance(carol.address)), DEV_MAX_CHARGE + 100n);
+    t.equal(await read.status(over!), 2, 'closed as refused');
+    const replay = await mined(escrow(settler).charge([over!], [carol.address], [1n]));
+    matchEvents(t, replay.events, [{ eventName: 'ChargeSkipped', args: { callId: over, status: 2 } }]);
+  },
+);
 
 t.test('maxCharge changes only through the role timelock', async (t) => {
   t.equal(await refusal(escrow(settler).proposeMaxCharge(1n)), 'NotOwner');
@@ -530,10 +637,12 @@ t.test('maxCharge changes only through the role timelock', async (t) => {
   t.equal(await refusal(escrow(owner).applyMaxCharge()), 'ProposalNotReady');
   const [early] = ids(1);
   const refused = await mined(escrow(settler).charge([early!], [carol.address], [DEV_MAX_CHARGE + 1n]));
-  matchEvents(t, refused.events, [{ eventName: 'ChargeOverCap' }], );
+  matchEvents(t, refused.events, [{ eventName: 'ChargeOverCap' }]);
   await later(ROLE_DELAY);
   const applied = await mined(escrow(owner).applyMaxCharge());
-  matchEvents(t, applied.events, [{ eventName: 'MaxChargeUpdated', args: { previousMaxCharge: DEV_MAX_CHARGE, maxCharge: higher } }]);
+  matchEvents(t, applied.events, [
+    { eventName: 'MaxChargeUpdated', args: { previousMaxCharge: DEV_MAX_CHARGE, maxCharge: higher } },
+  ]);
   await fundEscrow(carol, DEV_MAX_CHARGE + 1n);
   const charged = await mined(escrow(settler).charge(ids(1), [carol.address], [DEV_MAX_CHARGE + 1n]));
   matchEvents(t, charged.events, [{ eventName: 'Charged', args: { amount: DEV_MAX_CHARGE + 1n } }]);
@@ -551,9 +660,15 @@ t.test('ownership transfer is two-step', async (t) => {
   t.equal(await refusal(escrow(alice).transferOwnership(alice.address)), 'NotOwner');
   await mined(escrow(owner).transferOwnership(carol.address));
   t.equal(await refusal(escrow(alice).acceptOwnership()), 'NotPendingOwner');
-  t.equal(await pub.readContract({ address: c.escrow, abi, functionName: 'owner' }), owner.address, 'not moved before accept');
+  t.equal(
+    await pub.readContract({ address: c.escrow, abi, functionName: 'owner' }),
+    owner.address,
+    'not moved before accept',
+  );
   const { events } = await mined(escrow(carol).acceptOwnership());
-  matchEvents(t, events, [{ eventName: 'OwnershipTransferred', args: { previousOwner: owner.address, newOwner: carol.address } }]);
+  matchEvents(t, events, [
+    { eventName: 'OwnershipTransferred', args: { previousOwner: owner.address, newOwner: carol.address } },
+  ]);
   t.equal(await refusal(escrow(owner).proposeSettler(alice.address)), 'NotOwner', 'old owner lost its powers');
   await mined(escrow(carol).transferOwnership(owner.address));
   await mined(escrow(owner).acceptOwnership());

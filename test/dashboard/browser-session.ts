@@ -32,7 +32,9 @@ function setCookies(b: TestBrowser, header: string | string[] | number | undefin
     const eq = pair!.indexOf('=');
     const name = pair!.slice(0, eq).trim();
     const value = pair!.slice(eq + 1).trim();
-    const expired = attrs.some((a) => /^\s*max-age=0\s*$/i.test(a) || (/^\s*expires=/i.test(a) && Date.parse(a.split('=')[1]!) < Date.now()));
+    const expired = attrs.some(
+      (a) => /^\s*max-age=0\s*$/i.test(a) || (/^\s*expires=/i.test(a) && Date.parse(a.split('=')[1]!) < Date.now()),
+    );
     if (expired || value === '') b.cookies.delete(name);
     else b.cookies.set(name, value);
   }
@@ -43,7 +45,12 @@ export async function send(
   b: TestBrowser,
   method: 'GET' | 'POST',
   path: string,
-  opts: { json?: unknown; form?: Record<string, string>; headers?: Record<string, string | undefined>; origin?: boolean } = {},
+  opts: {
+    json?: unknown;
+    form?: Record<string, string>;
+    headers?: Record<string, string | undefined>;
+    origin?: boolean;
+  } = {},
 ): Promise<Answer> {
   const headers: Record<string, string> = {};
   if (b.cookies.size) headers.cookie = [...b.cookies].map(([k, v]) => `${k}=${v}`).join('; ');

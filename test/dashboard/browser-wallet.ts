@@ -36,14 +36,22 @@ window.ethereum = {
 `;
 
 /** Install the wallet in every page of `context`. */
-export async function installWallet(context: BrowserContext, privateKey: Hex, chains: ChainsConfig): Promise<TestWallet> {
+export async function installWallet(
+  context: BrowserContext,
+  privateKey: Hex,
+  chains: ChainsConfig,
+): Promise<TestWallet> {
   const account = privateKeyToAccount(privateKey);
   const w: TestWallet = { address: account.address, chainId: 1, refuseSwitch: false, calls: [], sent: [] };
   const byId = new Map(CHAIN_NAMES.map((n) => [chains[n].chain_id, n]));
   const client = (chainId: number) => {
     const name = byId.get(chainId);
     if (!name) throw new Error(`not a dev chain: ${chainId}`);
-    return createWalletClient({ account, chain: devViemChain(name, chainId, chains[name].rpc_url), transport: http(chains[name].rpc_url) });
+    return createWalletClient({
+      account,
+      chain: devViemChain(name, chainId, chains[name].rpc_url),
+      transport: http(chains[name].rpc_url),
+    });
   };
   const handle = async (method: string, params: unknown[]): Promise<unknown> => {
     switch (method) {
@@ -62,9 +70,19 @@ export async function installWallet(context: BrowserContext, privateKey: Hex, ch
       case 'personal_sign':
         return account.signMessage({ message: { raw: params[0] as Hex } });
       case 'eth_signTypedData_v4': {
-        const typed = JSON.parse(params[1] as string) as { domain: Record<string, unknown>; types: Record<string, { name: string; type: string }[]>; primaryType: string; message: Record<string, unknown> };
+        const typed = JSON.parse(params[1] as string) as {
+          domain: Record<string, unknown>;
+          types: Record<string, { name: string; type: string }[]>;
+          primaryType: string;
+          message: Record<string, unknown>;
+        };
         const { EIP712Domain: _domain, ...types } = typed.types;
-        return account.signTypedData({ domain: typed.domain, types, primaryType: typed.primaryType, message: typed.message } as Parameters<typeof account.signTypedData>[0]);
+        return account.signTypedData({
+          domain: typed.domain,
+          types,
+          primaryType: typed.primaryType,
+          message: typed.message,
+        } as Parameters<typeof account.signTypedData>[0]);
       }
       case 'eth_sendTransaction': {
         const tx = params[0] as { to: Hex; data: Hex };

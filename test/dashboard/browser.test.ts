@@ -33,22 +33,42 @@ if (!existsSync(CHROMIUM)) {
 }
 
 const started = Date.now();
-const shots = process.env.FAREBOX_SCREENSHOTS === '1'
-  ? fileURLToPath(new URL('../../docs/screenshots/', import.meta.url))
-  : mkdtempSync(join(tmpdir(), 'farebox-screenshots-'));
+const shots =
+  process.env.FAREBOX_SCREENSHOTS === '1'
+    ? fileURLToPath(new URL('../../docs/screenshots/', import.meta.url))
+    : mkdtempSync(join(tmpdir(), 'farebox-screenshots-'));
 mkdirSync(shots, { recursive: true });
 const prefix = testPrefix();
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const redis = connectRedis({ url: REDIS_URL, prefix });
-const server = await serve({
-  ...process.env, FAREBOX_CONFIG: '', FAREBOX_REDIS_PREFIX: prefix, REDIS_URL, PORT: '0', HOST: '127.0.0.1', FAREBOX_DEV_CHAIN_PORT: '0', LOG_LEVEL: 'warn',
-}, { logger: false });
+const server = await serve(
+  {
+    ...process.env,
+    FAREBOX_CONFIG: '',
+    FAREBOX_REDIS_PREFIX: prefix,
+    REDIS_URL,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    FAREBOX_DEV_CHAIN_PORT: '0',
+    LOG_LEVEL: 'warn',
+  },
+  { logger: false },
+);
 const chains = server.config.chains!;
 const board = `${server.url}/dashboard`;
 const profile = mkdtempSync(join(tmpdir(), 'farebox-chromium-'));
 const context: BrowserContext = await chromium.launchPersistentContext(profile, {
   executablePath: CHROMIUM,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  args: [
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+  ],
   viewport: { width: 1000, height: 760 },
   deviceScaleFactor: 1,
 });
@@ -68,8 +88,17 @@ const account = caller.address.toLowerCase();
 {
   const c = chains.chain_b;
   const chain = devViemChain('chain_b', c.chain_id, c.rpc_url);
-  const minter = createWalletClient({ account: privateKeyToAccount(DEV_KEYS.deployer.privateKey), chain, transport: http(c.rpc_url) });
-  const hash = await minter.writeContract({ address: c.stablecoin, abi: testStablecoinAbi, functionName: 'mint', args: [caller.address, 5_000_000n] });
+  const minter = createWalletClient({
+    account: privateKeyToAccount(DEV_KEYS.deployer.privateKey),
+    chain,
+    transport: http(c.rpc_url),
+  });
+  const hash = await minter.writeContract({
+    address: c.stablecoin,
+    abi: testStablecoinAbi,
+    functionName: 'mint',
+    args: [caller.address, 5_000_000n],
+  });
   await createPublicClient({ chain, transport: http(c.rpc_url) }).waitForTransactionReceipt({ hash });
 }
 
@@ -79,12 +108,15 @@ const errors: string[] = [];
 page.on('pageerror', (e) => errors.push(e.message));
 // Script errors and CSP refusals; the refusal pages this test opens on purpose (403) are not errors of the page.
 page.on('console', (m) => {
-  if (m.type() === 'error' && !/^Failed to load resource: the server responded with a status of 403/.test(m.text())) errors.push(m.text());
+  if (m.type() === 'error' && !/^Failed to load resource: the server responded with a status of 403/.test(m.text()))
+    errors.push(m.text());
 });
 
 /** A screenshot for the README, as a palette PNG: a quarter of the size, and text stays sharp. */
 async function shot(name: string, fullPage = true): Promise<void> {
-  await sharp(await page.screenshot({ fullPage })).png({ palette: true, compressionLevel: 9 }).toFile(join(shots, name));
+  await sharp(await page.screenshot({ fullPage }))
+    .png({ palette: true, compressionLevel: 9 })
+    .toFile(join(shots, name));
 }
 
 /** Text of a status line once it shows an error. */
@@ -107,23 +139,33 @@ t.test('sign-in: a wallet on another chain that will not switch gets a clear err
   const status = await errorText('[data-status]');
   t.match(status, /Switch your wallet to chain_a \(chain id 31337001\)/);
   t.match(status, /declined/);
-  t.notOk((await context.cookies()).some((c) => c.name === 'farebox_session'), 'no session cookie');
+  t.notOk(
+    (await context.cookies()).some((c) => c.name === 'farebox_session'),
+    'no session cookie',
+  );
   t.equal(await getAccount(redis, account), null, 'no account made');
 });
 
-t.test('sign-in with the wallet: it switches to chain_a, signs the EIP-4361 message, and the account opens', async (t) => {
-  wallet.refuseSwitch = false;
-  await page.click('button[data-action="sign-in"]');
-  await page.waitForURL(`${board}/keys`);
-  t.same(wallet.calls.filter((m) => m !== 'eth_chainId').slice(-3), ['eth_requestAccounts', 'wallet_switchEthereumChain', 'personal_sign']);
-  const acct = await getAccount(redis, account);
-  t.equal(acct?.status, 'active', 'signup open on the embedded default: an active account');
-  const cookie = (await context.cookies()).find((c) => c.name === 'farebox_session');
-  t.ok(cookie?.httpOnly, 'HttpOnly session cookie');
-  t.equal(cookie?.sameSite, 'Lax');
-  t.equal(cookie?.path, '/dashboard');
-  sessionCookie = cookie!.value;
-});
+t.test(
+  'sign-in with the wallet: it switches to chain_a, signs the EIP-4361 message, and the account opens',
+  async (t) => {
+    wallet.refuseSwitch = false;
+    await page.click('button[data-action="sign-in"]');
+    await page.waitForURL(`${board}/keys`);
+    t.same(wallet.calls.filter((m) => m !== 'eth_chainId').slice(-3), [
+      'eth_requestAccounts',
+      'wallet_switchEthereumChain',
+      'personal_sign',
+    ]);
+    const acct = await getAccount(redis, account);
+    t.equal(acct?.status, 'active', 'signup open on the embedded default: an active account');
+    const cookie = (await context.cookies()).find((c) => c.name === 'farebox_session');
+    t.ok(cookie?.httpOnly, 'HttpOnly session cookie');
+    t.equal(cookie?.sameSite, 'Lax');
+    t.equal(cookie?.path, '/dashboard');
+    sessionCookie = cookie!.value;
+  },
+);
 
 t.test('Keys: a named key is shown once with the base URLs, and works with the openai SDK', async (t) => {
   await page.fill('#key-name', 'laptop');
@@ -133,7 +175,10 @@ t.test('Keys: a named key is shown once with the base URLs, and works with the o
   openaiBase = ((await page.textContent('[data-snippet="openai-base"]')) ?? '').trim();
   t.match(key, /^sk_[A-Za-z0-9_-]{43}$/);
   t.equal(openaiBase, `${server.url}/v1`);
-  t.match(await page.textContent('#snippet-claude'), new RegExp(`ANTHROPIC_BASE_URL=${server.url}\\nexport ANTHROPIC_AUTH_TOKEN=${key}`));
+  t.match(
+    await page.textContent('#snippet-claude'),
+    new RegExp(`ANTHROPIC_BASE_URL=${server.url}\\nexport ANTHROPIC_AUTH_TOKEN=${key}`),
+  );
   await page.click('button[data-copy="new-key"]');
   await shot('keys-new-key.png');
   // Shown once: the Keys page itself no longer has it.
@@ -150,10 +195,15 @@ t.test('a form without its CSRF token is refused with a clear page and changes n
   t.equal(res.status(), 403);
   t.match(await res.text(), /did not come from a page of this dashboard/);
   // The same from the page: a form whose token is not the session's.
-  await page.locator('form[action="/dashboard/keys"] input[name="_csrf"]').evaluate((el) => el.setAttribute('value', 'stale'));
+  await page
+    .locator('form[action="/dashboard/keys"] input[name="_csrf"]')
+    .evaluate((el) => el.setAttribute('value', 'stale'));
   await page.fill('#key-name', 'stale form');
   await page.click('button:has-text("Create key")');
-  t.match(await page.textContent('[role="alert"]'), /did not come from a page of this dashboard, or the page is older than your session/);
+  t.match(
+    await page.textContent('[role="alert"]'),
+    /did not come from a page of this dashboard, or the page is older than your session/,
+  );
   await shot('refused.png');
   t.equal((await listKeys(redis, account)).length, 1, 'no key made');
 });
@@ -169,45 +219,61 @@ t.test('keyboard: the first Tab reaches "Skip to content", which moves focus to 
   t.equal(await page.locator('label[for="key-name"]').count(), 1);
 });
 
-t.test('Wallets: fund with test USD, deposit from the wallet by EIP-3009, default chain, withdrawal request', async (t) => {
-  await page.goto(`${board}/wallets`);
-  await page.selectOption('#fund-chain', 'chain_a');
-  await page.click('button:has-text("Fund with 10 test USD")');
-  await page.waitForURL(/done=funded/);
-  t.equal(await page.textContent('[data-chain="chain_a"][data-field="balance"]'), '10.000000');
+t.test(
+  'Wallets: fund with test USD, deposit from the wallet by EIP-3009, default chain, withdrawal request',
+  async (t) => {
+    await page.goto(`${board}/wallets`);
+    await page.selectOption('#fund-chain', 'chain_a');
+    await page.click('button:has-text("Fund with 10 test USD")');
+    await page.waitForURL(/done=funded/);
+    t.equal(await page.textContent('[data-chain="chain_a"][data-field="balance"]'), '10.000000');
 
-  await page.selectOption('#deposit-chain', 'chain_b');
-  await page.fill('#deposit-amount', '3');
-  const sentBefore = wallet.sent.length;
-  await page.click('form[data-form="deposit"] button[type="submit"]');
-  // The page waits for the gateway to see the deposit, then reloads.
-  await page.locator('[data-chain="chain_b"][data-field="balance"]', { hasText: /^3\.000000$/ }).waitFor({ timeout: 30_000 });
-  t.equal(wallet.sent.length, sentBefore + 1, 'one transaction: no separate approve');
-  t.ok(wallet.calls.includes('eth_signTypedData_v4'), 'the wallet signed the EIP-3009 authorization');
-  t.equal((await readWallet(redis, account, 'chain_b')).synced, 3_000_000n);
-  t.equal(await page.textContent('[data-chain="chain_b"][data-field="wallet"]'), '2.000000', 'the wallet keeps 2 of its 5 test USD');
+    await page.selectOption('#deposit-chain', 'chain_b');
+    await page.fill('#deposit-amount', '3');
+    const sentBefore = wallet.sent.length;
+    await page.click('form[data-form="deposit"] button[type="submit"]');
+    // The page waits for the gateway to see the deposit, then reloads.
+    await page
+      .locator('[data-chain="chain_b"][data-field="balance"]', { hasText: /^3\.000000$/ })
+      .waitFor({ timeout: 30_000 });
+    t.equal(wallet.sent.length, sentBefore + 1, 'one transaction: no separate approve');
+    t.ok(wallet.calls.includes('eth_signTypedData_v4'), 'the wallet signed the EIP-3009 authorization');
+    t.equal((await readWallet(redis, account, 'chain_b')).synced, 3_000_000n);
+    t.equal(
+      await page.textContent('[data-chain="chain_b"][data-field="wallet"]'),
+      '2.000000',
+      'the wallet keeps 2 of its 5 test USD',
+    );
 
-  await page.selectOption('#default-chain', 'chain_b');
-  await page.click('button:has-text("Save default chain")');
-  await page.waitForURL(/done=default-chain/);
-  t.equal((await getAccount(redis, account))?.default_chain, 'chain_b');
-  t.match(await page.textContent('th:has-text("chain_b")'), /default/);
+    await page.selectOption('#default-chain', 'chain_b');
+    await page.click('button:has-text("Save default chain")');
+    await page.waitForURL(/done=default-chain/);
+    t.equal((await getAccount(redis, account))?.default_chain, 'chain_b');
+    t.match(await page.textContent('th:has-text("chain_b")'), /default/);
 
-  await page.selectOption('#withdraw-chain', 'chain_b');
-  await page.fill('#withdraw-amount', '1');
-  await page.click('form[data-form="withdrawal"] button[type="submit"]');
-  await page.waitForSelector('[data-withdrawal="chain_b"]', { timeout: 30_000 });
-  const request = (await page.textContent('[data-withdrawal="chain_b"]')) ?? '';
-  t.match(request, /1\.000000 USD requested, ready at \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
-  t.match(await page.textContent('main'), /timelock has passed \(1 hour\)/);
-  t.equal(await page.textContent('[data-chain="chain_b"][data-field="available"]'), '2.000000', 'the request is no longer available');
-  t.ok(await page.isDisabled('[data-withdrawal="chain_b"] button[data-op="withdraw"]'), 'withdraw waits for the timelock');
-  await shot('wallets.png');
-  await page.setViewportSize({ width: 390, height: 844 });
-  await page.goto(`${board}/wallets`);
-  await shot('wallets-phone.png', false);
-  await page.setViewportSize({ width: 1000, height: 760 });
-});
+    await page.selectOption('#withdraw-chain', 'chain_b');
+    await page.fill('#withdraw-amount', '1');
+    await page.click('form[data-form="withdrawal"] button[type="submit"]');
+    await page.waitForSelector('[data-withdrawal="chain_b"]', { timeout: 30_000 });
+    const request = (await page.textContent('[data-withdrawal="chain_b"]')) ?? '';
+    t.match(request, /1\.000000 USD requested, ready at \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
+    t.match(await page.textContent('main'), /timelock has passed \(1 hour\)/);
+    t.equal(
+      await page.textContent('[data-chain="chain_b"][data-field="available"]'),
+      '2.000000',
+      'the request is no longer available',
+    );
+    t.ok(
+      await page.isDisabled('[data-withdrawal="chain_b"] button[data-op="withdraw"]'),
+      'withdraw waits for the timelock',
+    );
+    await shot('wallets.png');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${board}/wallets`);
+    await shot('wallets-phone.png', false);
+    await page.setViewportSize({ width: 1000, height: 760 });
+  },
+);
 
 t.test('a call with the key bills on the default chain and shows in Usage with its price and settlement', async (t) => {
   const openai = new OpenAI({ baseURL: openaiBase, apiKey: key, maxRetries: 0 });
@@ -217,7 +283,9 @@ t.test('a call with the key bills on the default chain and shows in Usage with i
   t.equal(data.object, 'chat.completion');
   t.equal(response.headers.get('x-gw-billing-chain'), 'chain_b');
   const callId = response.headers.get('x-request-id')!;
-  const record = await until('the call to settle', async () => (await listUsage(redis, account)).find((r) => r.call_id === callId && r.status === 'settled' && r.tx));
+  const record = await until('the call to settle', async () =>
+    (await listUsage(redis, account)).find((r) => r.call_id === callId && r.status === 'settled' && r.tx),
+  );
   await page.goto(`${board}/usage`);
   const row = page.locator(`tr[data-call-id="${callId}"]`);
   t.match(await row.textContent(), /gamma-k3/);
@@ -225,10 +293,18 @@ t.test('a call with the key bills on the default chain and shows in Usage with i
   t.equal(await row.locator('[data-field="price"]').textContent(), record.price);
   t.equal(await row.locator('[data-field="status"]').textContent(), 'settled');
   t.equal(await row.locator('[data-tx]').getAttribute('data-tx'), record.tx);
-  t.match(await page.getAttribute('svg.chart', 'aria-label'), new RegExp(`${record.price.replace('.', '\\.')} USD in all`));
+  t.match(
+    await page.getAttribute('svg.chart', 'aria-label'),
+    new RegExp(`${record.price.replace('.', '\\.')} USD in all`),
+  );
   const csv = await page.request.get(`${board}/usage.csv`);
   t.equal(csv.status(), 200);
-  t.match(await csv.text(), new RegExp(`${callId},key_[0-9a-f]{16},laptop,gamma-k3,chain_b,\\d+,12,0,0,0,0,0,${record.price.replace('.', '\\.')},settled,${record.tx}`));
+  t.match(
+    await csv.text(),
+    new RegExp(
+      `${callId},key_[0-9a-f]{16},laptop,gamma-k3,chain_b,\\d+,12,0,0,0,0,0,${record.price.replace('.', '\\.')},settled,${record.tx}`,
+    ),
+  );
   await shot('usage.png');
 });
 
@@ -238,25 +314,44 @@ t.test('revoking the key on the Keys page makes the SDK get 401 at once', async 
   await page.waitForURL(/done=revoked/);
   t.match(await page.textContent('tr[data-key-id]'), /revoked/);
   const openai = new OpenAI({ baseURL: openaiBase, apiKey: key, maxRetries: 0 });
-  const err = await until('the key to answer 401', async () => {
-    const e = await openai.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }).then(() => null, (x: unknown) => x);
-    return e instanceof OpenAI.AuthenticationError ? e : null;
-  }, 2_000, 20);
+  const err = await until(
+    'the key to answer 401',
+    async () => {
+      const e = await openai.chat.completions
+        .create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] })
+        .then(
+          () => null,
+          (x: unknown) => x,
+        );
+      return e instanceof OpenAI.AuthenticationError ? e : null;
+    },
+    2_000,
+    20,
+  );
   t.equal(err.status, 401);
 });
 
 t.test('sign out ends the session on the server: the old cookie opens nothing', async (t) => {
   await page.click('button:has-text("Sign out")');
   await page.waitForURL(`${board}/sign-in`);
-  t.notOk((await context.cookies()).some((c) => c.name === 'farebox_session' && c.value), 'cookie cleared');
-  const replay = await fetch(`${board}/keys`, { headers: { cookie: `farebox_session=${sessionCookie}` }, redirect: 'manual' });
+  t.notOk(
+    (await context.cookies()).some((c) => c.name === 'farebox_session' && c.value),
+    'cookie cleared',
+  );
+  const replay = await fetch(`${board}/keys`, {
+    headers: { cookie: `farebox_session=${sessionCookie}` },
+    redirect: 'manual',
+  });
   t.equal(replay.status, 303);
   t.equal(replay.headers.get('location'), '/dashboard/sign-in');
 });
 
 t.test('the sign-ups-closed page explains the refusal', async (t) => {
   await page.goto(`${board}/signup-closed`);
-  t.match(await page.textContent('[role="alert"]'), /no account on this gateway, and the operator is not opening new ones/);
+  t.match(
+    await page.textContent('[role="alert"]'),
+    /no account on this gateway, and the operator is not opening new ones/,
+  );
   await shot('signup-closed.png');
 });
 

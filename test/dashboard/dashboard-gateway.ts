@@ -20,7 +20,10 @@ export interface DashboardGateway {
 }
 
 /** Start it; everything it made is removed at the test file's end. */
-export async function startDashboardGateway(t: Test, options: Omit<DashboardOptions, 'config'> = {}): Promise<DashboardGateway> {
+export async function startDashboardGateway(
+  t: Test,
+  options: Omit<DashboardOptions, 'config'> = {},
+): Promise<DashboardGateway> {
   const prefix = testPrefix();
   const input = embeddedDefault('http://127.0.0.1:9');
   input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix };

@@ -101,17 +101,23 @@ t.test('bad input on the Keys form is refused with a clear page and changes noth
     t.match(r.text, message);
     t.equal(r.headers['content-security-policy']?.toString().startsWith("default-src 'none'"), true);
   }
-  const cross = await send({ ...alice.b, origin: 'http://evil.test' }, 'POST', '/keys', { form: { _csrf: alice.csrf, name: 'x' } });
+  const cross = await send({ ...alice.b, origin: 'http://evil.test' }, 'POST', '/keys', {
+    form: { _csrf: alice.csrf, name: 'x' },
+  });
   t.equal(cross.status, 403);
   t.match(cross.text, /not http:\/\/evil\.test/);
-  const signedOut = await send({ ...alice.b, cookies: new Map() }, 'POST', '/keys', { form: { _csrf: alice.csrf, name: 'x' } });
+  const signedOut = await send({ ...alice.b, cookies: new Map() }, 'POST', '/keys', {
+    form: { _csrf: alice.csrf, name: 'x' },
+  });
   t.equal(signedOut.status, 401);
   t.match(signedOut.text, /Sign in first/);
   t.equal((await listKeys(h.redis, alice.account)).length, before, 'no key made');
 });
 
 t.test("one account never sees or revokes another's keys", async (t) => {
-  const { key, id } = newKey((await send(bob.b, 'POST', '/keys', { form: { _csrf: bob.csrf, name: 'bob-only' } })).text);
+  const { key, id } = newKey(
+    (await send(bob.b, 'POST', '/keys', { form: { _csrf: bob.csrf, name: 'bob-only' } })).text,
+  );
   const alicePage = await send(alice.b, 'GET', '/keys');
   t.notOk(alicePage.text.includes(id), "bob's key id is not on alice's page");
   t.notOk(alicePage.text.includes('bob-only'));

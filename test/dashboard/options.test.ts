@@ -38,7 +38,10 @@ async function registration(opts: Record<string, unknown>): Promise<unknown> {
 t.test('a bad option fails registration, naming the option', async (t) => {
   const cases: [Record<string, unknown>, RegExp][] = [
     [{ origins: ['ftp://x.test'] }, /^farebox dashboard: option origins\.0: /],
-    [{ origins: ['http://x.test/dash'] }, /^farebox dashboard: option origins\.0: an origin: scheme, host and port, no path$/],
+    [
+      { origins: ['http://x.test/dash'] },
+      /^farebox dashboard: option origins\.0: an origin: scheme, host and port, no path$/,
+    ],
     [{ origins: [] }, /^farebox dashboard: option origins: /],
     [{ signup: 'maybe' }, /^farebox dashboard: option signup: /],
     [{ secureCookie: 'yes' }, /^farebox dashboard: option secureCookie: /],
@@ -57,7 +60,20 @@ t.test('a bad option fails registration, naming the option', async (t) => {
     t.ok(err instanceof DashboardOptionError, JSON.stringify(opts));
     t.match((err as Error).message, message);
   }
-  t.equal(await registration({ origins: ['https://gw.example.com'], signup: 'closed', secureCookie: true, sessionTtlMs: 3_600_000, gatewayUrl: 'https://gw.example.com/', explorers: { chain_b: 'https://scan.example.com' }, devFund: false, config: buildConfig(base(), { FAREBOX_SIM_KEY: 'k' }) }), null, 'good options register');
+  t.equal(
+    await registration({
+      origins: ['https://gw.example.com'],
+      signup: 'closed',
+      secureCookie: true,
+      sessionTtlMs: 3_600_000,
+      gatewayUrl: 'https://gw.example.com/',
+      explorers: { chain_b: 'https://scan.example.com' },
+      devFund: false,
+      config: buildConfig(base(), { FAREBOX_SIM_KEY: 'k' }),
+    }),
+    null,
+    'good options register',
+  );
 });
 
 t.test("the config's dashboard section is validated with the rest, naming the field", async (t) => {
@@ -85,20 +101,43 @@ t.test("the config's dashboard section is validated with the rest, naming the fi
 });
 
 t.test('options win over the config section: a closed config, opened by the host', async (t) => {
-  const chains = Object.fromEntries(CHAIN_NAMES.map((n) => [n, {
-    chain_id: DEV_CHAIN_IDS[n], rpc_url: 'http://127.0.0.1:9', stablecoin: `0x${'1'.repeat(40)}`, escrow: `0x${'2'.repeat(40)}`,
-  }]));
-  const config = buildConfig({ ...base(), chains, dashboard: { signup: 'closed', origins: ['http://cfg.test'] } }, { FAREBOX_SIM_KEY: 'k' });
+  const chains = Object.fromEntries(
+    CHAIN_NAMES.map((n) => [
+      n,
+      {
+        chain_id: DEV_CHAIN_IDS[n],
+        rpc_url: 'http://127.0.0.1:9',
+        stablecoin: `0x${'1'.repeat(40)}`,
+        escrow: `0x${'2'.repeat(40)}`,
+      },
+    ]),
+  );
+  const config = buildConfig(
+    { ...base(), chains, dashboard: { signup: 'closed', origins: ['http://cfg.test'] } },
+    { FAREBOX_SIM_KEY: 'k' },
+  );
   const app = Fastify({ logger: false });
   await app.register(dashboard, { prefix: '/closed', config, redis });
   await app.register(dashboard, { prefix: '/opened', config, redis, signup: 'open', origins: ['http://host.test'] });
   t.teardown(() => app.close());
   const w = privateKeyToAccount(generatePrivateKey());
-  t.equal((await signIn(browser(app, '/closed', 'http://cfg.test'), w, DEV_CHAIN_IDS.chain_a)).status, 403, 'closed by the config');
-  t.equal((await signIn(browser(app, '/closed', 'http://host.test'), w, DEV_CHAIN_IDS.chain_a)).json.error.code, 'cross_site', "the config's origins");
+  t.equal(
+    (await signIn(browser(app, '/closed', 'http://cfg.test'), w, DEV_CHAIN_IDS.chain_a)).status,
+    403,
+    'closed by the config',
+  );
+  t.equal(
+    (await signIn(browser(app, '/closed', 'http://host.test'), w, DEV_CHAIN_IDS.chain_a)).json.error.code,
+    'cross_site',
+    "the config's origins",
+  );
   const opened = await signIn(browser(app, '/opened', 'http://host.test'), w, DEV_CHAIN_IDS.chain_a);
   t.equal(opened.status, 200, opened.text);
-  t.match(String([opened.headers['set-cookie']].flat().find((c) => String(c).startsWith('farebox_session'))), /; Secure;/, 'Secure outside the embedded default');
+  t.match(
+    String([opened.headers['set-cookie']].flat().find((c) => String(c).startsWith('farebox_session'))),
+    /; Secure;/,
+    'Secure outside the embedded default',
+  );
 });
 
 t.test('no options at all: the embedded default as the CLI finds it, at the root of a host app', async (t) => {
@@ -123,9 +162,17 @@ t.test('no options at all: the embedded default as the CLI finds it, at the root
   const before = await app.inject('/sign-in');
   t.match(before.body, /has not published its chains yet/);
   // What `farebox serve` publishes for the CLI.
-  const chains = Object.fromEntries(CHAIN_NAMES.map((n) => [n, {
-    chain_id: DEV_CHAIN_IDS[n], rpc_url: 'http://127.0.0.1:9', stablecoin: `0x${'1'.repeat(40)}`, escrow: `0x${'2'.repeat(40)}`,
-  }]));
+  const chains = Object.fromEntries(
+    CHAIN_NAMES.map((n) => [
+      n,
+      {
+        chain_id: DEV_CHAIN_IDS[n],
+        rpc_url: 'http://127.0.0.1:9',
+        stablecoin: `0x${'1'.repeat(40)}`,
+        escrow: `0x${'2'.repeat(40)}`,
+      },
+    ]),
+  );
   await redis.set(keys.devChains, JSON.stringify(chains));
   t.match((await app.inject('/sign-in')).body, /data-action="sign-in"/);
   const b = browser(app, '', origin);

@@ -30,15 +30,21 @@ const ORIGIN = 'https://gateway.example';
 async function start(server: ConfigInput['server']): Promise<{ s: Server; prefix: string }> {
   const prefix = testPrefix();
   const file = join(dir, `${prefix.replace(/\W/g, '')}.json`);
-  writeFileSync(file, JSON.stringify({
-    ...embeddedDefault(sim.url),
-    server: { port: 0, host: '127.0.0.1', ...server },
-    redis: { url: REDIS_URL, prefix },
-    chains: devChainsConfig(dev),
-    metrics: { port: 0 },
-    dashboard: { origins: [ORIGIN], signup: 'open' },
-  }));
-  const s = await serve({ FAREBOX_CONFIG: file, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey }, { logger: false });
+  writeFileSync(
+    file,
+    JSON.stringify({
+      ...embeddedDefault(sim.url),
+      server: { port: 0, host: '127.0.0.1', ...server },
+      redis: { url: REDIS_URL, prefix },
+      chains: devChainsConfig(dev),
+      metrics: { port: 0 },
+      dashboard: { origins: [ORIGIN], signup: 'open' },
+    }),
+  );
+  const s = await serve(
+    { FAREBOX_CONFIG: file, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey },
+    { logger: false },
+  );
   const redis = connectRedis({ url: REDIS_URL, prefix });
   cleanup.push(async () => {
     await s.close();
@@ -53,7 +59,10 @@ async function askNonce(s: Server, forwardedFor: string): Promise<number> {
   const res = await fetch(`${s.url}${s.config.dashboard.path}/auth/nonce`, {
     method: 'POST',
     headers: { origin: ORIGIN, 'content-type': 'application/json', 'x-forwarded-for': forwardedFor },
-    body: JSON.stringify({ address: privateKeyToAccount(generatePrivateKey()).address, chainId: dev.chains.chain_a.chain_id }),
+    body: JSON.stringify({
+      address: privateKeyToAccount(generatePrivateKey()).address,
+      chainId: dev.chains.chain_a.chain_id,
+    }),
   });
   await res.arrayBuffer();
   return res.status;
@@ -73,11 +82,17 @@ t.test('trust_proxy set: each forwarded caller has a sign-in bucket of its own',
   t.equal(await askNonce(s, '203.0.113.7'), 200);
   t.equal(await askNonce(s, '203.0.113.7'), 200);
   t.equal(await askNonce(s, '198.51.100.9'), 200);
-  t.same([await bucket(prefix, '203.0.113.7'), await bucket(prefix, '198.51.100.9'), await bucket(prefix, '127.0.0.1')], ['2', '1', null]);
+  t.same(
+    [await bucket(prefix, '203.0.113.7'), await bucket(prefix, '198.51.100.9'), await bucket(prefix, '127.0.0.1')],
+    ['2', '1', null],
+  );
 });
 
-t.test('trust_proxy unset (the default): X-Forwarded-For is not believed; the connection\'s address counts', async (t) => {
-  const { s, prefix } = await start({});
-  t.equal(await askNonce(s, '203.0.113.7'), 200);
-  t.same([await bucket(prefix, '203.0.113.7'), await bucket(prefix, '127.0.0.1')], [null, '1']);
-});
+t.test(
+  "trust_proxy unset (the default): X-Forwarded-For is not believed; the connection's address counts",
+  async (t) => {
+    const { s, prefix } = await start({});
+    t.equal(await askNonce(s, '203.0.113.7'), 200);
+    t.same([await bucket(prefix, '203.0.113.7'), await bucket(prefix, '127.0.0.1')], [null, '1']);
+  },
+);

@@ -29,7 +29,9 @@ let ajv: Ajv2020 | undefined;
 /** A validator for one component schema, e.g. 'CreateChatCompletionResponse'. */
 export function validator(name: string): (data: unknown) => string[] {
   if (!ajv) {
-    const doc = fixNullable(JSON.parse(readFileSync(FILE, 'utf8'))) as { components: { schemas: Record<string, Schema> } };
+    const doc = fixNullable(JSON.parse(readFileSync(FILE, 'utf8'))) as {
+      components: { schemas: Record<string, Schema> };
+    };
     ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
     ajv.addSchema({ $id: 'openai', components: doc.components });
   }

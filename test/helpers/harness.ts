@@ -47,7 +47,8 @@ let shared: { chains: Promise<DevChains>; testMethods: boolean } | undefined;
 export function devChains(opts: { testMethods?: boolean } = {}): Promise<DevChains> {
   const testMethods = opts.testMethods === true;
   shared ??= { chains: startDevChains({ host: '127.0.0.1', basePort: 0, testMethods }), testMethods };
-  if (testMethods && !shared.testMethods) throw new Error('devChains: this file started its dev chains without testMethods');
+  if (testMethods && !shared.testMethods)
+    throw new Error('devChains: this file started its dev chains without testMethods');
   return shared.chains;
 }
 
@@ -77,7 +78,9 @@ export async function dropPrefix(redis: Redis, prefix: string): Promise<void> {
  * A connection with the gateway's settings under a fresh prefix, for one test file: its keys are deleted and the
  * connection closed at the file's teardown.
  */
-export async function testRedis(t: { teardown(fn: () => Promise<void>): void }): Promise<{ redis: Redis; prefix: string }> {
+export async function testRedis(t: {
+  teardown(fn: () => Promise<void>): void;
+}): Promise<{ redis: Redis; prefix: string }> {
   const prefix = testPrefix();
   const redis = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
   t.teardown(async () => {
@@ -89,22 +92,24 @@ export async function testRedis(t: { teardown(fn: () => Promise<void>): void }):
 }
 
 /** Start a simulator and a gateway routed to it. */
-export async function startHarness(opts: {
-  edit?: (cfg: ConfigInput) => void;
-  configure?: (app: FastifyInstance) => void | Promise<void>;
-  /** Bill on dev chains (real holds, debit queue, settlement). */
-  chains?: boolean;
-  /** Share a prefix (and so the Redis state) with another harness. */
-  prefix?: string;
-  /** Extra environment for the config and the plugin (metrics token, provider keys). */
-  env?: Record<string, string>;
-  /** A simulator to route to (left running on close), e.g. shared by a gateway and its restart. */
-  sim?: Simulator;
-  /** How long the harness's own simulator renders a video job, ms. */
-  videoRenderMs?: number;
-  /** Run as the embedded default (true, the default) or as an operator's config would. */
-  embedded?: boolean;
-} = {}): Promise<Harness> {
+export async function startHarness(
+  opts: {
+    edit?: (cfg: ConfigInput) => void;
+    configure?: (app: FastifyInstance) => void | Promise<void>;
+    /** Bill on dev chains (real holds, debit queue, settlement). */
+    chains?: boolean;
+    /** Share a prefix (and so the Redis state) with another harness. */
+    prefix?: string;
+    /** Extra environment for the config and the plugin (metrics token, provider keys). */
+    env?: Record<string, string>;
+    /** A simulator to route to (left running on close), e.g. shared by a gateway and its restart. */
+    sim?: Simulator;
+    /** How long the harness's own simulator renders a video job, ms. */
+    videoRenderMs?: number;
+    /** Run as the embedded default (true, the default) or as an operator's config would. */
+    embedded?: boolean;
+  } = {},
+): Promise<Harness> {
   const sim = opts.sim ?? (await startSimulator({ host: '127.0.0.1', port: 0, videoRenderMs: opts.videoRenderMs }));
   const prefix = opts.prefix ?? testPrefix();
   const input = embeddedDefault(sim.url);
@@ -131,7 +136,17 @@ export async function startHarness(opts: {
   const account = await createAccount(redis, {});
   const { key, id } = await createKey(redis, account.address);
   return {
-    url, app, sim, config, redis, prefix, account: account.address, key, keyId: id, dev, metrics,
+    url,
+    app,
+    sim,
+    config,
+    redis,
+    prefix,
+    account: account.address,
+    key,
+    keyId: id,
+    dev,
+    metrics,
     metricsUrl: config.metrics.on_api_port ? `${url}/metrics` : `http://127.0.0.1:${metrics.server.port}/metrics`,
     fund: (chain, amount, acct = account.address) => fundOnDevChain(redis, config.chains!, chain, acct, amount),
     async close() {

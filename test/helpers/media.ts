@@ -24,7 +24,9 @@ export async function referencePng(width: number, height: number, alpha = false,
 }
 
 /** Dimensions, channels and pixel statistics of an encoded image. */
-export async function inspectImage(bytes: Buffer): Promise<{ format: string; width: number; height: number; channels: number; hasAlpha: boolean; colours: boolean }> {
+export async function inspectImage(
+  bytes: Buffer,
+): Promise<{ format: string; width: number; height: number; channels: number; hasAlpha: boolean; colours: boolean }> {
   const img = sharp(bytes);
   const meta = await img.metadata();
   const stats = await img.stats();
@@ -59,8 +61,16 @@ export async function probe(bytes: Buffer): Promise<Probe> {
     const file = join(dir, 'clip.mp4');
     await writeFile(file, bytes);
     const { stdout } = await exec(ffprobe.path, [
-      '-v', 'error', '-select_streams', 'v:0', '-count_packets',
-      '-show_entries', 'stream=codec_name,width,height,pix_fmt,nb_read_packets:format=duration', '-of', 'json', file,
+      '-v',
+      'error',
+      '-select_streams',
+      'v:0',
+      '-count_packets',
+      '-show_entries',
+      'stream=codec_name,width,height,pix_fmt,nb_read_packets:format=duration',
+      '-of',
+      'json',
+      file,
     ]);
     const out = JSON.parse(stdout) as { streams: Array<Record<string, string | number>>; format: { duration: string } };
     const s = out.streams[0]!;

@@ -13,7 +13,9 @@ export interface OutageRelay {
 }
 
 /** Start a relay to `target` (REDIS_URL by default). */
-export async function outageRelay(target = new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379')): Promise<OutageRelay> {
+export async function outageRelay(
+  target = new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'),
+): Promise<OutageRelay> {
   const sockets = new Set<net.Socket>();
   let isDown = false;
   const server = net.createServer((client) => {

@@ -10,7 +10,10 @@ export const CHAT = 6;
 
 /** The error a promise rejects with (failing the test if it resolves). */
 export async function refusal<E>(t: Test, p: Promise<unknown>, cls: abstract new (...a: never[]) => E): Promise<E> {
-  const err = await p.then(() => undefined, (e: unknown) => e);
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   t.type(err, cls, `refused with ${cls.name}`);
   return err as E;
 }

@@ -38,8 +38,17 @@ export interface FirstLayoutCall {
 export async function writeFirstLayout(redis: Redis, c: FirstLayoutCall, retentionMs: number): Promise<void> {
   const key = keys.call(callIdOf(c.requestId));
   const fields: Record<string, string> = {
-    call_id: c.requestId, time: String(c.time), account: c.account, key_id: c.keyId, model: c.model, chain: c.chain,
-    held: c.held.toString(), owner: c.owner, expires: String(c.expires), price: (c.price ?? 0n).toString(), status: c.status,
+    call_id: c.requestId,
+    time: String(c.time),
+    account: c.account,
+    key_id: c.keyId,
+    model: c.model,
+    chain: c.chain,
+    held: c.held.toString(),
+    owner: c.owner,
+    expires: String(c.expires),
+    price: (c.price ?? 0n).toString(),
+    status: c.status,
   };
   // The debit wrote the whole Usage (makeUsage), with the image's size class beside it.
   if (c.status !== 'held') {
@@ -50,7 +59,8 @@ export async function writeFirstLayout(redis: Redis, c: FirstLayoutCall, retenti
   if (c.capped) fields.capped = '1';
   if (c.late) fields.late = '1';
   if (c.released) fields.released = c.released;
-  await redis.multi()
+  await redis
+    .multi()
     .hset(key, fields)
     .pexpire(key, retentionMs)
     .zadd(keys.usageIndex(c.account), c.time, c.requestId)

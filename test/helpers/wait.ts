@@ -5,7 +5,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** Poll `check` until it returns a truthy value (settlement and the watcher run in the background). */
-export async function until<T>(what: string, check: () => Promise<T | false | null | undefined>, ms = 20_000, everyMs = 50): Promise<T> {
+export async function until<T>(
+  what: string,
+  check: () => Promise<T | false | null | undefined>,
+  ms = 20_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await check();
@@ -45,10 +50,15 @@ export function builtAfterSources(file: string, dirs: readonly string[] = SOURCE
  * The node arguments that run the farebox command: the compiled dist/bin/cli.js when it is built after every source
  * (npm ci builds it), else bin/cli.ts through tsx. The compiled one spares each run the compiling of the sources.
  */
-export const CLI: readonly string[] = builtAfterSources('dist/bin/cli.js') ? [join(root, 'dist/bin/cli.js')] : ['--import', 'tsx', join(root, 'bin/cli.ts')];
+export const CLI: readonly string[] = builtAfterSources('dist/bin/cli.js')
+  ? [join(root, 'dist/bin/cli.js')]
+  : ['--import', 'tsx', join(root, 'bin/cli.ts')];
 
 /** Run the farebox command (CLI: built, or from source) with `env` over the test's environment. */
-export function runCli(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+export function runCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [...CLI, ...args], { env: { ...process.env, ...env } });
     let stdout = '';
@@ -64,10 +74,18 @@ export function runCli(args: string[], env: Record<string, string>): Promise<{ c
  * code, and its output as the process prints it (a line per message). What only a process shows (the code as the
  * exit status, output drained into a pipe) is for runCli; this spares a Node start per command.
  */
-export async function cliHere(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+export async function cliHere(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   const { main } = await import('../../bin/cli.js');
   let stdout = '';
   let stderr = '';
-  const code = await main(args, { ...process.env, ...env }, (s) => void (stdout += `${s}\n`), (s) => void (stderr += `${s}\n`));
+  const code = await main(
+    args,
+    { ...process.env, ...env },
+    (s) => void (stdout += `${s}\n`),
+    (s) => void (stderr += `${s}\n`),
+  );
   return { code, stdout, stderr };
 }

@@ -35,7 +35,10 @@ const MESSAGE = { model: 'alpha-sonnet-4-6', max_tokens: 16, messages: [{ role: 
 
 /** What the SDK raised for a call. */
 async function refusal(call: () => Promise<unknown>): Promise<InstanceType<typeof Anthropic.APIError>> {
-  const err = await call().then(() => undefined, (e: unknown) => e);
+  const err = await call().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   if (!(err instanceof Anthropic.APIError)) throw new Error(`expected an APIError, got ${String(err)}`);
   return err;
 }
@@ -46,31 +49,43 @@ const shaped = (t: Test, err: InstanceType<typeof Anthropic.APIError>, status: n
   t.match(err.requestID, /^req_[0-9a-f]{32}$/, 'the request id, where the SDK reads it');
 };
 
-t.test('a body that nests too deep, is over the body limit or not JSON: typed SDK errors in the Anthropic shape', async (t) => {
-  const sdk = new Anthropic({ baseURL: url, apiKey: key, maxRetries: 0 });
-  let deep: unknown = 1;
-  for (let i = 0; i < 200; i++) deep = [deep];
-  const nested = await refusal(() => sdk.messages.create({ ...MESSAGE, metadata: { user_id: 'u', deep } as never }));
-  t.ok(nested instanceof Anthropic.BadRequestError, 'BadRequestError');
-  shaped(t, nested, 400, 'invalid_request_error', 'invalid_request');
+t.test(
+  'a body that nests too deep, is over the body limit or not JSON: typed SDK errors in the Anthropic shape',
+  async (t) => {
+    const sdk = new Anthropic({ baseURL: url, apiKey: key, maxRetries: 0 });
+    let deep: unknown = 1;
+    for (let i = 0; i < 200; i++) deep = [deep];
+    const nested = await refusal(() => sdk.messages.create({ ...MESSAGE, metadata: { user_id: 'u', deep } as never }));
+    t.ok(nested instanceof Anthropic.BadRequestError, 'BadRequestError');
+    shaped(t, nested, 400, 'invalid_request_error', 'invalid_request');
 
-  const big = await refusal(() => sdk.messages.create({ ...MESSAGE, messages: [{ role: 'user', content: 'x'.repeat(BODY_LIMIT) }] }));
-  shaped(t, big, 413, 'request_too_large', 'request_too_large');
+    const big = await refusal(() =>
+      sdk.messages.create({ ...MESSAGE, messages: [{ role: 'user', content: 'x'.repeat(BODY_LIMIT) }] }),
+    );
+    shaped(t, big, 413, 'request_too_large', 'request_too_large');
 
-  // A body broken on its way: what the SDK would have sent, cut short.
-  const cut = new Anthropic({
-    baseURL: url, apiKey: key, maxRetries: 0,
-    fetch: (u, init) => fetch(u, { ...init, body: String(init?.body).slice(0, 20) }),
-  });
-  const broken = await refusal(() => cut.messages.create(MESSAGE));
-  t.ok(broken instanceof Anthropic.BadRequestError, 'BadRequestError');
-  shaped(t, broken, 400, 'invalid_request_error', 'invalid_json');
-  const counted = await refusal(() => cut.messages.countTokens({ model: MESSAGE.model, messages: MESSAGE.messages }));
-  shaped(t, counted, 400, 'invalid_request_error', 'invalid_json');
-});
+    // A body broken on its way: what the SDK would have sent, cut short.
+    const cut = new Anthropic({
+      baseURL: url,
+      apiKey: key,
+      maxRetries: 0,
+      fetch: (u, init) => fetch(u, { ...init, body: String(init?.body).slice(0, 20) }),
+    });
+    const broken = await refusal(() => cut.messages.create(MESSAGE));
+    t.ok(broken instanceof Anthropic.BadRequestError, 'BadRequestError');
+    shaped(t, broken, 400, 'invalid_request_error', 'invalid_json');
+    const counted = await refusal(() => cut.messages.countTokens({ model: MESSAGE.model, messages: MESSAGE.messages }));
+    shaped(t, counted, 400, 'invalid_request_error', 'invalid_json');
+  },
+);
 
 t.test("headers over Node's limit, refused by its parser before any route: the Anthropic shape", async (t) => {
-  const sdk = new Anthropic({ baseURL: url, apiKey: key, maxRetries: 0, defaultHeaders: { 'x-big': 'a'.repeat(20_000) } });
+  const sdk = new Anthropic({
+    baseURL: url,
+    apiKey: key,
+    maxRetries: 0,
+    defaultHeaders: { 'x-big': 'a'.repeat(20_000) },
+  });
   const err = await refusal(() => sdk.messages.create(MESSAGE));
   shaped(t, err, 431, 'invalid_request_error', 'headers_too_large');
 });

@@ -86,8 +86,16 @@ function histogramCount(t: Test, samples: Sample[], name: string, labels: Record
   const count = total(samples, `${name}_count`, labels);
   t.ok(buckets.length > 1, `${name} has buckets for ${JSON.stringify(labels)}`);
   const values = buckets.map((b) => b.value);
-  t.same(values, [...values].sort((a, b) => a - b), `${name} buckets are cumulative`);
-  t.equal(select(samples, `${name}_bucket`, { ...labels, le: '+Inf' })[0]?.value, count, `${name} +Inf bucket equals _count`);
+  t.same(
+    values,
+    [...values].sort((a, b) => a - b),
+    `${name} buckets are cumulative`,
+  );
+  t.equal(
+    select(samples, `${name}_bucket`, { ...labels, le: '+Inf' })[0]?.value,
+    count,
+    `${name} +Inf bucket equals _count`,
+  );
   t.ok(total(samples, `${name}_sum`, labels) > 0, `${name}_sum is positive`);
   return count;
 }
@@ -104,7 +112,10 @@ t.test('GET /metrics: text format, every farebox_ metric, labels and histograms 
     t.ok(help.has(m.name), `# HELP ${m.name}`);
     t.equal(types.get(m.name), m.type, `# TYPE ${m.name} ${m.type}`);
   }
-  t.ok([...types.keys()].some((n) => n.startsWith('farebox_process_')), 'process metrics under the farebox_process_ prefix');
+  t.ok(
+    [...types.keys()].some((n) => n.startsWith('farebox_process_')),
+    'process metrics under the farebox_process_ prefix',
+  );
 
   t.equal((await chat(h, 'hello')).status, 200);
   t.equal((await chat(h, 'fail please #sim:status=500')).status, 502, 'upstream 500 -> 502');
@@ -126,62 +137,119 @@ t.test('GET /metrics: text format, every farebox_ metric, labels and histograms 
   const s = await scrapeUntil(h.metricsUrl, (s) => total(s, 'farebox_requests_total') >= 4);
   const requests = select(s, 'farebox_requests_total');
   t.equal(requests.length, 4, 'one series per route, model and status');
-  for (const r of requests) t.same(Object.keys(r.labels).sort(), ['model', 'route', 'status'], 'labels route, model, status');
+  for (const r of requests)
+    t.same(Object.keys(r.labels).sort(), ['model', 'route', 'status'], 'labels route, model, status');
   t.equal(total(s, 'farebox_requests_total', { route: 'chat_completions', model: 'gamma-k3', status: '200' }), 1);
   t.equal(total(s, 'farebox_requests_total', { route: 'chat_completions', model: 'gamma-k3', status: '502' }), 1);
   t.equal(total(s, 'farebox_requests_total', { route: 'messages', model: 'alpha-haiku-4-5', status: '200' }), 1);
-  t.equal(total(s, 'farebox_requests_total', { route: 'chat_completions', model: 'none', status: '401' }), 1, 'refusals are requests too');
-  t.equal(total(s, 'farebox_upstream_errors_total', { provider: 'sim-open-weights', status: '500' }), 1, 'upstream error by provider and status');
+  t.equal(
+    total(s, 'farebox_requests_total', { route: 'chat_completions', model: 'none', status: '401' }),
+    1,
+    'refusals are requests too',
+  );
+  t.equal(
+    total(s, 'farebox_upstream_errors_total', { provider: 'sim-open-weights', status: '500' }),
+    1,
+    'upstream error by provider and status',
+  );
   t.equal(total(s, 'farebox_rejections_total', { code: 'missing_api_key' }), 1, 'refusal by error code');
 
-  t.equal(histogramCount(t, s, 'farebox_request_duration_seconds', { route: 'chat_completions' }), 3, 'request duration observed per call, refusals included');
+  t.equal(
+    histogramCount(t, s, 'farebox_request_duration_seconds', { route: 'chat_completions' }),
+    3,
+    'request duration observed per call, refusals included',
+  );
   t.equal(histogramCount(t, s, 'farebox_request_duration_seconds', { route: 'messages' }), 1);
-  t.equal(histogramCount(t, s, 'farebox_gateway_overhead_seconds', { route: 'chat_completions' }), 2, 'overhead observed per forwarded call');
-  t.equal(histogramCount(t, s, 'farebox_upstream_duration_seconds', { provider: 'sim-open-weights' }), 2, 'upstream time per upstream answer');
+  t.equal(
+    histogramCount(t, s, 'farebox_gateway_overhead_seconds', { route: 'chat_completions' }),
+    2,
+    'overhead observed per forwarded call',
+  );
+  t.equal(
+    histogramCount(t, s, 'farebox_upstream_duration_seconds', { provider: 'sim-open-weights' }),
+    2,
+    'upstream time per upstream answer',
+  );
   t.equal(histogramCount(t, s, 'farebox_upstream_duration_seconds', { provider: 'sim-anthropic' }), 1);
   t.equal(select(s, 'farebox_tokens_total').length, 0, 'no billing configured: nothing billed');
 });
 
-t.test('billed calls: tokens and charged USD match the usage record; holds, settlement and watcher metrics', async (t) => {
-  const h = await startHarness({ chains: true });
-  t.teardown(() => h.close());
-  const url = h.metricsUrl;
+t.test(
+  'billed calls: tokens and charged USD match the usage record; holds, settlement and watcher metrics',
+  async (t) => {
+    const h = await startHarness({ chains: true });
+    t.teardown(() => h.close());
+    const url = h.metricsUrl;
 
-  t.equal((await chat(h, 'hello before funding')).status, 402, 'unfunded -> 402');
-  await h.fund('chain_a', 5_000_000n);
-  const res = await chat(h, 'hello #sim:tokens=7');
-  t.equal(res.status, 200);
+    t.equal((await chat(h, 'hello before funding')).status, 402, 'unfunded -> 402');
+    await h.fund('chain_a', 5_000_000n);
+    const res = await chat(h, 'hello #sim:tokens=7');
+    t.equal(res.status, 200);
 
-  const s = await scrapeUntil(url, (s) =>
-    total(s, 'farebox_charged_usd_total') > 0 && total(s, 'farebox_settlement_batches_total', { chain: 'chain_a', result: 'mined' }) >= 1,
-  );
-  t.equal(total(s, 'farebox_rejections_total', { code: 'insufficient_funds' }), 1, '402 counted by code');
-  t.equal(total(s, 'farebox_holds_placed_total', { chain: 'chain_a' }), 1, 'one hold placed (the 402 placed none)');
+    const s = await scrapeUntil(
+      url,
+      (s) =>
+        total(s, 'farebox_charged_usd_total') > 0 &&
+        total(s, 'farebox_settlement_batches_total', { chain: 'chain_a', result: 'mined' }) >= 1,
+    );
+    t.equal(total(s, 'farebox_rejections_total', { code: 'insufficient_funds' }), 1, '402 counted by code');
+    t.equal(total(s, 'farebox_holds_placed_total', { chain: 'chain_a' }), 1, 'one hold placed (the 402 placed none)');
 
-  const [record] = await listUsage(h.redis, h.account);
-  t.ok(record, 'the call has a usage record');
-  t.equal(record.call_id, res.headers.get('x-request-id'));
-  t.equal(total(s, 'farebox_tokens_total', { model: 'gamma-k3', kind: 'output' }), 7, 'output tokens by model and kind');
-  t.equal(total(s, 'farebox_tokens_total', { model: 'gamma-k3', kind: 'input' }), record.usage.input_tokens, 'input tokens as billed');
-  const charged = select(s, 'farebox_charged_usd_total', { chain: 'chain_a', model: 'gamma-k3' });
-  t.equal(charged.length, 1, 'charged USD by chain and model');
-  t.equal(charged[0]?.value, Number(record.price), 'charged USD is the call price');
-  t.equal(total(s, 'farebox_price_above_hold_total'), 0, 'price never above hold');
+    const [record] = await listUsage(h.redis, h.account);
+    t.ok(record, 'the call has a usage record');
+    t.equal(record.call_id, res.headers.get('x-request-id'));
+    t.equal(
+      total(s, 'farebox_tokens_total', { model: 'gamma-k3', kind: 'output' }),
+      7,
+      'output tokens by model and kind',
+    );
+    t.equal(
+      total(s, 'farebox_tokens_total', { model: 'gamma-k3', kind: 'input' }),
+      record.usage.input_tokens,
+      'input tokens as billed',
+    );
+    const charged = select(s, 'farebox_charged_usd_total', { chain: 'chain_a', model: 'gamma-k3' });
+    t.equal(charged.length, 1, 'charged USD by chain and model');
+    t.equal(charged[0]?.value, Number(record.price), 'charged USD is the call price');
+    t.equal(total(s, 'farebox_price_above_hold_total'), 0, 'price never above hold');
 
-  t.equal(total(s, 'farebox_settlement_charges_total', { chain: 'chain_a', outcome: 'charged' }), 1, 'the charge mined');
-  t.equal(histogramCount(t, s, 'farebox_settlement_lag_seconds', { chain: 'chain_a' }), 1, 'settlement lag observed');
-  t.equal(histogramCount(t, s, 'farebox_settlement_duration_seconds', { chain: 'chain_a' }), 1, 'batch duration observed');
-  t.ok(total(s, 'farebox_chain_events_total', { chain: 'chain_a', kind: 'deposited' }) >= 1, 'the deposit applied by the watcher');
-  t.equal(select(s, 'farebox_holds_open').length, 1, 'holds open reported');
-  t.equal(select(s, 'farebox_chain_watcher_lag_blocks', { chain: 'chain_a' }).length, 1, 'watcher lag reported');
+    t.equal(
+      total(s, 'farebox_settlement_charges_total', { chain: 'chain_a', outcome: 'charged' }),
+      1,
+      'the charge mined',
+    );
+    t.equal(histogramCount(t, s, 'farebox_settlement_lag_seconds', { chain: 'chain_a' }), 1, 'settlement lag observed');
+    t.equal(
+      histogramCount(t, s, 'farebox_settlement_duration_seconds', { chain: 'chain_a' }),
+      1,
+      'batch duration observed',
+    );
+    t.ok(
+      total(s, 'farebox_chain_events_total', { chain: 'chain_a', kind: 'deposited' }) >= 1,
+      'the deposit applied by the watcher',
+    );
+    t.equal(select(s, 'farebox_holds_open').length, 1, 'holds open reported');
+    t.equal(select(s, 'farebox_chain_watcher_lag_blocks', { chain: 'chain_a' }).length, 1, 'watcher lag reported');
 
-  // Acknowledged and deleted in one step: the charged debit leaves the queue.
-  await until('the charged debit left the queue', async () => (await countQueuedDebits(h.redis, 'chain_a')) === 0);
-  // Queue gauges are measured every 5 s by the settler.
-  const q = await scrapeUntil(url, (s) => select(s, 'farebox_debit_queue_depth', { chain: 'chain_a' })[0]?.value === 0);
-  t.match(select(q, 'farebox_debit_queue_depth', { chain: 'chain_a' }), [{ value: 0 }], 'debit queue depth by chain: empty');
-  t.match(select(q, 'farebox_debit_queue_oldest_seconds', { chain: 'chain_a' }), [{ value: 0 }], 'oldest debit age by chain: none');
-});
+    // Acknowledged and deleted in one step: the charged debit leaves the queue.
+    await until('the charged debit left the queue', async () => (await countQueuedDebits(h.redis, 'chain_a')) === 0);
+    // Queue gauges are measured every 5 s by the settler.
+    const q = await scrapeUntil(
+      url,
+      (s) => select(s, 'farebox_debit_queue_depth', { chain: 'chain_a' })[0]?.value === 0,
+    );
+    t.match(
+      select(q, 'farebox_debit_queue_depth', { chain: 'chain_a' }),
+      [{ value: 0 }],
+      'debit queue depth by chain: empty',
+    );
+    t.match(
+      select(q, 'farebox_debit_queue_oldest_seconds', { chain: 'chain_a' }),
+      [{ value: 0 }],
+      'oldest debit age by chain: none',
+    );
+  },
+);
 
 t.test('by default /metrics has a port of its own: the API port does not answer it', async (t) => {
   const h = await startHarness();
@@ -211,16 +279,31 @@ t.test('metrics.port: the port of its own as configured; it closes with the gate
   await t.rejects(fetch(`http://127.0.0.1:${port}/metrics`), 'the metrics server closes with the gateway');
 });
 
-t.test('the metrics port defaults to 9464 (ephemeral beside an ephemeral API port); METRICS_PORT sets it for farebox serve', async (t) => {
-  const env = { FAREBOX_SIM_KEY: 'k' };
-  t.equal(DEFAULT_METRICS_PORT, 9464);
-  t.equal(buildConfig(embeddedDefault('http://127.0.0.1:9'), env).metrics.port, 9464, 'server.port 8080 -> 9464');
-  t.equal(buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), server: { port: 0 } }, env).metrics.port, 0, 'server.port 0 -> 0');
-  t.equal(buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), metrics: { port: 9100 } }, env).metrics.port, 9100);
-  t.equal(loadConfig({ ...env, METRICS_PORT: '9200' }, 'http://127.0.0.1:9').metrics.port, 9200, 'METRICS_PORT over the embedded default');
-  t.equal(loadConfig({ ...env, PORT: '0' }, 'http://127.0.0.1:9').metrics.port, 0, 'PORT=0 -> ephemeral metrics port');
-  t.equal(loadConfig({ ...env, PORT: '0', METRICS_PORT: '9300' }, 'http://127.0.0.1:9').metrics.port, 9300);
-});
+t.test(
+  'the metrics port defaults to 9464 (ephemeral beside an ephemeral API port); METRICS_PORT sets it for farebox serve',
+  async (t) => {
+    const env = { FAREBOX_SIM_KEY: 'k' };
+    t.equal(DEFAULT_METRICS_PORT, 9464);
+    t.equal(buildConfig(embeddedDefault('http://127.0.0.1:9'), env).metrics.port, 9464, 'server.port 8080 -> 9464');
+    t.equal(
+      buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), server: { port: 0 } }, env).metrics.port,
+      0,
+      'server.port 0 -> 0',
+    );
+    t.equal(buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), metrics: { port: 9100 } }, env).metrics.port, 9100);
+    t.equal(
+      loadConfig({ ...env, METRICS_PORT: '9200' }, 'http://127.0.0.1:9').metrics.port,
+      9200,
+      'METRICS_PORT over the embedded default',
+    );
+    t.equal(
+      loadConfig({ ...env, PORT: '0' }, 'http://127.0.0.1:9').metrics.port,
+      0,
+      'PORT=0 -> ephemeral metrics port',
+    );
+    t.equal(loadConfig({ ...env, PORT: '0', METRICS_PORT: '9300' }, 'http://127.0.0.1:9').metrics.port, 9300);
+  },
+);
 
 t.test('metrics on the API port without a token are refused at config validation, naming the field', async (t) => {
   const env = { FAREBOX_SIM_KEY: 'k', FAREBOX_METRICS_TOKEN: 'x' };
@@ -239,30 +322,36 @@ t.test('metrics on the API port without a token are refused at config validation
   refused({ on_api_port: true }, /metrics\.token_env: required with metrics\.on_api_port/);
   refused({ on_api_port: true, enabled: true }, /metrics\.token_env/);
   refused({ on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN', port: 9464 }, /metrics\.port: .*exclude each other/);
-  const ok = buildConfig({ ...embeddedDefault('http://127.0.0.1:9'), metrics: { on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN' } }, env);
+  const ok = buildConfig(
+    { ...embeddedDefault('http://127.0.0.1:9'), metrics: { on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN' } },
+    env,
+  );
   t.equal(ok.metrics.port, undefined, 'on the API port: no port of its own');
 });
 
-t.test('metrics.on_api_port with token_env: 401 without the bearer token, 200 with it; no port of its own', async (t) => {
-  const h = await startHarness({
-    edit: (c) => void (c.metrics = { on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN' }),
-    env: { FAREBOX_METRICS_TOKEN: 'scrape-secret' },
-  });
-  t.teardown(() => h.close());
-  t.equal(h.metrics.server.port, undefined, 'no metrics server of its own');
-  t.equal(h.metricsUrl, `${h.url}/metrics`);
-  const get = async (headers: Record<string, string>) => {
-    const res = await fetch(`${h.url}/metrics`, { headers });
-    return { status: res.status, body: await res.text() };
-  };
-  t.equal((await get({})).status, 401, 'no token');
-  t.equal((await get({ authorization: 'Bearer wrong' })).status, 401, 'wrong token');
-  t.equal((await get({ authorization: 'scrape-secret' })).status, 401, 'token without the Bearer scheme');
-  t.equal((await get({ authorization: 'Bearer scrape-secret-and-more' })).status, 401, 'a longer token');
-  const ok = await get({ authorization: 'Bearer scrape-secret' });
-  t.equal(ok.status, 200);
-  t.match(ok.body, /# TYPE farebox_requests_total counter/);
-});
+t.test(
+  'metrics.on_api_port with token_env: 401 without the bearer token, 200 with it; no port of its own',
+  async (t) => {
+    const h = await startHarness({
+      edit: (c) => void (c.metrics = { on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN' }),
+      env: { FAREBOX_METRICS_TOKEN: 'scrape-secret' },
+    });
+    t.teardown(() => h.close());
+    t.equal(h.metrics.server.port, undefined, 'no metrics server of its own');
+    t.equal(h.metricsUrl, `${h.url}/metrics`);
+    const get = async (headers: Record<string, string>) => {
+      const res = await fetch(`${h.url}/metrics`, { headers });
+      return { status: res.status, body: await res.text() };
+    };
+    t.equal((await get({})).status, 401, 'no token');
+    t.equal((await get({ authorization: 'Bearer wrong' })).status, 401, 'wrong token');
+    t.equal((await get({ authorization: 'scrape-secret' })).status, 401, 'token without the Bearer scheme');
+    t.equal((await get({ authorization: 'Bearer scrape-secret-and-more' })).status, 401, 'a longer token');
+    const ok = await get({ authorization: 'Bearer scrape-secret' });
+    t.equal(ok.status, 200);
+    t.match(ok.body, /# TYPE farebox_requests_total counter/);
+  },
+);
 
 t.test('metrics.port with token_env: the port of its own asks for the token', async (t) => {
   const h = await startHarness({

@@ -3,7 +3,13 @@
 import t, { type Test } from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { createAccount, createKey, revokeKey, setAccountStatus, type AccountStatus } from '../../plugins/accounts/accounts.js';
+import {
+  createAccount,
+  createKey,
+  revokeKey,
+  setAccountStatus,
+  type AccountStatus,
+} from '../../plugins/accounts/accounts.js';
 import { startHarness, type Harness } from '../helpers/harness.js';
 import { validator } from '../helpers/conformance.js';
 import { runCli } from '../helpers/wait.js';
@@ -18,7 +24,11 @@ t.teardown(async () => {
 const errorSchema = validator('ErrorResponse');
 
 type Endpoint = 'messages' | 'count_tokens' | 'chat';
-const PATHS: Record<Endpoint, string> = { messages: '/v1/messages', count_tokens: '/v1/messages/count_tokens', chat: '/v1/chat/completions' };
+const PATHS: Record<Endpoint, string> = {
+  messages: '/v1/messages',
+  count_tokens: '/v1/messages/count_tokens',
+  chat: '/v1/chat/completions',
+};
 const BODIES: Record<Endpoint, unknown> = {
   messages: { model: 'alpha-sonnet-4-6', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] },
   count_tokens: { model: 'alpha-sonnet-4-6', messages: [{ role: 'user', content: 'hi' }] },
@@ -37,7 +47,14 @@ function post(g: Harness, endpoint: Endpoint, key: string, headers: Record<strin
  * The status of a call once it settles to `want` (and its body contains `text`), polled briefly: announcements
  * are asynchronous. The identity cache lives 30 s, so a missed announcement fails this.
  */
-async function statusBecomes(g: Harness, endpoint: Endpoint, key: string, want: number, text = '', ms = 5_000): Promise<number> {
+async function statusBecomes(
+  g: Harness,
+  endpoint: Endpoint,
+  key: string,
+  want: number,
+  text = '',
+  ms = 5_000,
+): Promise<number> {
   const deadline = Date.now() + ms;
   for (;;) {
     const res = await post(g, endpoint, key);
@@ -58,7 +75,14 @@ interface ErrorBody {
   error: { type: string; code: string; message: string };
 }
 
-async function assertNotActive(t: Test, g: Harness, res: Response, endpoint: Endpoint, status: AccountStatus, upstreamBefore: number) {
+async function assertNotActive(
+  t: Test,
+  g: Harness,
+  res: Response,
+  endpoint: Endpoint,
+  status: AccountStatus,
+  upstreamBefore: number,
+) {
   t.equal(res.status, 403, `${endpoint}: 403`);
   t.match(res.headers.get('x-request-id'), /^req_[0-9a-f]{32}$/);
   t.equal(res.headers.get('x-should-retry'), 'false');
@@ -72,16 +96,26 @@ async function assertNotActive(t: Test, g: Harness, res: Response, endpoint: End
 }
 
 for (const status of ['pending', 'suspended'] as const) {
-  t.test(`${status} account: 403 access_not_active on messages, count_tokens and chat completions, in each protocol`, async (t) => {
-    const a = await accountWith(status);
-    for (const endpoint of ['messages', 'count_tokens', 'chat'] as const) {
+  t.test(
+    `${status} account: 403 access_not_active on messages, count_tokens and chat completions, in each protocol`,
+    async (t) => {
+      const a = await accountWith(status);
+      for (const endpoint of ['messages', 'count_tokens', 'chat'] as const) {
+        const n = h.sim.received.length;
+        await assertNotActive(t, h, await post(h, endpoint, a.key), endpoint, status, n);
+      }
+      // Access is checked before the client rules: an unsupported client on alpha still learns its access state.
       const n = h.sim.received.length;
-      await assertNotActive(t, h, await post(h, endpoint, a.key), endpoint, status, n);
-    }
-    // Access is checked before the client rules: an unsupported client on alpha still learns its access state.
-    const n = h.sim.received.length;
-    await assertNotActive(t, h, await post(h, 'messages', a.key, { 'user-agent': 'opencode/0.15.8' }), 'messages', status, n);
-  });
+      await assertNotActive(
+        t,
+        h,
+        await post(h, 'messages', a.key, { 'user-agent': 'opencode/0.15.8' }),
+        'messages',
+        status,
+        n,
+      );
+    },
+  );
 
   t.test(`${status} account through the official SDKs: typed PermissionDeniedError`, async (t) => {
     const a = await accountWith(status);
@@ -89,17 +123,40 @@ for (const status of ['pending', 'suspended'] as const) {
     const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: a.key, maxRetries: 2 });
     const n = h.sim.received.length;
     const calls: [string, () => Promise<unknown>][] = [
-      ['messages', () => anthropic.messages.create({ model: 'alpha-sonnet-4-6', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] })],
-      ['messages stream', () => anthropic.messages.stream({ model: 'alpha-haiku-4-5', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] }).finalMessage()],
-      ['count_tokens', () => anthropic.messages.countTokens({ model: 'alpha-sonnet-4-6', messages: [{ role: 'user', content: 'hi' }] })],
+      [
+        'messages',
+        () =>
+          anthropic.messages.create({
+            model: 'alpha-sonnet-4-6',
+            max_tokens: 16,
+            messages: [{ role: 'user', content: 'hi' }],
+          }),
+      ],
+      [
+        'messages stream',
+        () =>
+          anthropic.messages
+            .stream({ model: 'alpha-haiku-4-5', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] })
+            .finalMessage(),
+      ],
+      [
+        'count_tokens',
+        () =>
+          anthropic.messages.countTokens({ model: 'alpha-sonnet-4-6', messages: [{ role: 'user', content: 'hi' }] }),
+      ],
     ];
     for (const [what, run] of calls) {
       const e = await run().catch((x: unknown) => x);
       t.ok(e instanceof Anthropic.PermissionDeniedError, `${what}: Anthropic.PermissionDeniedError`);
-      t.match((e as InstanceType<typeof Anthropic.PermissionDeniedError>).error, { type: 'error', error: { type: 'permission_error', code: 'access_not_active' } });
+      t.match((e as InstanceType<typeof Anthropic.PermissionDeniedError>).error, {
+        type: 'error',
+        error: { type: 'permission_error', code: 'access_not_active' },
+      });
     }
     for (const model of ['alpha-sonnet-4-6', 'beta-5.6-sol', 'gamma-k3']) {
-      const e = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] }).catch((x: unknown) => x);
+      const e = await openai.chat.completions
+        .create({ model, messages: [{ role: 'user', content: 'hi' }] })
+        .catch((x: unknown) => x);
       t.ok(e instanceof OpenAI.PermissionDeniedError, `chat ${model}: OpenAI.PermissionDeniedError`);
       const pe = e as InstanceType<typeof OpenAI.PermissionDeniedError>;
       t.equal(pe.status, 403);
@@ -109,20 +166,31 @@ for (const status of ['pending', 'suspended'] as const) {
   });
 }
 
-t.test('status changes reach every instance despite the identity cache: active -> suspended -> pending -> active', async (t) => {
-  const a = await accountWith('active');
-  // Cache the identity on both instances first: the change must evict it, not wait for its expiry.
-  t.equal((await post(h, 'chat', a.key)).status, 200);
-  t.equal((await post(h2, 'chat', a.key)).status, 200);
-  for (const [status, code] of [['suspended', 403], ['pending', 403], ['active', 200]] as const) {
-    await setAccountStatus(h.redis, a.address, status);
-    for (const g of [h, h2]) {
-      for (const endpoint of ['messages', 'count_tokens', 'chat'] as const) {
-        t.equal(await statusBecomes(g, endpoint, a.key, code, code === 403 ? `Access is ${status}` : ''), code, `${status}: ${endpoint} on instance ${g === h ? 1 : 2} -> ${code}`);
+t.test(
+  'status changes reach every instance despite the identity cache: active -> suspended -> pending -> active',
+  async (t) => {
+    const a = await accountWith('active');
+    // Cache the identity on both instances first: the change must evict it, not wait for its expiry.
+    t.equal((await post(h, 'chat', a.key)).status, 200);
+    t.equal((await post(h2, 'chat', a.key)).status, 200);
+    for (const [status, code] of [
+      ['suspended', 403],
+      ['pending', 403],
+      ['active', 200],
+    ] as const) {
+      await setAccountStatus(h.redis, a.address, status);
+      for (const g of [h, h2]) {
+        for (const endpoint of ['messages', 'count_tokens', 'chat'] as const) {
+          t.equal(
+            await statusBecomes(g, endpoint, a.key, code, code === 403 ? `Access is ${status}` : ''),
+            code,
+            `${status}: ${endpoint} on instance ${g === h ? 1 : 2} -> ${code}`,
+          );
+        }
       }
     }
-  }
-});
+  },
+);
 
 t.test('a revoked key stays 401 invalid_api_key, even on an active account', async (t) => {
   const a = await accountWith('active');

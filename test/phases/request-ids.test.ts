@@ -7,11 +7,17 @@ const numberOf = (requestId: string) => BigInt(`0x${requestId.slice(4)}`);
 t.test('request ids: req_ and 32 hex digits, one random prefix per source, then a counter', async (t) => {
   const source = new RequestIds();
   const ids = Array.from({ length: 10_000 }, () => source.next());
-  t.ok(ids.every((id) => /^req_[0-9a-f]{32}$/.test(id)), 'format');
+  t.ok(
+    ids.every((id) => /^req_[0-9a-f]{32}$/.test(id)),
+    'format',
+  );
   t.equal(new Set(ids).size, ids.length, 'all distinct');
   t.equal(new Set(ids.map((id) => id.slice(4, 28))).size, 1, 'one 96-bit prefix');
   t.equal(ids[0]!.slice(28), '00000000', 'the counter starts at 0');
-  t.ok(ids.every((id, i) => i === 0 || numberOf(id) === numberOf(ids[i - 1]!) + 1n), 'each id is the one before plus 1');
+  t.ok(
+    ids.every((id, i) => i === 0 || numberOf(id) === numberOf(ids[i - 1]!) + 1n),
+    'each id is the one before plus 1',
+  );
   t.not(new RequestIds().next().slice(4, 28), source.next().slice(4, 28), 'another source draws another prefix');
   t.match(newRequestId(), /^req_[0-9a-f]{32}$/, "the process's own source");
 });
@@ -37,7 +43,14 @@ t.test("callIdOf: a gateway request id's number is its call id; consecutive call
 });
 
 t.test('callIdOf: any other request id is its sha256', async (t) => {
-  for (const id of ['req-1', 'escrow-test-0', `req_${'A'.repeat(32)}`, `req_${'0'.repeat(31)}`, `req_${'0'.repeat(33)}`, '']) {
+  for (const id of [
+    'req-1',
+    'escrow-test-0',
+    `req_${'A'.repeat(32)}`,
+    `req_${'0'.repeat(31)}`,
+    `req_${'0'.repeat(33)}`,
+    '',
+  ]) {
     t.equal(callIdOf(id), `0x${createHash('sha256').update(id).digest('hex')}`, JSON.stringify(id));
   }
   t.not(callIdOf('req-1'), callIdOf('req-2'));

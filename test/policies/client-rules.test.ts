@@ -45,7 +45,10 @@ t.test('the recommended coding agent and direct requests pass on every alpha end
 
 t.test('messages name the refused kind and leak nothing about the request', async (t) => {
   t.match(checkClientRule('messages', 'alpha', 'agent_framework')?.message, /agent framework is a third-party client/);
-  t.match(checkClientRule('chat_completions', 'alpha', 'agent_framework')?.message, /agent frameworks are refused on alpha/);
+  t.match(
+    checkClientRule('chat_completions', 'alpha', 'agent_framework')?.message,
+    /agent frameworks are refused on alpha/,
+  );
   t.match(checkClientRule('chat_completions', 'alpha', 'third_party')?.message, /third-party clients are refused/);
 });
 

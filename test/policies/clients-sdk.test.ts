@@ -35,7 +35,9 @@ async function capture(call: () => Promise<unknown>): Promise<IncomingHttpHeader
 
 t.test('openai SDK chat completion -> direct (openai-js)', async (t) => {
   const client = new OpenAI({ apiKey: 'sk_test', baseURL: `${base()}/v1`, maxRetries: 0 });
-  const h = await capture(() => client.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }));
+  const h = await capture(() =>
+    client.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }),
+  );
   t.match(h['user-agent'], /^OpenAI\/JS \d/);
   t.equal(h['x-stainless-lang'], 'js');
   t.same(classifyClient(h), { class: 'direct', name: 'openai-js' });
@@ -47,9 +49,13 @@ t.test('openai SDK with a LangChain.js user-agent -> agent_framework (langchain)
     apiKey: 'sk_test',
     baseURL: `${base()}/v1`,
     maxRetries: 0,
-    defaultHeaders: { 'User-Agent': `langchainjs-openai/1.0.0 ((node/${process.version}; ${process.platform}; ${process.arch}))` },
+    defaultHeaders: {
+      'User-Agent': `langchainjs-openai/1.0.0 ((node/${process.version}; ${process.platform}; ${process.arch}))`,
+    },
   });
-  const h = await capture(() => client.chat.completions.create({ model: 'alpha-sonnet-4-6', messages: [{ role: 'user', content: 'hi' }] }));
+  const h = await capture(() =>
+    client.chat.completions.create({ model: 'alpha-sonnet-4-6', messages: [{ role: 'user', content: 'hi' }] }),
+  );
   t.equal(h['x-stainless-lang'], 'js', 'the SDK headers are still there');
   t.same(classifyClient(h), { class: 'agent_framework', name: 'langchain' });
 });

@@ -152,7 +152,8 @@ const ROWS: readonly Row[] = [
     client: 'Cline 4.1.16 (VS Code, AI SDK transport)',
     source: 'cline/cline src/services/EnvUtils.ts (UA, X-* host headers) + vercel/ai suffix',
     headers: {
-      'user-agent': 'Cline/4.1.16 ai-sdk/openai-compatible/3.0.30 ai-sdk/provider-utils/5.0.27 runtime/node.js/v24.18.1',
+      'user-agent':
+        'Cline/4.1.16 ai-sdk/openai-compatible/3.0.30 ai-sdk/provider-utils/5.0.27 runtime/node.js/v24.18.1',
       'x-client-type': 'VSCode Extension',
       'x-client-version': '4.1.16',
       'x-core-version': '0.0.79',
@@ -211,7 +212,12 @@ const ROWS: readonly Row[] = [
   {
     client: 'aider (OpenRouter route through litellm)',
     source: 'Aider-AI/aider aider/llm.py OR_SITE_URL / OR_APP_NAME',
-    headers: { 'http-referer': 'https://aider.chat', 'x-title': 'Aider', 'user-agent': 'OpenAI/Python 1.99.9', ...STAINLESS_PY },
+    headers: {
+      'http-referer': 'https://aider.chat',
+      'x-title': 'Aider',
+      'user-agent': 'OpenAI/Python 1.99.9',
+      ...STAINLESS_PY,
+    },
     class: 'third_party',
     name: 'aider',
   },
@@ -383,10 +389,34 @@ const ROWS: readonly Row[] = [
     class: 'direct',
     name: 'stainless-sdk',
   },
-  { client: 'curl', source: 'curl/curl src/tool_version.h', headers: { 'user-agent': 'curl/8.5.0', accept: '*/*' }, class: 'direct', name: 'curl' },
-  { client: 'python-requests', source: 'psf/requests src/requests/utils.py', headers: { 'user-agent': 'python-requests/2.32.3' }, class: 'direct', name: 'python-requests' },
-  { client: 'httpx', source: 'encode/httpx httpx/_client.py', headers: { 'user-agent': 'python-httpx/0.28.1' }, class: 'direct', name: 'httpx' },
-  { client: 'aiohttp', source: 'aio-libs/aiohttp aiohttp/http.py', headers: { 'user-agent': 'Python/3.12 aiohttp/3.10.5' }, class: 'direct', name: 'aiohttp' },
+  {
+    client: 'curl',
+    source: 'curl/curl src/tool_version.h',
+    headers: { 'user-agent': 'curl/8.5.0', accept: '*/*' },
+    class: 'direct',
+    name: 'curl',
+  },
+  {
+    client: 'python-requests',
+    source: 'psf/requests src/requests/utils.py',
+    headers: { 'user-agent': 'python-requests/2.32.3' },
+    class: 'direct',
+    name: 'python-requests',
+  },
+  {
+    client: 'httpx',
+    source: 'encode/httpx httpx/_client.py',
+    headers: { 'user-agent': 'python-httpx/0.28.1' },
+    class: 'direct',
+    name: 'httpx',
+  },
+  {
+    client: 'aiohttp',
+    source: 'aio-libs/aiohttp aiohttp/http.py',
+    headers: { 'user-agent': 'Python/3.12 aiohttp/3.10.5' },
+    class: 'direct',
+    name: 'aiohttp',
+  },
   {
     client: 'node-fetch v2',
     source: 'node-fetch/node-fetch src/index.js',
@@ -394,14 +424,40 @@ const ROWS: readonly Row[] = [
     class: 'direct',
     name: 'node-fetch',
   },
-  { client: 'axios', source: 'axios/axios lib/adapters/http.js', headers: { 'user-agent': 'axios/1.7.9' }, class: 'direct', name: 'axios' },
-  { client: 'Go net/http', source: 'golang/go src/net/http/request.go', headers: { 'user-agent': 'Go-http-client/1.1' }, class: 'direct', name: 'go-http-client' },
-  { client: 'OkHttp', source: 'square/okhttp userAgent', headers: { 'user-agent': 'okhttp/4.12.0' }, class: 'direct', name: 'okhttp' },
-  { client: 'no user-agent', source: 'rule 4', headers: { 'content-type': 'application/json' }, class: 'direct', name: 'unknown' },
+  {
+    client: 'axios',
+    source: 'axios/axios lib/adapters/http.js',
+    headers: { 'user-agent': 'axios/1.7.9' },
+    class: 'direct',
+    name: 'axios',
+  },
+  {
+    client: 'Go net/http',
+    source: 'golang/go src/net/http/request.go',
+    headers: { 'user-agent': 'Go-http-client/1.1' },
+    class: 'direct',
+    name: 'go-http-client',
+  },
+  {
+    client: 'OkHttp',
+    source: 'square/okhttp userAgent',
+    headers: { 'user-agent': 'okhttp/4.12.0' },
+    class: 'direct',
+    name: 'okhttp',
+  },
+  {
+    client: 'no user-agent',
+    source: 'rule 4',
+    headers: { 'content-type': 'application/json' },
+    class: 'direct',
+    name: 'unknown',
+  },
   {
     client: 'unknown script',
     source: 'rule 4',
-    headers: { 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/140.0 Safari/537.36' },
+    headers: {
+      'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/140.0 Safari/537.36',
+    },
     class: 'direct',
     name: 'unknown',
   },
@@ -446,11 +502,27 @@ t.test('coding-agent corroboration: each missing signal makes the claim unverifi
   t.same(classifyClient({ ...full, 'x-app': undefined }), unverified, 'no x-app');
   t.same(classifyClient({ ...full, 'x-app': 'desktop' }), unverified, 'other x-app');
   t.same(classifyClient({ ...full, 'user-agent': 'claude-cli/2.1.278' }), unverified, 'UA without (external, ...)');
-  t.same(classifyClient({ ...full, 'user-agent': 'claude-cli/latest (external, cli)' }), unverified, 'UA without semver');
-  t.same(classifyClient({ ...full, 'anthropic-beta': 'oauth-2025-04-20', 'x-claude-code-session-id': '' }), unverified, 'neither beta nor session');
+  t.same(
+    classifyClient({ ...full, 'user-agent': 'claude-cli/latest (external, cli)' }),
+    unverified,
+    'UA without semver',
+  );
+  t.same(
+    classifyClient({ ...full, 'anthropic-beta': 'oauth-2025-04-20', 'x-claude-code-session-id': '' }),
+    unverified,
+    'neither beta nor session',
+  );
   t.same(classifyClient({ ...full, 'x-stainless-lang': 'python' }), unverified, 'non-JS SDK');
-  t.same(classifyClient({ ...full, 'anthropic-beta': undefined }), { class: 'coding_agent', name: 'claude-code' }, 'session id alone suffices');
-  t.same(classifyClient({ ...full, 'x-claude-code-session-id': undefined }), { class: 'coding_agent', name: 'claude-code' }, 'beta alone suffices');
+  t.same(
+    classifyClient({ ...full, 'anthropic-beta': undefined }),
+    { class: 'coding_agent', name: 'claude-code' },
+    'session id alone suffices',
+  );
+  t.same(
+    classifyClient({ ...full, 'x-claude-code-session-id': undefined }),
+    { class: 'coding_agent', name: 'claude-code' },
+    'beta alone suffices',
+  );
 });
 
 t.test('headers repeated as arrays are matched element by element', async (t) => {
@@ -480,13 +552,27 @@ t.test('operator entries from buildSignatures are checked first and win', async 
   ]);
   t.ok(Object.isFrozen(list));
   t.equal(list.length, DEFAULT_SIGNATURES.length + 2);
-  t.same(classifyClient({ 'user-agent': 'curl/8.5.0', 'x-acme-agent': 'acme V2.1' }, list), {
+  t.same(
+    classifyClient({ 'user-agent': 'curl/8.5.0', 'x-acme-agent': 'acme V2.1' }, list),
+    {
+      class: 'agent_framework',
+      name: 'acme-bot',
+    },
+    'contains is case-insensitive; header name lower-cased',
+  );
+  t.same(classifyClient({ 'user-agent': 'langchainjs-openai/1.0.0 (acme)' }, list), {
+    class: 'direct',
+    name: 'internal-langchain',
+  });
+  t.same(classifyClient({ 'user-agent': 'langchainjs-openai/1.0.0 (other)' }, list), {
     class: 'agent_framework',
-    name: 'acme-bot',
-  }, 'contains is case-insensitive; header name lower-cased');
-  t.same(classifyClient({ 'user-agent': 'langchainjs-openai/1.0.0 (acme)' }, list), { class: 'direct', name: 'internal-langchain' });
-  t.same(classifyClient({ 'user-agent': 'langchainjs-openai/1.0.0 (other)' }, list), { class: 'agent_framework', name: 'langchain' });
-  t.same(classifyClient({ 'user-agent': 'curl/8.5.0' }, list), { class: 'direct', name: 'curl' }, 'defaults still apply');
+    name: 'langchain',
+  });
+  t.same(
+    classifyClient({ 'user-agent': 'curl/8.5.0' }, list),
+    { class: 'direct', name: 'curl' },
+    'defaults still apply',
+  );
 });
 
 t.test('operator regexes with alternation or an optional first char still match anywhere they should', async (t) => {
@@ -496,12 +582,21 @@ t.test('operator regexes with alternation or an optional first char still match 
   ]);
   t.same(classifyClient({ 'user-agent': 'my acme-tool/1' }, list), { class: 'third_party', name: 'alt' });
   t.same(classifyClient({ 'user-agent': 'yoyo/2' }, list), { class: 'third_party', name: 'opt' });
-  t.same(classifyClient({ 'user-agent': 'OPENAI/JS 6.0.0' }, list), { class: 'direct', name: 'openai-js' }, 'case-insensitive');
+  t.same(
+    classifyClient({ 'user-agent': 'OPENAI/JS 6.0.0' }, list),
+    { class: 'direct', name: 'openai-js' },
+    'case-insensitive',
+  );
 });
 
 t.test('an operator coding_agent entry is held to the same corroboration', async (t) => {
-  const list = buildSignatures([{ name: 'cc-wrapper', class: 'coding_agent', header: 'user-agent', regex: '^cc-wrapper/' }]);
-  t.same(classifyClient({ 'user-agent': 'cc-wrapper/1.0' }, list), { class: 'third_party', name: 'cc-wrapper (unverified)' });
+  const list = buildSignatures([
+    { name: 'cc-wrapper', class: 'coding_agent', header: 'user-agent', regex: '^cc-wrapper/' },
+  ]);
+  t.same(classifyClient({ 'user-agent': 'cc-wrapper/1.0' }, list), {
+    class: 'third_party',
+    name: 'cc-wrapper (unverified)',
+  });
 });
 
 t.test('clientSignatureSchema rejects malformed operator entries', async (t) => {

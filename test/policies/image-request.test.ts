@@ -2,7 +2,14 @@ import t from 'tap';
 import { GatewayError } from '../../policies/errors.js';
 import { ASPECT_RATIOS, formValue, parseImageRequest } from '../../policies/image-request.js';
 import { imageFormat } from '../../policies/image-size.js';
-import { deliveredClass, documentedCapabilities, geminiImageConfig, nearestSize, openaiSize, renderedPixels } from '../../policies/image-sizes.js';
+import {
+  deliveredClass,
+  documentedCapabilities,
+  geminiImageConfig,
+  nearestSize,
+  openaiSize,
+  renderedPixels,
+} from '../../policies/image-sizes.js';
 
 function refusal(body: unknown): { param: string | undefined; message: string } {
   try {
@@ -14,17 +21,39 @@ function refusal(body: unknown): { param: string | undefined; message: string } 
   throw new Error('accepted');
 }
 
-t.test('defaults: 1K, 1:1, b64_json; every listed value accepted; unknown fields kept apart for the upstream', async (t) => {
-  const r = parseImageRequest({ model: 'img-pro', prompt: 'a boat', quality: 'high', user: 'u1' });
-  t.same(r, { model: 'img-pro', prompt: 'a boat', size: '1K', aspectRatio: '1:1', responseFormat: 'b64_json', extra: { quality: 'high', user: 'u1' } });
-  for (const size of ['1K', '2K', '4K']) t.equal(parseImageRequest({ model: 'm', prompt: 'p', size }).size, size);
-  for (const ratio of ASPECT_RATIOS) t.equal(parseImageRequest({ model: 'm', prompt: 'p', aspect_ratio: ratio }).aspectRatio, ratio);
-  t.equal(parseImageRequest({ model: 'm', prompt: 'p', response_format: 'url', n: 1 }).responseFormat, 'url');
-  t.same(parseImageRequest({ model: 'm', prompt: 'p', size: null, n: null, response_format: null }).size, '1K', 'null is absent');
-  t.same(parseImageRequest({ model: 'm', prompt: 'p', tools: null, generationConfig: null, seed: null, user: 'u' }).extra, { user: 'u' },
-    'a field sent as null is absent, whatever it is; the others go on to the adapter as sent');
-  t.equal(parseImageRequest({ model: 'm', prompt: 'p'.repeat(32_000) }).prompt.length, 32_000, 'a prompt of 32,000 characters');
-});
+t.test(
+  'defaults: 1K, 1:1, b64_json; every listed value accepted; unknown fields kept apart for the upstream',
+  async (t) => {
+    const r = parseImageRequest({ model: 'img-pro', prompt: 'a boat', quality: 'high', user: 'u1' });
+    t.same(r, {
+      model: 'img-pro',
+      prompt: 'a boat',
+      size: '1K',
+      aspectRatio: '1:1',
+      responseFormat: 'b64_json',
+      extra: { quality: 'high', user: 'u1' },
+    });
+    for (const size of ['1K', '2K', '4K']) t.equal(parseImageRequest({ model: 'm', prompt: 'p', size }).size, size);
+    for (const ratio of ASPECT_RATIOS)
+      t.equal(parseImageRequest({ model: 'm', prompt: 'p', aspect_ratio: ratio }).aspectRatio, ratio);
+    t.equal(parseImageRequest({ model: 'm', prompt: 'p', response_format: 'url', n: 1 }).responseFormat, 'url');
+    t.same(
+      parseImageRequest({ model: 'm', prompt: 'p', size: null, n: null, response_format: null }).size,
+      '1K',
+      'null is absent',
+    );
+    t.same(
+      parseImageRequest({ model: 'm', prompt: 'p', tools: null, generationConfig: null, seed: null, user: 'u' }).extra,
+      { user: 'u' },
+      'a field sent as null is absent, whatever it is; the others go on to the adapter as sent',
+    );
+    t.equal(
+      parseImageRequest({ model: 'm', prompt: 'p'.repeat(32_000) }).prompt.length,
+      32_000,
+      'a prompt of 32,000 characters',
+    );
+  },
+);
 
 t.test('anything else is a 400 whose param names the field', async (t) => {
   const cases: [unknown, string][] = [
@@ -73,7 +102,10 @@ t.test('formats are decided by the bytes', async (t) => {
 });
 
 t.test('OpenAI sizes: the nearest the model accepts, by ratio then area', async (t) => {
-  const table = (model: string) => Object.fromEntries(ASPECT_RATIOS.map((r) => [r, (['1K', '2K', '4K'] as const).map((s) => openaiSize(model, s, r))]));
+  const table = (model: string) =>
+    Object.fromEntries(
+      ASPECT_RATIOS.map((r) => [r, (['1K', '2K', '4K'] as const).map((s) => openaiSize(model, s, r))]),
+    );
   const fixed = table('gpt-image-1');
   for (const r of ['1:1']) t.same(fixed[r], ['1024x1024', '1024x1024', '1024x1024']);
   for (const r of ['3:2', '4:3', '5:4', '16:9', '21:9']) t.same(fixed[r], ['1536x1024', '1536x1024', '1536x1024'], r);
@@ -91,7 +123,10 @@ t.test('OpenAI sizes: the nearest the model accepts, by ratio then area', async 
   for (const [ratio, sizes] of Object.entries(free)) {
     for (const s of sizes) {
       const [w, h] = s.split('x').map(Number) as [number, number];
-      t.ok(w % 16 === 0 && h % 16 === 0 && Math.max(w, h) <= 3840 && w * h <= 3840 * 2160, `${ratio} ${s} within gpt-image-2's bounds`);
+      t.ok(
+        w % 16 === 0 && h % 16 === 0 && Math.max(w, h) <= 3840 && w * h <= 3840 * 2160,
+        `${ratio} ${s} within gpt-image-2's bounds`,
+      );
       t.ok(Math.max(w / h, h / w) <= 3);
       const [a, b] = ratio.split(':').map(Number) as [number, number];
       t.ok(Math.abs(Math.log(w / h / (a / b))) < 0.02, `${ratio} ${s} keeps the ratio`);
@@ -105,13 +140,32 @@ t.test('Gemini takes both directly; 1K is its default and left out', async (t) =
 });
 
 t.test('what each upstream renders, as its provider documents it: classes and ratios', async (t) => {
-  t.same(documentedCapabilities('openai', 'gpt-image-2'), { sizes: ['1K', '2K', '4K'], ratios: ASPECT_RATIOS }, 'gpt-image-2: any ratio, three classes');
-  t.same(documentedCapabilities('openai', 'gpt-image-1'), { sizes: ['1K'], ratios: ['1:1', '2:3', '3:2'] }, 'gpt-image-1: its three sizes');
+  t.same(
+    documentedCapabilities('openai', 'gpt-image-2'),
+    { sizes: ['1K', '2K', '4K'], ratios: ASPECT_RATIOS },
+    'gpt-image-2: any ratio, three classes',
+  );
+  t.same(
+    documentedCapabilities('openai', 'gpt-image-1'),
+    { sizes: ['1K'], ratios: ['1:1', '2:3', '3:2'] },
+    'gpt-image-1: its three sizes',
+  );
   t.same(documentedCapabilities('openai', 'gpt-image-1.5'), { sizes: ['1K'], ratios: ['1:1', '2:3', '3:2'] });
-  t.same(documentedCapabilities('openai', 'dall-e-3'), { sizes: ['1K'], ratios: ['1:1', '9:16', '16:9'] }, '1792x1024 is within 2% of 16:9');
+  t.same(
+    documentedCapabilities('openai', 'dall-e-3'),
+    { sizes: ['1K'], ratios: ['1:1', '9:16', '16:9'] },
+    '1792x1024 is within 2% of 16:9',
+  );
   t.same(documentedCapabilities('openai', 'dall-e-2'), { sizes: ['1K'], ratios: ['1:1'] });
-  t.same(documentedCapabilities('gemini', 'gemini-3-pro-image-preview'), { sizes: ['1K', '2K', '4K'], ratios: ASPECT_RATIOS });
-  t.same(documentedCapabilities('gemini', 'gemini-2.5-flash-image'), { sizes: ['1K'], ratios: ASPECT_RATIOS }, 'no imageSize: 1K');
+  t.same(documentedCapabilities('gemini', 'gemini-3-pro-image-preview'), {
+    sizes: ['1K', '2K', '4K'],
+    ratios: ASPECT_RATIOS,
+  });
+  t.same(
+    documentedCapabilities('gemini', 'gemini-2.5-flash-image'),
+    { sizes: ['1K'], ratios: ASPECT_RATIOS },
+    'no imageSize: 1K',
+  );
 });
 
 t.test('the class a delivered image is billed at: what its pixels hold, never more than asked', async (t) => {
@@ -122,9 +176,21 @@ t.test('the class a delivered image is billed at: what its pixels hold, never mo
   t.equal(deliveredClass('openai', 'gpt-image-2', '4K', '1:1', 1024 * 1024), '1K');
   t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '4K', '21:9', 6336 * 2688), '4K');
   t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '4K', '16:9', 2752 * 1536), '2K');
-  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', 256 * 256), '1K', 'any image is at least 1K');
-  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '1K', '1:1', 8192 * 8192), '1K', 'a larger one: what was asked');
-  t.equal(deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', null), '2K', 'a header not read: the declared class');
+  t.equal(
+    deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', 256 * 256),
+    '1K',
+    'any image is at least 1K',
+  );
+  t.equal(
+    deliveredClass('gemini', 'gemini-3-pro-image-preview', '1K', '1:1', 8192 * 8192),
+    '1K',
+    'a larger one: what was asked',
+  );
+  t.equal(
+    deliveredClass('gemini', 'gemini-3-pro-image-preview', '2K', '1:1', null),
+    '2K',
+    'a header not read: the declared class',
+  );
   // A config that declares 2K and 4K for gpt-image-1, which renders 1536x1024 for every class: billed as 1K.
   t.equal(deliveredClass('openai', 'gpt-image-1', '4K', '3:2', 1536 * 1024), '1K', 'no class of its own above 1K');
   t.equal(deliveredClass('openai', 'gpt-image-1', '4K', '3:2', null), '1K', 'even with no header read');

@@ -1,12 +1,25 @@
 import t from 'tap';
 import {
-  buildDecision, formatResetDuration, limitsConfigSchema, rateLimitHeaders, refusalMessage, resolveLimits,
-  retryAfterSeconds, UNLIMITED, type Decision, type LimitsConfigInput,
+  buildDecision,
+  formatResetDuration,
+  limitsConfigSchema,
+  rateLimitHeaders,
+  refusalMessage,
+  resolveLimits,
+  retryAfterSeconds,
+  UNLIMITED,
+  type Decision,
+  type LimitsConfigInput,
 } from '../../policies/limits.js';
 
 t.test('an empty limits section -> generous request limits, unlimited tokens', async (t) => {
   const cfg = limitsConfigSchema.parse({});
-  t.same(resolveLimits(cfg, 'alpha'), { key_requests: 3000, key_tokens: null, account_requests: 6000, account_tokens: null });
+  t.same(resolveLimits(cfg, 'alpha'), {
+    key_requests: 3000,
+    key_tokens: null,
+    account_requests: 6000,
+    account_tokens: null,
+  });
 });
 
 t.test('resolveLimits: family entries override field by field, null = unlimited, absent = inherit', async (t) => {
@@ -29,14 +42,30 @@ t.test('resolveLimits: family entries override field by field, null = unlimited,
   for (const [family, want] of cases) t.same(resolveLimits(cfg, family), want, family);
 });
 
-t.test('video_polls: 6,000 polls a minute per key and 12,000 per account by default, any positive number or null (unlimited)', async (t) => {
-  t.same(limitsConfigSchema.parse({}).video_polls, { key: { rpm: 6000 }, account: { rpm: 12000 } });
-  t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: 30 } } }).video_polls, { key: { rpm: 30 }, account: { rpm: 12000 } });
-  t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: null }, account: { rpm: 50 } } }).video_polls, { key: { rpm: null }, account: { rpm: 50 } });
-  for (const bad of [{ key: { rpm: 0 } }, { key: { rpm: 1.5 } }, { key: { tpm: 5 } }, { account: { tpm: 5 } }, { account: { rpm: -1 } }, { team: {} }]) {
-    t.notOk(limitsConfigSchema.safeParse({ video_polls: bad }).success, JSON.stringify(bad));
-  }
-});
+t.test(
+  'video_polls: 6,000 polls a minute per key and 12,000 per account by default, any positive number or null (unlimited)',
+  async (t) => {
+    t.same(limitsConfigSchema.parse({}).video_polls, { key: { rpm: 6000 }, account: { rpm: 12000 } });
+    t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: 30 } } }).video_polls, {
+      key: { rpm: 30 },
+      account: { rpm: 12000 },
+    });
+    t.same(limitsConfigSchema.parse({ video_polls: { key: { rpm: null }, account: { rpm: 50 } } }).video_polls, {
+      key: { rpm: null },
+      account: { rpm: 50 },
+    });
+    for (const bad of [
+      { key: { rpm: 0 } },
+      { key: { rpm: 1.5 } },
+      { key: { tpm: 5 } },
+      { account: { tpm: 5 } },
+      { account: { rpm: -1 } },
+      { team: {} },
+    ]) {
+      t.notOk(limitsConfigSchema.safeParse({ video_polls: bad }).success, JSON.stringify(bad));
+    }
+  },
+);
 
 t.test('limits section: invalid values and unknown names are refused', async (t) => {
   const bad: [string, unknown][] = [
@@ -77,36 +106,64 @@ t.test('buildDecision: allowed -> which is the limit closest to refusing (by sha
 });
 
 t.test('retry-after: whole seconds, rounded up, at least 1', async (t) => {
-  const cases: [number, number][] = [[0, 1], [1, 1], [999, 1], [1000, 1], [1001, 2], [2999, 3], [60_000, 60], [90_500, 91]];
+  const cases: [number, number][] = [
+    [0, 1],
+    [1, 1],
+    [999, 1],
+    [1000, 1],
+    [1001, 2],
+    [2999, 3],
+    [60_000, 60],
+    [90_500, 91],
+  ];
   for (const [ms, s] of cases) t.equal(retryAfterSeconds(ms), s, `${ms} ms`);
 });
 
 t.test('reset durations are written as OpenAI writes them', async (t) => {
   const cases: [number, string][] = [
-    [0, '0s'], [-5, '0s'], [0.2, '1ms'], [12, '12ms'], [999, '999ms'], [1000, '1s'], [1500, '1.5s'],
-    [17_310, '17.31s'], [60_000, '1m0s'], [360_000, '6m0s'], [90_250, '1m30.25s'], [3_600_000, '1h0m0s'],
+    [0, '0s'],
+    [-5, '0s'],
+    [0.2, '1ms'],
+    [12, '12ms'],
+    [999, '999ms'],
+    [1000, '1s'],
+    [1500, '1.5s'],
+    [17_310, '17.31s'],
+    [60_000, '1m0s'],
+    [360_000, '6m0s'],
+    [90_250, '1m30.25s'],
+    [3_600_000, '1h0m0s'],
   ];
   for (const [ms, s] of cases) t.equal(formatResetDuration(ms), s, `${ms} ms`);
 });
 
 const refused: Decision = {
-  allowed: false, which: 'account_requests', limit: 20, remaining: 0, resetMs: 60_000, retryAfterMs: 2_500,
-  requests: { limit: 20, remaining: 0, resetMs: 60_000 }, tokens: { limit: 10_000, remaining: 4_000, resetMs: 36_000 },
+  allowed: false,
+  which: 'account_requests',
+  limit: 20,
+  remaining: 0,
+  resetMs: 60_000,
+  retryAfterMs: 2_500,
+  requests: { limit: 20, remaining: 0, resetMs: 60_000 },
+  tokens: { limit: 10_000, remaining: 4_000, resetMs: 36_000 },
 };
 const NOW = Date.UTC(2025, 0, 1, 12, 0, 0, 250);
 
-t.test('openai protocol: x-ratelimit-* for requests and tokens, retry-after and retry-after-ms on refusal', async (t) => {
-  t.same(rateLimitHeaders(refused, 'openai', NOW), {
-    'x-ratelimit-limit-requests': '20',
-    'x-ratelimit-remaining-requests': '0',
-    'x-ratelimit-reset-requests': '1m0s',
-    'x-ratelimit-limit-tokens': '10000',
-    'x-ratelimit-remaining-tokens': '4000',
-    'x-ratelimit-reset-tokens': '36s',
-    'retry-after': '3',
-    'retry-after-ms': '2500',
-  });
-});
+t.test(
+  'openai protocol: x-ratelimit-* for requests and tokens, retry-after and retry-after-ms on refusal',
+  async (t) => {
+    t.same(rateLimitHeaders(refused, 'openai', NOW), {
+      'x-ratelimit-limit-requests': '20',
+      'x-ratelimit-remaining-requests': '0',
+      'x-ratelimit-reset-requests': '1m0s',
+      'x-ratelimit-limit-tokens': '10000',
+      'x-ratelimit-remaining-tokens': '4000',
+      'x-ratelimit-reset-tokens': '36s',
+      'retry-after': '3',
+      'retry-after-ms': '2500',
+    });
+  },
+);
 
 t.test('anthropic protocol: x-ratelimit-* plus anthropic-ratelimit-* with RFC 3339 resets', async (t) => {
   const h = rateLimitHeaders(refused, 'anthropic', NOW);
@@ -135,5 +192,8 @@ t.test('allowed -> no retry-after; a kind without a limit -> no headers of that 
 });
 
 t.test('the refusal message names the limit, its value and the wait', async (t) => {
-  t.equal(refusalMessage(refused), 'Rate limit reached: requests per minute for this account (limit 20); retry after 3 s.');
+  t.equal(
+    refusalMessage(refused),
+    'Rate limit reached: requests per minute for this account (limit 20); retry after 3 s.',
+  );
 });

@@ -42,7 +42,14 @@ t.test('messages: max_tokens at or below the ceiling is untouched, not reported'
 });
 
 t.test('messages: unknown fields pass through; temperature dropped only where refused', async (t) => {
-  const body = { model: 'alpha-opus-4-7', max_tokens: 10, messages: user, temperature: 0.5, thinking: { type: 'adaptive' }, context_management: { x: 1 } };
+  const body = {
+    model: 'alpha-opus-4-7',
+    max_tokens: 10,
+    messages: user,
+    temperature: 0.5,
+    thinking: { type: 'adaptive' },
+    context_management: { x: 1 },
+  };
   const r = messages(body);
   t.same(r.body.thinking, { type: 'adaptive' });
   t.same(r.body.context_management, { x: 1 });
@@ -51,13 +58,25 @@ t.test('messages: unknown fields pass through; temperature dropped only where re
 });
 
 t.test('messages: missing max_tokens or messages -> 400 invalid_request', async (t) => {
-  t.equal(code(() => messages({ model: 'alpha-sonnet-4-6', messages: user })), 'invalid_request');
-  t.equal(code(() => messages({ model: 'alpha-sonnet-4-6', max_tokens: 5 })), 'invalid_request');
+  t.equal(
+    code(() => messages({ model: 'alpha-sonnet-4-6', messages: user })),
+    'invalid_request',
+  );
+  t.equal(
+    code(() => messages({ model: 'alpha-sonnet-4-6', max_tokens: 5 })),
+    'invalid_request',
+  );
 });
 
 t.test('routing: unknown model -> unknown_model; beta on messages -> wrong_endpoint', async (t) => {
-  t.equal(code(() => catalog.route('chat_completions', 'alpha-sonnet-4.6')), 'unknown_model');
-  t.equal(code(() => catalog.route('messages', 'beta-5.6-sol')), 'wrong_endpoint');
+  t.equal(
+    code(() => catalog.route('chat_completions', 'alpha-sonnet-4.6')),
+    'unknown_model',
+  );
+  t.equal(
+    code(() => catalog.route('messages', 'beta-5.6-sol')),
+    'wrong_endpoint',
+  );
   t.equal(catalog.route('chat_completions', 'alpha-sonnet-4-6').provider.protocol, 'openai');
   t.equal(catalog.route('messages', 'alpha-sonnet-4-6').provider.protocol, 'anthropic');
 });
@@ -76,7 +95,10 @@ t.test('chat: max_completion_tokens is an alias; the upstream always gets a boun
 
 t.test('chat: stop sequences: 4 pass, 5 -> too_many_stop_sequences', async (t) => {
   t.same(chat({ model: 'gamma-k3', messages: user, stop: ['a', 'b', 'c', 'd'] }).body.stop, ['a', 'b', 'c', 'd']);
-  t.equal(code(() => chat({ model: 'gamma-k3', messages: user, stop: ['a', 'b', 'c', 'd', 'e'] })), 'too_many_stop_sequences');
+  t.equal(
+    code(() => chat({ model: 'gamma-k3', messages: user, stop: ['a', 'b', 'c', 'd', 'e'] })),
+    'too_many_stop_sequences',
+  );
 });
 
 t.test('chat: temperature removed for models that refuse it, kept otherwise', async (t) => {
@@ -90,7 +112,9 @@ t.test('chat: streams always ask for usage; caller choice remembered', async (t)
   t.equal(a.callerWantsUsage, false);
   const b = chat({ model: 'gamma-k3', messages: user, stream: true, stream_options: { include_usage: true } });
   t.equal(b.callerWantsUsage, true);
-  t.notOk('stream_options' in chat({ model: 'gamma-k3', messages: user, stream_options: { include_usage: true } }).body);
+  t.notOk(
+    'stream_options' in chat({ model: 'gamma-k3', messages: user, stream_options: { include_usage: true } }).body,
+  );
 });
 
 const effortCases: Array<[string, string, string | undefined | 'error']> = [
@@ -115,7 +139,10 @@ const effortCases: Array<[string, string, string | undefined | 'error']> = [
 for (const [model, requested, sent] of effortCases) {
   t.test(`reasoning_effort ${requested} on ${model} -> ${sent ?? 'removed'}`, async (t) => {
     if (sent === 'error') {
-      t.equal(code(() => chat({ model, messages: user, reasoning_effort: requested })), 'invalid_reasoning_effort');
+      t.equal(
+        code(() => chat({ model, messages: user, reasoning_effort: requested })),
+        'invalid_reasoning_effort',
+      );
       return;
     }
     const r = chat({ model, messages: user, reasoning_effort: requested });
@@ -137,7 +164,16 @@ t.test('chat: bad shapes -> invalid_request naming the field', async (t) => {
     t.equal((e as GatewayError).code, 'invalid_request');
     t.match((e as GatewayError).message, /messages\.0\.role/);
   }
-  t.equal(code(() => chat({ model: 'gamma-k3', messages: [] })), 'invalid_request');
-  t.equal(code(() => chat({ model: 'gamma-k3', messages: user, max_tokens: -1 })), 'invalid_request');
-  t.equal(code(() => parseBody(chatBody, [1, 2])), 'invalid_request');
+  t.equal(
+    code(() => chat({ model: 'gamma-k3', messages: [] })),
+    'invalid_request',
+  );
+  t.equal(
+    code(() => chat({ model: 'gamma-k3', messages: user, max_tokens: -1 })),
+    'invalid_request',
+  );
+  t.equal(
+    code(() => parseBody(chatBody, [1, 2])),
+    'invalid_request',
+  );
 });

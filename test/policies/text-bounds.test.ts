@@ -5,10 +5,23 @@ import sharp from 'sharp';
 import { GatewayError } from '../../policies/errors.js';
 import { FORWARDED_BETAS, refuseUnpriced, splitBetas } from '../../policies/forwarding.js';
 import { base64ImageSize, imageSize } from '../../policies/image-size.js';
-import { FRAMING_TOKENS, inputBounds, MAX_IMAGE_TOKENS, TOOL_TOKENS, type BoundsInput } from '../../policies/text-bounds.js';
+import {
+  FRAMING_TOKENS,
+  inputBounds,
+  MAX_IMAGE_TOKENS,
+  TOOL_TOKENS,
+  type BoundsInput,
+} from '../../policies/text-bounds.js';
 
 const bounds = (body: Record<string, unknown>, o: Partial<BoundsInput> = {}) =>
-  inputBounds({ body, serialized: JSON.stringify(body), protocol: 'anthropic', family: 'alpha', contextWindow: 200_000, ...o });
+  inputBounds({
+    body,
+    serialized: JSON.stringify(body),
+    protocol: 'anthropic',
+    family: 'alpha',
+    contextWindow: 200_000,
+    ...o,
+  });
 const codeOf = (fn: () => unknown) => {
   try {
     fn();
@@ -27,31 +40,63 @@ t.test('image headers: PNG, JPEG, GIF and WebP sizes read from the first bytes',
   }
   const lossless = await sharp(raw).webp({ lossless: true }).toBuffer();
   t.same(imageSize(lossless), { width: 1092, height: 731 }, 'lossless WebP (VP8L)');
-  const alpha = await sharp({ create: { ...raw.create, channels: 4, background: '#20408080' } }).webp().toBuffer();
+  const alpha = await sharp({ create: { ...raw.create, channels: 4, background: '#20408080' } })
+    .webp()
+    .toBuffer();
   t.same(imageSize(alpha), { width: 1092, height: 731 }, 'WebP with alpha (VP8X)');
   // A JPEG whose frame header comes after a large metadata segment.
-  const exif = await sharp(raw).jpeg().withMetadata({ exif: { IFD0: { ImageDescription: 'x'.repeat(30_000) } } }).toBuffer();
+  const exif = await sharp(raw)
+    .jpeg()
+    .withMetadata({ exif: { IFD0: { ImageDescription: 'x'.repeat(30_000) } } })
+    .toBuffer();
   t.same(imageSize(exif), { width: 1092, height: 731 }, 'JPEG with metadata before its frame');
   t.equal(imageSize(Buffer.from('not an image at all, not a header')), null);
 });
 
 t.test('100 flat 1092x1092 PNGs are bound by their pixels, not their few bytes', async (t) => {
-  const png = (await sharp({ create: { width: 1092, height: 1092, channels: 3, background: '#ffffff' } }).png({ compressionLevel: 9 }).toBuffer()).toString('base64');
+  const png = (
+    await sharp({ create: { width: 1092, height: 1092, channels: 3, background: '#ffffff' } })
+      .png({ compressionLevel: 9 })
+      .toBuffer()
+  ).toString('base64');
   t.ok(png.length < 8_000, `a flat image is small: ${png.length} base64 characters`);
   const image = { type: 'image', source: { type: 'base64', media_type: 'image/png', data: png } };
-  const body = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: Array.from({ length: 100 }, () => image) }] };
+  const body = {
+    model: 'm',
+    max_tokens: 1,
+    messages: [{ role: 'user', content: Array.from({ length: 100 }, () => image) }],
+  };
   const perImage = Math.ceil((1092 * 1092) / 750);
   const b = bounds(body, { contextWindow: 1_000_000 });
   t.ok(b.inputBound >= 100 * perImage, `${b.inputBound} >= ${100 * perImage} (Anthropic: width x height / 750 each)`);
   t.equal(bounds(body).inputBound, 200_000, 'capped at the window');
   // Nested in a tool result and in system, as Claude Code sends them.
-  const nested = { model: 'm', max_tokens: 1, system: [{ type: 'text', text: 's' }], messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: [image] }] }] };
+  const nested = {
+    model: 'm',
+    max_tokens: 1,
+    system: [{ type: 'text', text: 's' }],
+    messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: [image] }] }],
+  };
   t.ok(bounds(nested, { contextWindow: 1_000_000 }).inputBound >= perImage, 'an image in a tool result counts');
   // Other families: the model's most per image, whatever the header says.
-  const chat = { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } }] }] };
-  t.ok(bounds(chat, { protocol: 'openai', family: 'beta' }).inputBound >= MAX_IMAGE_TOKENS.beta!, 'a data: URL on beta');
-  t.ok(bounds(chat, { protocol: 'openai', family: 'gamma', maxImageTokens: 50_000 }).inputBound >= 50_000, 'the model\'s max_image_tokens');
-  const broken = { model: 'm', messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] };
+  const chat = {
+    model: 'm',
+    messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } }] }],
+  };
+  t.ok(
+    bounds(chat, { protocol: 'openai', family: 'beta' }).inputBound >= MAX_IMAGE_TOKENS.beta!,
+    'a data: URL on beta',
+  );
+  t.ok(
+    bounds(chat, { protocol: 'openai', family: 'gamma', maxImageTokens: 50_000 }).inputBound >= 50_000,
+    "the model's max_image_tokens",
+  );
+  const broken = {
+    model: 'm',
+    messages: [
+      { role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] },
+    ],
+  };
   t.ok(bounds(broken).inputBound >= MAX_IMAGE_TOKENS.alpha!, 'an unreadable header counts the most an image costs');
 });
 
@@ -59,29 +104,82 @@ t.test('client tools add the system prompt tokens Anthropic documents; server to
   const plain = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] };
   const base = bounds(plain).inputBound;
   t.equal(base, JSON.stringify(plain).length + FRAMING_TOKENS);
-  const tools = [{ type: 'bash_20250124', name: 'bash' }, { type: 'text_editor_20250728', name: 'str_replace_based_edit_tool' }, { type: 'computer_20250124', name: 'computer', display_width_px: 1024, display_height_px: 768 }];
+  const tools = [
+    { type: 'bash_20250124', name: 'bash' },
+    { type: 'text_editor_20250728', name: 'str_replace_based_edit_tool' },
+    { type: 'computer_20250124', name: 'computer', display_width_px: 1024, display_height_px: 768 },
+  ];
   const withTools = { ...plain, tools };
-  t.equal(bounds(withTools).inputBound, JSON.stringify(withTools).length + FRAMING_TOKENS + TOOL_TOKENS.bash_! + TOOL_TOKENS.text_editor_! + TOOL_TOKENS.computer_!);
-  t.equal(bounds({ ...plain, tools: [{ name: 'f', input_schema: { type: 'object' } }, { type: 'custom', name: 'g', input_schema: {} }] }).inputBound > base, true, 'custom tools count by their bytes');
+  t.equal(
+    bounds(withTools).inputBound,
+    JSON.stringify(withTools).length +
+      FRAMING_TOKENS +
+      TOOL_TOKENS.bash_! +
+      TOOL_TOKENS.text_editor_! +
+      TOOL_TOKENS.computer_!,
+  );
+  t.equal(
+    bounds({
+      ...plain,
+      tools: [
+        { name: 'f', input_schema: { type: 'object' } },
+        { type: 'custom', name: 'g', input_schema: {} },
+      ],
+    }).inputBound > base,
+    true,
+    'custom tools count by their bytes',
+  );
   for (const type of ['web_search_20250305', 'web_fetch_20250910', 'code_execution_20250825', 'mcp_toolset']) {
-    t.equal(codeOf(() => bounds({ ...plain, tools: [{ type, name: 'x' }] })), 'unsupported_tool:tools', type);
+    t.equal(
+      codeOf(() => bounds({ ...plain, tools: [{ type, name: 'x' }] })),
+      'unsupported_tool:tools',
+      type,
+    );
   }
-  t.equal(codeOf(() => bounds({ ...plain, mcp_servers: [{ type: 'url', url: 'https://example.com/sse', name: 'x' }] })), 'unsupported_tool:mcp_servers');
+  t.equal(
+    codeOf(() => bounds({ ...plain, mcp_servers: [{ type: 'url', url: 'https://example.com/sse', name: 'x' }] })),
+    'unsupported_tool:mcp_servers',
+  );
 });
 
-t.test('media by reference is bound by the window; a body that cannot fit is refused, except when counting', async (t) => {
-  const byUrl = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } }] }] };
-  t.equal(bounds(byUrl).inputBound, 200_000);
-  const image = (url: string) => ({ model: 'm', max_tokens: 1, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url } }] }] });
-  for (const url of ['HTTPS://EXAMPLE.COM/A.PNG', 'Http://example.com/a.png', 'ftp://example.com/a.png', '//example.com/a.png', 'DATA:image/png;base64,AAAA']) {
-    t.equal(bounds(image(url)).inputBound, 200_000, `${url}: fetched upstream, bounded by the window`);
-  }
-  const chat = (url: string) => ({ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }] });
-  t.equal(bounds(chat('HTTPS://example.com/a.png'), { protocol: 'openai' }).inputBound, 200_000);
-  const huge = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'a'.repeat(1_000 * 64 + 1) }] };
-  t.equal(codeOf(() => bounds(huge, { contextWindow: 1_000 })), 'context_window_exceeded:');
-  t.equal(bounds(huge, { contextWindow: 1_000, mustFit: false }).inputBound, 1_000);
-});
+t.test(
+  'media by reference is bound by the window; a body that cannot fit is refused, except when counting',
+  async (t) => {
+    const byUrl = {
+      model: 'm',
+      max_tokens: 1,
+      messages: [
+        { role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } }] },
+      ],
+    };
+    t.equal(bounds(byUrl).inputBound, 200_000);
+    const image = (url: string) => ({
+      model: 'm',
+      max_tokens: 1,
+      messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url } }] }],
+    });
+    for (const url of [
+      'HTTPS://EXAMPLE.COM/A.PNG',
+      'Http://example.com/a.png',
+      'ftp://example.com/a.png',
+      '//example.com/a.png',
+      'DATA:image/png;base64,AAAA',
+    ]) {
+      t.equal(bounds(image(url)).inputBound, 200_000, `${url}: fetched upstream, bounded by the window`);
+    }
+    const chat = (url: string) => ({
+      model: 'm',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url } }] }],
+    });
+    t.equal(bounds(chat('HTTPS://example.com/a.png'), { protocol: 'openai' }).inputBound, 200_000);
+    const huge = { model: 'm', max_tokens: 1, messages: [{ role: 'user', content: 'a'.repeat(1_000 * 64 + 1) }] };
+    t.equal(
+      codeOf(() => bounds(huge, { contextWindow: 1_000 })),
+      'context_window_exceeded:',
+    );
+    t.equal(bounds(huge, { contextWindow: 1_000, mustFit: false }).inputBound, 1_000);
+  },
+);
 
 t.test('pricing-affecting parameters are refused; anthropic-beta flags pass only from the allow-list', async (t) => {
   const chat = { model: 'm', messages: [] };
@@ -91,14 +189,31 @@ t.test('pricing-affecting parameters are refused; anthropic-beta flags pass only
   t.equal(refused({ ...chat, audio: { voice: 'x', format: 'wav' } }), 'unsupported_parameter:modalities');
   t.equal(refused({ ...chat, prediction: { type: 'content', content: 'x' } }), 'unsupported_parameter:prediction');
   t.equal(refused({ ...chat, service_tier: 'priority' }), 'unsupported_parameter:service_tier');
-  t.equal(refused({ ...chat, service_tier: 'flex' }), 'no error', 'a cheaper tier is the operator\'s gain, not the caller\'s loss');
-  t.equal(refused({ ...chat, messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: 'x', format: 'wav' } }] }] }), 'unsupported_parameter:messages');
+  t.equal(
+    refused({ ...chat, service_tier: 'flex' }),
+    'no error',
+    "a cheaper tier is the operator's gain, not the caller's loss",
+  );
+  t.equal(
+    refused({
+      ...chat,
+      messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: 'x', format: 'wav' } }] }],
+    }),
+    'unsupported_parameter:messages',
+  );
   t.equal(refused({ ...chat, logprobs: true, seed: 1, metadata: { a: 'b' } }), 'no error', 'other fields pass through');
-  t.equal(codeOf(() => refuseUnpriced('anthropic', { container: 'c' }, '{}')), 'unsupported_parameter:container');
+  t.equal(
+    codeOf(() => refuseUnpriced('anthropic', { container: 'c' }, '{}')),
+    'unsupported_parameter:container',
+  );
 
   t.same(splitBetas('claude-code-20250219, context-1m-2025-08-07,interleaved-thinking-2025-05-14,,oauth-2025-04-20'), {
-    forwarded: ['claude-code-20250219', 'interleaved-thinking-2025-05-14'], dropped: ['context-1m-2025-08-07', 'oauth-2025-04-20'],
+    forwarded: ['claude-code-20250219', 'interleaved-thinking-2025-05-14'],
+    dropped: ['context-1m-2025-08-07', 'oauth-2025-04-20'],
   });
-  t.same(splitBetas(['code-execution-2025-05-22', 'extended-cache-ttl-2025-04-11']), { forwarded: ['extended-cache-ttl-2025-04-11'], dropped: ['code-execution-2025-05-22'] });
+  t.same(splitBetas(['code-execution-2025-05-22', 'extended-cache-ttl-2025-04-11']), {
+    forwarded: ['extended-cache-ttl-2025-04-11'],
+    dropped: ['code-execution-2025-05-22'],
+  });
   t.notOk(FORWARDED_BETAS.has('context-1m-2025-08-07'), 'never the long-context flag');
 });

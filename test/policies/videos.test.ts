@@ -6,7 +6,13 @@ import { GatewayError } from '../../policies/errors.js';
 import { VIDEO_FAMILY_RULES, planVideo } from '../../policies/videos.js';
 
 const model = (id: string, family: VideoModel['family'], more: Partial<VideoModel> = {}): VideoModel => ({
-  kind: 'video', id, family, provider: 'p', max_references: 0, last_reference: false, ...more,
+  kind: 'video',
+  id,
+  family,
+  provider: 'p',
+  max_references: 0,
+  last_reference: false,
+  ...more,
 });
 const vidA = model('vidA-v6', 'vidA');
 const vidB25 = model('vidB-2.5', 'vidB', { max_references: 30, last_reference: true });
@@ -20,7 +26,18 @@ const SPEC = {
   vidB: { sizes: ['854x480', '480x854', '1280x720', '720x1280'], seconds: [5, 8, 12, 16, 20, 24, 30], required: false },
   vidC: { sizes: ['640x480', '1280x720', '1920x1080'], seconds: [5, 8], required: true },
 } as const;
-const ALL_SIZES = ['1280x720', '720x1280', '854x480', '480x854', '640x480', '1920x1080', '1080x1920', '1024x1792', '1x1', 'big'];
+const ALL_SIZES = [
+  '1280x720',
+  '720x1280',
+  '854x480',
+  '480x854',
+  '640x480',
+  '1920x1080',
+  '1080x1920',
+  '1024x1792',
+  '1x1',
+  'big',
+];
 const ALL_SECONDS = [1, 4, 5, 6, 8, 10, 12, 16, 20, 24, 30, 60];
 
 function refusal(fn: () => unknown): GatewayError {
@@ -33,12 +50,16 @@ function refusal(fn: () => unknown): GatewayError {
   throw new Error('no refusal');
 }
 
-t.test('the family table is the spec\'s', async (t) => {
+t.test("the family table is the spec's", async (t) => {
   for (const [family, row] of Object.entries(SPEC)) {
     const rule = VIDEO_FAMILY_RULES[family as keyof typeof SPEC];
     t.same(rule.sizes, row.sizes, `${family} sizes`);
     t.same(rule.seconds, row.seconds, `${family} seconds`);
-    t.equal(rule.referenceRequired, row.required, `${family} input_reference ${row.required ? 'required' : 'optional'}`);
+    t.equal(
+      rule.referenceRequired,
+      row.required,
+      `${family} input_reference ${row.required ? 'required' : 'optional'}`,
+    );
   }
 });
 
@@ -48,7 +69,8 @@ t.test('every size and duration: accepted exactly where the family takes it', as
     const refs = { inputs: row.required ? 1 : 0, lasts: 0 };
     for (const size of ALL_SIZES) {
       for (const seconds of ALL_SECONDS) {
-        const ok = (row.sizes as readonly string[]).includes(size) && (row.seconds as readonly number[]).includes(seconds);
+        const ok =
+          (row.sizes as readonly string[]).includes(size) && (row.seconds as readonly number[]).includes(seconds);
         const run = () => planVideo(m, { prompt: 'p', size, seconds }, refs);
         if (ok) {
           const plan = run();
@@ -68,24 +90,38 @@ t.test('seconds as a string (multipart, the SDK) or an integer; anything else re
   t.equal(planVideo(vidA, { prompt: 'p', seconds: '8' }, { inputs: 0, lasts: 0 }).seconds, 8);
   t.equal(planVideo(vidA, { prompt: 'p', seconds: 12 }, { inputs: 0, lasts: 0 }).seconds, 12);
   for (const bad of ['8.0', 8.5, '8s', true, {}, -4, '']) {
-    t.equal(refusal(() => planVideo(vidA, { prompt: 'p', seconds: bad }, { inputs: 0, lasts: 0 })).code, 'unsupported_video_seconds', JSON.stringify(bad));
+    t.equal(
+      refusal(() => planVideo(vidA, { prompt: 'p', seconds: bad }, { inputs: 0, lasts: 0 })).code,
+      'unsupported_video_seconds',
+      JSON.stringify(bad),
+    );
   }
-  t.equal(refusal(() => planVideo(vidA, { prompt: 'p', size: 1280 }, { inputs: 0, lasts: 0 })).code, 'unsupported_video_size');
+  t.equal(
+    refusal(() => planVideo(vidA, { prompt: 'p', size: 1280 }, { inputs: 0, lasts: 0 })).code,
+    'unsupported_video_size',
+  );
 });
 
-t.test('defaults (1280x720, 4 s) are checked like any value: vidB and vidC without seconds are a 400 naming the values', async (t) => {
-  const plan = planVideo(vidA, { prompt: 'p' }, { inputs: 0, lasts: 0 });
-  t.same([plan.size, plan.seconds], ['1280x720', 4], 'vidA takes both defaults');
-  const b = refusal(() => planVideo(vidB25, { prompt: 'p' }, { inputs: 0, lasts: 0 }));
-  t.equal(b.code, 'unsupported_video_seconds');
-  t.equal(b.param, 'seconds');
-  t.equal(b.message, 'vidB-2.5 (vidB) takes seconds 5, 8, 12, 16, 20, 24 or 30; got 4 (the default).');
-  const c = refusal(() => planVideo(vidC, { prompt: 'p' }, { inputs: 1, lasts: 0 }));
-  t.equal(c.message, 'vidC-3 (vidC) takes seconds 5 or 8; got 4 (the default).');
-  t.equal(planVideo(vidC, { prompt: 'p', seconds: 5 }, { inputs: 1, lasts: 0 }).size, '1280x720', 'vidC takes the default size');
-  const s = refusal(() => planVideo(vidC, { prompt: 'p', size: '720x1280', seconds: 5 }, { inputs: 1, lasts: 0 }));
-  t.equal(s.message, 'vidC-3 (vidC) takes size 640x480, 1280x720 or 1920x1080; got "720x1280".');
-});
+t.test(
+  'defaults (1280x720, 4 s) are checked like any value: vidB and vidC without seconds are a 400 naming the values',
+  async (t) => {
+    const plan = planVideo(vidA, { prompt: 'p' }, { inputs: 0, lasts: 0 });
+    t.same([plan.size, plan.seconds], ['1280x720', 4], 'vidA takes both defaults');
+    const b = refusal(() => planVideo(vidB25, { prompt: 'p' }, { inputs: 0, lasts: 0 }));
+    t.equal(b.code, 'unsupported_video_seconds');
+    t.equal(b.param, 'seconds');
+    t.equal(b.message, 'vidB-2.5 (vidB) takes seconds 5, 8, 12, 16, 20, 24 or 30; got 4 (the default).');
+    const c = refusal(() => planVideo(vidC, { prompt: 'p' }, { inputs: 1, lasts: 0 }));
+    t.equal(c.message, 'vidC-3 (vidC) takes seconds 5 or 8; got 4 (the default).');
+    t.equal(
+      planVideo(vidC, { prompt: 'p', seconds: 5 }, { inputs: 1, lasts: 0 }).size,
+      '1280x720',
+      'vidC takes the default size',
+    );
+    const s = refusal(() => planVideo(vidC, { prompt: 'p', size: '720x1280', seconds: 5 }, { inputs: 1, lasts: 0 }));
+    t.equal(s.message, 'vidC-3 (vidC) takes size 640x480, 1280x720 or 1920x1080; got "720x1280".');
+  },
+);
 
 t.test('prompt: required, at most 8,000 characters (code points)', async (t) => {
   for (const bad of [undefined, '', 7, null]) {
@@ -94,8 +130,14 @@ t.test('prompt: required, at most 8,000 characters (code points)', async (t) => 
     t.equal(e.param, 'prompt');
   }
   t.ok(planVideo(vidA, { prompt: 'x'.repeat(8000) }, { inputs: 0, lasts: 0 }));
-  t.ok(planVideo(vidA, { prompt: '🎬'.repeat(8000) }, { inputs: 0, lasts: 0 }), '8,000 emoji are 16,000 UTF-16 units and 8,000 characters');
-  t.match(refusal(() => planVideo(vidA, { prompt: 'x'.repeat(8001) }, { inputs: 0, lasts: 0 })).message, /at most 8,000 characters/);
+  t.ok(
+    planVideo(vidA, { prompt: '🎬'.repeat(8000) }, { inputs: 0, lasts: 0 }),
+    '8,000 emoji are 16,000 UTF-16 units and 8,000 characters',
+  );
+  t.match(
+    refusal(() => planVideo(vidA, { prompt: 'x'.repeat(8001) }, { inputs: 0, lasts: 0 })).message,
+    /at most 8,000 characters/,
+  );
 });
 
 t.test('references, every rule', async (t) => {
@@ -120,9 +162,20 @@ t.test('references, every rule', async (t) => {
   }
   // Rule 4: last_reference only on vidB-2.5, only beside exactly one input_reference.
   t.same(plan(vidB25, 1, 1).references, { kind: 'frame', lastFrame: true, fit: 'cover' });
-  for (const [m, inputs, lasts] of [[vidB25, 0, 1], [vidB25, 2, 1], [vidB25, 1, 2], [vidB21, 1, 1], [vidA, 1, 1], [vidC, 1, 1]] as const) {
+  for (const [m, inputs, lasts] of [
+    [vidB25, 0, 1],
+    [vidB25, 2, 1],
+    [vidB25, 1, 2],
+    [vidB21, 1, 1],
+    [vidA, 1, 1],
+    [vidC, 1, 1],
+  ] as const) {
     const e = refusal(() => plan(m, inputs, lasts));
-    t.same([e.code, e.status, e.param], ['invalid_last_reference', 400, 'last_reference'], `${m.id} inputs=${inputs} lasts=${lasts}`);
+    t.same(
+      [e.code, e.status, e.param],
+      ['invalid_last_reference', 400, 'last_reference'],
+      `${m.id} inputs=${inputs} lasts=${lasts}`,
+    );
   }
   // vidC needs one.
   const c = refusal(() => plan(vidC, 0));

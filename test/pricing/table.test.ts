@@ -12,8 +12,19 @@ import {
 
 const CATALOG = {
   text: [
-    'alpha-fable-5', 'alpha-haiku-4-5', 'alpha-opus-4-6', 'alpha-opus-4-7', 'alpha-opus-4-8', 'alpha-opus-5',
-    'alpha-sonnet-4-6', 'alpha-sonnet-5', 'beta-5.6-sol', 'beta-5.6-mini', 'beta-5.5', 'gamma-k3', 'gamma-q3',
+    'alpha-fable-5',
+    'alpha-haiku-4-5',
+    'alpha-opus-4-6',
+    'alpha-opus-4-7',
+    'alpha-opus-4-8',
+    'alpha-opus-5',
+    'alpha-sonnet-4-6',
+    'alpha-sonnet-5',
+    'beta-5.6-sol',
+    'beta-5.6-mini',
+    'beta-5.5',
+    'gamma-k3',
+    'gamma-q3',
   ],
   image: ['img-pro', 'img-2'],
   video: ['vidA-v6', 'vidB-2.5', 'vidB-2.1', 'vidC-3'],
@@ -109,12 +120,21 @@ t.test('overrides replace only the fields they name', async (t) => {
     image: { 'img-2': { '4K': '0.2000' } },
     video: { 'vidC-3': { '8': '1' } },
   });
-  t.strictSame(lookupRates(table, 'alpha-sonnet-4-6'), { kind: 'text', input: 2_500_000n, output: 15_000_000n, cacheRead: 300_000n });
+  t.strictSame(lookupRates(table, 'alpha-sonnet-4-6'), {
+    kind: 'text',
+    input: 2_500_000n,
+    output: 15_000_000n,
+    cacheRead: 300_000n,
+  });
   const doc = publishPrices(table);
   t.strictSame(doc.image['img-2'], { '1K': '0.039', '2K': '0.067', '4K': '0.20' });
   t.strictSame(doc.video['vidC-3'], { '5': '0.60', '8': '1.00' });
   t.strictSame(doc.text['alpha-haiku-4-5'], DEFAULT_PRICES.text['alpha-haiku-4-5'], 'others untouched');
-  t.strictSame(lookupRates(DEFAULT_PRICE_TABLE, 'alpha-sonnet-4-6'), { kind: 'text', input: 3_000_000n, output: 15_000_000n, cacheRead: 300_000n }, 'default unchanged');
+  t.strictSame(
+    lookupRates(DEFAULT_PRICE_TABLE, 'alpha-sonnet-4-6'),
+    { kind: 'text', input: 3_000_000n, output: 15_000_000n, cacheRead: 300_000n },
+    'default unchanged',
+  );
 });
 
 t.test('a complete new model of each kind is added after the defaults', async (t) => {
@@ -123,7 +143,12 @@ t.test('a complete new model of each kind is added after the defaults', async (t
     image: { 'img-3': { '1K': '0.05', '2K': '0.06', '4K': '0.07' } },
     video: { 'vidB-3.0': { '5': '1', '8': '1', '12': '1', '16': '1', '20': '1', '24': '1', '30': '1.000001' } },
   });
-  t.strictSame(lookupRates(table, 'beta-6'), { kind: 'text', input: 2_000_000n, output: 16_000_000n, cacheRead: 200_000n });
+  t.strictSame(lookupRates(table, 'beta-6'), {
+    kind: 'text',
+    input: 2_000_000n,
+    output: 16_000_000n,
+    cacheRead: 200_000n,
+  });
   const doc = publishPrices(table);
   t.equal(Object.keys(doc.text).at(-1), 'beta-6');
   t.equal(doc.video['vidB-3.0']!['30'], '1.000001');
@@ -138,7 +163,10 @@ t.test('a video model takes its durations from the family its config gives it, n
   // The config's family wins over a prefix that names another one.
   const renamed = buildPriceTable({ video: { 'vidA-x': { '5': '1', '8': '2' } } }, 'prices', { 'vidA-x': 'vidC' });
   t.strictSame(publishPrices(renamed).video['vidA-x'], { '5': '1.00', '8': '2.00' });
-  t.throws(() => buildPriceTable({ video: { 'studio-clip-1': clips } }), /prices\.video\.studio-clip-1: unknown video family; give the model a family/);
+  t.throws(
+    () => buildPriceTable({ video: { 'studio-clip-1': clips } }),
+    /prices\.video\.studio-clip-1: unknown video family; give the model a family/,
+  );
 });
 
 t.test('no overrides (undefined, null, {}) gives the default table', async (t) => {
@@ -149,11 +177,23 @@ t.test('no overrides (undefined, null, {}) gives the default table', async (t) =
 
 t.test('override errors name the offending field', async (t) => {
   const cases: [unknown, string, RegExp][] = [
-    [{ text: { 'alpha-haiku-4-5': { input: '1.1234567' } } }, 'prices.text.alpha-haiku-4-5.input', /at most 6 decimals/],
-    [{ text: { 'alpha-haiku-4-5': { output: '-1' } } }, 'prices.text.alpha-haiku-4-5.output', /non-negative USD decimal/],
+    [
+      { text: { 'alpha-haiku-4-5': { input: '1.1234567' } } },
+      'prices.text.alpha-haiku-4-5.input',
+      /at most 6 decimals/,
+    ],
+    [
+      { text: { 'alpha-haiku-4-5': { output: '-1' } } },
+      'prices.text.alpha-haiku-4-5.output',
+      /non-negative USD decimal/,
+    ],
     [{ text: { 'alpha-haiku-4-5': { output: 1 } } }, 'prices.text.alpha-haiku-4-5.output', /expected string/],
     [{ text: { 'alpha-haiku-4-5': { output: '1e3' } } }, 'prices.text.alpha-haiku-4-5.output', /USD decimal/],
-    [{ text: { 'alpha-haiku-4-5': { cache_write: '1' } } }, 'prices.text.alpha-haiku-4-5', /Unrecognized key.*cache_write/],
+    [
+      { text: { 'alpha-haiku-4-5': { cache_write: '1' } } },
+      'prices.text.alpha-haiku-4-5',
+      /Unrecognized key.*cache_write/,
+    ],
     [{ audio: {} }, 'prices', /Unrecognized key.*audio/],
     ['cheap', 'prices', /expected object/],
     [{ text: { 'img-pro': { input: '1' } } }, 'prices.text.img-pro', /img-pro is priced as image, not text/],
@@ -167,7 +207,10 @@ t.test('override errors name the offending field', async (t) => {
     [{ image: { 'img-3': { '1K': '1', '2K': '2' } } }, 'prices.image.img-3.4K', /missing/],
     [{ text: { 'gamma-z': { input: '1', output: '2' } } }, 'prices.text.gamma-z.cache_read', /missing/],
     [
-      { text: { 'm-1': { input: '1', output: '1', cache_read: '1' } }, image: { 'm-1': { '1K': '1', '2K': '1', '4K': '1' } } },
+      {
+        text: { 'm-1': { input: '1', output: '1', cache_read: '1' } },
+        image: { 'm-1': { '1K': '1', '2K': '1', '4K': '1' } },
+      },
       'prices.image.m-1',
       /m-1 is also listed under text/,
     ],

@@ -42,11 +42,26 @@ t.test('text worst case with huge bounds is exact', async (t) => {
 });
 
 t.test('text worst case rejects bad bounds, other kinds and unknown models', async (t) => {
-  t.throws(() => worstCaseText(T, 'alpha-opus-5', { inputTokensBound: -1, maxOutputTokens: 1, cacheWrite: 'none' }), /inputTokensBound/);
-  t.throws(() => worstCaseText(T, 'alpha-opus-5', { inputTokensBound: 1, maxOutputTokens: 1.5, cacheWrite: 'none' }), /maxOutputTokens/);
-  t.throws(() => worstCaseText(T, 'alpha-opus-5', { inputTokensBound: 1, maxOutputTokens: 1, cacheWrite: '24h' as 'none' }), /unknown cacheWrite/);
-  t.throws(() => worstCaseText(T, 'img-pro', { inputTokensBound: 1, maxOutputTokens: 1, cacheWrite: 'none' }), /img-pro is priced as image/);
-  t.throws(() => worstCaseText(T, 'nope', { inputTokensBound: 1, maxOutputTokens: 1, cacheWrite: 'none' }), /no price for model/);
+  t.throws(
+    () => worstCaseText(T, 'alpha-opus-5', { inputTokensBound: -1, maxOutputTokens: 1, cacheWrite: 'none' }),
+    /inputTokensBound/,
+  );
+  t.throws(
+    () => worstCaseText(T, 'alpha-opus-5', { inputTokensBound: 1, maxOutputTokens: 1.5, cacheWrite: 'none' }),
+    /maxOutputTokens/,
+  );
+  t.throws(
+    () => worstCaseText(T, 'alpha-opus-5', { inputTokensBound: 1, maxOutputTokens: 1, cacheWrite: '24h' as 'none' }),
+    /unknown cacheWrite/,
+  );
+  t.throws(
+    () => worstCaseText(T, 'img-pro', { inputTokensBound: 1, maxOutputTokens: 1, cacheWrite: 'none' }),
+    /img-pro is priced as image/,
+  );
+  t.throws(
+    () => worstCaseText(T, 'nope', { inputTokensBound: 1, maxOutputTokens: 1, cacheWrite: 'none' }),
+    /no price for model/,
+  );
 });
 
 t.test('image worst case: n images at the requested size', async (t) => {
@@ -80,7 +95,10 @@ function prng(seed: number): () => number {
 
 /** Exact fraction n/d (d > 0), reduced. A different formula from the code under test: per-term fractions summed. */
 class Frac {
-  constructor(readonly n: bigint, readonly d: bigint) {}
+  constructor(
+    readonly n: bigint,
+    readonly d: bigint,
+  ) {}
   static of(n: bigint, d = 1n): Frac {
     const g = gcd(n < 0n ? -n : n, d);
     return g === 0n ? new Frac(0n, 1n) : new Frac(n / g, d / g);
@@ -109,13 +127,18 @@ function gcd(a: bigint, b: bigint): bigint {
 }
 
 // A rate quoted in USD per 1,000,000 tokens is, numerically, atomic units per token (1e6 atomic per USD).
-interface RefRates { input: Frac; output: Frac; cacheRead: Frac }
+interface RefRates {
+  input: Frac;
+  output: Frac;
+  cacheRead: Frac;
+}
 const W5M = Frac.of(5n, 4n);
 const W1H = Frac.of(2n);
 
 function refPrice(r: RefRates, u: Usage): bigint {
   const tok = (n: number) => Frac.of(BigInt(n));
-  return tok(u.input_tokens).mul(r.input)
+  return tok(u.input_tokens)
+    .mul(r.input)
     .add(tok(u.output_tokens).mul(r.output))
     .add(tok(u.cache_read_tokens).mul(r.cacheRead))
     .add(tok(u.cache_write_5m_tokens).mul(r.input).mul(W5M))
@@ -154,18 +177,39 @@ t.test('property: for random tables, bounds and consistent usages, actual <= wor
   let attained = 0;
   for (let round = 0; round < 60; round++) {
     const doc: Record<string, { input: string; output: string; cache_read: string }> = {};
-    for (let m = 0; m < 5; m++) doc[`rand-${m}`] = { input: randomRate(rnd), output: randomRate(rnd), cache_read: randomRate(rnd) };
+    for (let m = 0; m < 5; m++)
+      doc[`rand-${m}`] = { input: randomRate(rnd), output: randomRate(rnd), cache_read: randomRate(rnd) };
     const table = buildPriceTable({ text: doc });
     const ids = [...Object.keys(doc), 'alpha-sonnet-4-6', 'gamma-q3', 'beta-5.6-sol'];
     for (let i = 0; i < 60; i++) {
       const id = ids[Math.floor(rnd() * ids.length)]!;
-      const q = doc[id] ?? { 'alpha-sonnet-4-6': { input: '3', output: '15', cache_read: '0.3' }, 'gamma-q3': { input: '0.3', output: '1.2', cache_read: '0.075' }, 'beta-5.6-sol': { input: '1.75', output: '14', cache_read: '0.175' } }[id]!;
-      const ref: RefRates = { input: Frac.decimal(q.input), output: Frac.decimal(q.output), cacheRead: Frac.decimal(q.cache_read) };
-      const bounds = { inputTokensBound: randomCount(rnd, 2e12), maxOutputTokens: randomCount(rnd, 1e9), cacheWrite: TIERS[Math.floor(rnd() * 3)]! };
+      const q =
+        doc[id] ??
+        {
+          'alpha-sonnet-4-6': { input: '3', output: '15', cache_read: '0.3' },
+          'gamma-q3': { input: '0.3', output: '1.2', cache_read: '0.075' },
+          'beta-5.6-sol': { input: '1.75', output: '14', cache_read: '0.175' },
+        }[id]!;
+      const ref: RefRates = {
+        input: Frac.decimal(q.input),
+        output: Frac.decimal(q.output),
+        cacheRead: Frac.decimal(q.cache_read),
+      };
+      const bounds = {
+        inputTokensBound: randomCount(rnd, 2e12),
+        maxOutputTokens: randomCount(rnd, 1e9),
+        cacheWrite: TIERS[Math.floor(rnd() * 3)]!,
+      };
       // A usage consistent with the bounds: the input side within the bound, only the writes the tier allows.
-      const [input, read, w5m, w1h] = split(rnd, randomCount(rnd, bounds.inputTokensBound), 4) as [number, number, number, number];
+      const [input, read, w5m, w1h] = split(rnd, randomCount(rnd, bounds.inputTokensBound), 4) as [
+        number,
+        number,
+        number,
+        number,
+      ];
       const usage = makeUsage({
-        input_tokens: bounds.cacheWrite === 'none' ? input + w5m + w1h : bounds.cacheWrite === '5m' ? input + w1h : input,
+        input_tokens:
+          bounds.cacheWrite === 'none' ? input + w5m + w1h : bounds.cacheWrite === '5m' ? input + w1h : input,
         cache_read_tokens: read,
         cache_write_5m_tokens: bounds.cacheWrite === 'none' ? 0 : w5m,
         cache_write_1h_tokens: bounds.cacheWrite === '1h' ? w1h : 0,
@@ -179,14 +223,41 @@ t.test('property: for random tables, bounds and consistent usages, actual <= wor
       if (bounds.cacheWrite === '5m') buckets.push(ref.input.mul(W5M));
       if (bounds.cacheWrite === '1h') buckets.push(ref.input.mul(W1H));
       const top = buckets.reduce((a, b) => (b.gt(a) ? b : a));
-      const expectedWorst = Frac.of(BigInt(bounds.inputTokensBound)).mul(top).add(Frac.of(BigInt(bounds.maxOutputTokens)).mul(ref.output)).ceil();
+      const expectedWorst = Frac.of(BigInt(bounds.inputTokensBound))
+        .mul(top)
+        .add(Frac.of(BigInt(bounds.maxOutputTokens)).mul(ref.output))
+        .ceil();
       // The bound is attained: every input token in the top bucket and max output.
-      const topBucket = top === ref.cacheRead ? 'cache_read_tokens' : top === ref.input ? 'input_tokens' : bounds.cacheWrite === '5m' ? 'cache_write_5m_tokens' : 'cache_write_1h_tokens';
-      const full = priceCall(table, id, makeUsage({ [topBucket]: bounds.inputTokensBound, output_tokens: bounds.maxOutputTokens }));
+      const topBucket =
+        top === ref.cacheRead
+          ? 'cache_read_tokens'
+          : top === ref.input
+            ? 'input_tokens'
+            : bounds.cacheWrite === '5m'
+              ? 'cache_write_5m_tokens'
+              : 'cache_write_1h_tokens';
+      const full = priceCall(
+        table,
+        id,
+        makeUsage({ [topBucket]: bounds.inputTokensBound, output_tokens: bounds.maxOutputTokens }),
+      );
       samples++;
       if (full === worst) attained++;
       if (actual > worst || actual !== expected || worst !== expectedWorst || full !== worst) {
-        if (failures.length < 5) failures.push(JSON.stringify({ id, q, bounds, usage, actual: `${actual}`, expected: `${expected}`, worst: `${worst}`, expectedWorst: `${expectedWorst}`, full: `${full}` }));
+        if (failures.length < 5)
+          failures.push(
+            JSON.stringify({
+              id,
+              q,
+              bounds,
+              usage,
+              actual: `${actual}`,
+              expected: `${expected}`,
+              worst: `${worst}`,
+              expectedWorst: `${expectedWorst}`,
+              full: `${full}`,
+            }),
+          );
       }
     }
   }

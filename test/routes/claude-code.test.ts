@@ -35,8 +35,14 @@ const h = await startHarness({
         return typeof v === 'string' ? v : undefined;
       };
       seen.push({
-        method: request.method, url: request.url, status: reply.statusCode, client: request.farebox?.client,
-        headers: { ...request.headers }, body: request.body, requestId: header('x-request-id'), billingChain: header('x-gw-billing-chain'),
+        method: request.method,
+        url: request.url,
+        status: reply.statusCode,
+        client: request.farebox?.client,
+        headers: { ...request.headers },
+        body: request.body,
+        requestId: header('x-request-id'),
+        billingChain: header('x-gw-billing-chain'),
       });
     });
   },
@@ -111,7 +117,13 @@ const messages = calls.filter((s) => /^\/v1\/messages(\?|$)/.test(s.url));
 t.test('claude -p runs headless against the gateway and prints the simulated answer', async (t) => {
   t.notOk(run.timedOut, `finished within ${TIMEOUT_MS / 1000} s`);
   t.equal(run.code, 0, `exit 0; stderr: ${run.stderr}`);
-  const out = JSON.parse(run.stdout) as { type: string; subtype: string; is_error: boolean; result: string; usage: { output_tokens: number } };
+  const out = JSON.parse(run.stdout) as {
+    type: string;
+    subtype: string;
+    is_error: boolean;
+    result: string;
+    usage: { output_tokens: number };
+  };
   t.match(out, { type: 'result', subtype: 'success', is_error: false });
   t.equal(out.usage.output_tokens, 5, 'the five tokens #sim:tokens=5 asked for');
   t.equal(out.result.trim().split(/\s+/).length, 5, `five simulated words: ${JSON.stringify(out.result)}`);
@@ -132,7 +144,8 @@ t.test('every request it made was recognised as the coding agent and served', as
   t.equal(main?.headers['x-app'], 'cli');
   t.equal(main?.headers.authorization, `Bearer ${h.key}`, 'ANTHROPIC_AUTH_TOKEN goes as a Bearer token');
   t.ok(
-    String(main?.headers['anthropic-beta'] ?? '').includes('claude-code-20250219') || Boolean(main?.headers['x-claude-code-session-id']),
+    String(main?.headers['anthropic-beta'] ?? '').includes('claude-code-20250219') ||
+      Boolean(main?.headers['x-claude-code-session-id']),
     'the claude-code beta or a session id',
   );
   const upstream = h.sim.received.filter((r) => r.url.startsWith('/v1/messages'));
@@ -162,16 +175,23 @@ t.test("the same request passes with Claude Code's headers and is refused with o
   if (!main) return;
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(main.headers)) {
-    if (typeof v === 'string' && !['host', 'content-length', 'connection', 'accept-encoding'].includes(k)) headers[k] = v;
+    if (typeof v === 'string' && !['host', 'content-length', 'connection', 'accept-encoding'].includes(k))
+      headers[k] = v;
   }
   const replay = (extra: Record<string, string>) =>
-    fetch(`${h.url}${main.url}`, { method: 'POST', headers: { ...headers, ...extra }, body: JSON.stringify(main.body) });
+    fetch(`${h.url}${main.url}`, {
+      method: 'POST',
+      headers: { ...headers, ...extra },
+      body: JSON.stringify(main.body),
+    });
   const same = await replay({});
   t.equal(same.status, 200, 'the replay passes');
   await same.arrayBuffer();
   const n = h.sim.received.length;
   // sst/opencode session/llm.ts: `opencode/<version>`, plus the AI SDK's suffix.
-  const refused = await replay({ 'user-agent': 'opencode/0.15.8 ai-sdk/anthropic/2.0.23 ai-sdk/provider-utils/3.0.10 runtime/bun/1.2.22' });
+  const refused = await replay({
+    'user-agent': 'opencode/0.15.8 ai-sdk/anthropic/2.0.23 ai-sdk/provider-utils/3.0.10 runtime/bun/1.2.22',
+  });
   t.equal(refused.status, 403);
   t.equal(refused.headers.get('x-should-retry'), 'false');
   t.match(await refused.json(), {

@@ -37,19 +37,30 @@ async function costsNothing(t: Test, call: () => Promise<string | null | undefin
   t.same(after, before, 'the wallet is as it was: nothing held, pending or debited');
 }
 
-const haiku = { model: 'alpha-haiku-4-5', max_tokens: 16, messages: [{ role: 'user' as const, content: text(200_001 - MESSAGE) }] };
+const haiku = {
+  model: 'alpha-haiku-4-5',
+  max_tokens: 16,
+  messages: [{ role: 'user' as const, content: text(200_001 - MESSAGE) }],
+};
 
-t.test('Anthropic SDK: one token over a 200,000-token window -> 400 "prompt is too long" in Anthropic\'s shape, free', async (t) => {
-  await costsNothing(t, async () => {
-    const err = await refusal(t, anthropic.messages.create(haiku), Anthropic.BadRequestError);
-    t.equal(err.status, 400);
-    t.match(err.error, {
-      type: 'error',
-      error: { type: 'invalid_request_error', message: 'prompt is too long: 200001 tokens > 200000 maximum', code: 'upstream_invalid_request' },
+t.test(
+  'Anthropic SDK: one token over a 200,000-token window -> 400 "prompt is too long" in Anthropic\'s shape, free',
+  async (t) => {
+    await costsNothing(t, async () => {
+      const err = await refusal(t, anthropic.messages.create(haiku), Anthropic.BadRequestError);
+      t.equal(err.status, 400);
+      t.match(err.error, {
+        type: 'error',
+        error: {
+          type: 'invalid_request_error',
+          message: 'prompt is too long: 200001 tokens > 200000 maximum',
+          code: 'upstream_invalid_request',
+        },
+      });
+      return err.requestID;
     });
-    return err.requestID;
-  });
-});
+  },
+);
 
 t.test('Anthropic SDK, streaming: the same 400 before the stream starts, free', async (t) => {
   await costsNothing(t, async () => {
@@ -60,17 +71,30 @@ t.test('Anthropic SDK, streaming: the same 400 before the stream starts, free', 
   });
 });
 
-const gamma = { model: 'gamma-q3', max_tokens: 16, messages: [{ role: 'user' as const, content: text(262_145 - CHAT) }] };
-const gammaMessage = "This model's maximum context length is 262144 tokens. However, your messages resulted in 262145 tokens. Please reduce the length of the messages.";
+const gamma = {
+  model: 'gamma-q3',
+  max_tokens: 16,
+  messages: [{ role: 'user' as const, content: text(262_145 - CHAT) }],
+};
+const gammaMessage =
+  "This model's maximum context length is 262144 tokens. However, your messages resulted in 262145 tokens. Please reduce the length of the messages.";
 
-t.test('OpenAI SDK: one token over an open-weight host\'s window -> 400 with the host\'s message in OpenAI\'s shape, free', async (t) => {
-  await costsNothing(t, async () => {
-    const err = await refusal(t, openai.chat.completions.create(gamma), OpenAI.BadRequestError);
-    t.equal(err.status, 400);
-    t.same(err.error, { message: gammaMessage, type: 'invalid_request_error', param: null, code: 'upstream_invalid_request' });
-    return err.requestID;
-  });
-});
+t.test(
+  "OpenAI SDK: one token over an open-weight host's window -> 400 with the host's message in OpenAI's shape, free",
+  async (t) => {
+    await costsNothing(t, async () => {
+      const err = await refusal(t, openai.chat.completions.create(gamma), OpenAI.BadRequestError);
+      t.equal(err.status, 400);
+      t.same(err.error, {
+        message: gammaMessage,
+        type: 'invalid_request_error',
+        param: null,
+        code: 'upstream_invalid_request',
+      });
+      return err.requestID;
+    });
+  },
+);
 
 t.test('OpenAI SDK, streaming: the same 400 before the stream starts, free', async (t) => {
   await costsNothing(t, async () => {
@@ -81,14 +105,19 @@ t.test('OpenAI SDK, streaming: the same 400 before the stream starts, free', asy
   });
 });
 
-t.test('OpenAI SDK on an alpha model: Anthropic\'s refusal through its OpenAI-compatible endpoint, free', async (t) => {
+t.test("OpenAI SDK on an alpha model: Anthropic's refusal through its OpenAI-compatible endpoint, free", async (t) => {
   await costsNothing(t, async () => {
     const err = await refusal(
       t,
       openai.chat.completions.create({ ...haiku, messages: [{ role: 'user', content: text(200_001 - CHAT) }] }),
       OpenAI.BadRequestError,
     );
-    t.same(err.error, { message: 'prompt is too long: 200001 tokens > 200000 maximum', type: 'invalid_request_error', param: null, code: 'upstream_invalid_request' });
+    t.same(err.error, {
+      message: 'prompt is too long: 200001 tokens > 200000 maximum',
+      type: 'invalid_request_error',
+      param: null,
+      code: 'upstream_invalid_request',
+    });
     return err.requestID;
   });
 });

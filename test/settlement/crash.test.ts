@@ -44,21 +44,32 @@ let child: ChildProcess | undefined;
 async function startGateway(): Promise<ChildProcess> {
   const port = await freePort();
   const configFile = join(dir, `farebox-${port}.json`);
-  writeFileSync(configFile, JSON.stringify({
-    ...embeddedDefault(sim.url),
-    server: { port, host: '127.0.0.1' },
-    metrics: { port: 0 },
-    redis: { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix },
-    chains: devChainsConfig(dev),
-    billing: { instance_timeout_ms: 1_500, claim_idle_ms: 2_000, batch_wait_ms: 0 },
-  }));
-  const env = { ...process.env, FAREBOX_CONFIG: configFile, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey, LOG_LEVEL: 'error' };
+  writeFileSync(
+    configFile,
+    JSON.stringify({
+      ...embeddedDefault(sim.url),
+      server: { port, host: '127.0.0.1' },
+      metrics: { port: 0 },
+      redis: { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix },
+      chains: devChainsConfig(dev),
+      billing: { instance_timeout_ms: 1_500, claim_idle_ms: 2_000, batch_wait_ms: 0 },
+    }),
+  );
+  const env = {
+    ...process.env,
+    FAREBOX_CONFIG: configFile,
+    FAREBOX_SIM_KEY: 'sim-key',
+    [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey,
+    LOG_LEVEL: 'error',
+  };
   const c = spawn(process.execPath, [...CLI, 'serve'], { env, stdio: ['ignore', 'ignore', 'inherit'] });
   url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 300 && c.exitCode === null; i++) {
     // Ours: farebox's health body, from a child still running; a listener that never answers cannot stall this.
-    const health = await fetch(`${url}/v1/health`, { signal: AbortSignal.timeout(2_000) })
-      .then((r) => (r.ok ? r.json() : null), () => null) as { status?: string; redis?: string } | null;
+    const health = (await fetch(`${url}/v1/health`, { signal: AbortSignal.timeout(2_000) }).then(
+      (r) => (r.ok ? r.json() : null),
+      () => null,
+    )) as { status?: string; redis?: string } | null;
     if (health?.status === 'ok' && health.redis === 'ok' && c.exitCode === null) return c;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -100,10 +111,19 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
       body: JSON.stringify({
-        model: 'gamma-k3', stream: i % 2 === 0, max_tokens: 100,
-        messages: [{ role: 'user', content: `load ${i} #sim:tokens=${5 + (i % 20)} #sim:chunk_delay_ms=${i % 3 === 0 ? 100 : 0}` }],
+        model: 'gamma-k3',
+        stream: i % 2 === 0,
+        max_tokens: 100,
+        messages: [
+          {
+            role: 'user',
+            content: `load ${i} #sim:tokens=${5 + (i % 20)} #sim:chunk_delay_ms=${i % 3 === 0 ? 100 : 0}`,
+          },
+        ],
       }),
-    }).then((r) => r.text()).catch(() => 'died');
+    })
+      .then((r) => r.text())
+      .catch(() => 'died');
   const inflight: Promise<string>[] = [];
   for (let i = 0; i < 120; i++) {
     inflight.push(call(i));
@@ -118,17 +138,27 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
   child = await startGateway();
   // The new instance releases the dead one's holds and takes over its unacknowledged debits.
   // Each phase takes seconds (the dead watcher's 10 s lease included); a stuck one fails with what is left.
-  await until('no hold left', async () => (await countOpenHolds(redis)) === 0 && (await heldRecords(account)) === 0, 40_000)
-    .catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
-  const w = await until('every debit onchain', async () => {
-    const x = await readWallet(redis, account, 'chain_a');
-    return x.pending === 0n && x.held === 0n && (await countQueuedDebits(redis, 'chain_a')) === 0 ? x : null;
-  }, 40_000).catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
+  await until(
+    'no hold left',
+    async () => (await countOpenHolds(redis)) === 0 && (await heldRecords(account)) === 0,
+    40_000,
+  ).catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
+  const w = await until(
+    'every debit onchain',
+    async () => {
+      const x = await readWallet(redis, account, 'chain_a');
+      return x.pending === 0n && x.held === 0n && (await countQueuedDebits(redis, 'chain_a')) === 0 ? x : null;
+    },
+    40_000,
+  ).catch(async (err: Error) => Promise.reject(new Error(`${err.message}: ${await state(account)}`)));
 
   const records = await listCallRecords(redis, account, 100_000);
   const debited = records.filter((r) => r.priceAtomic > 0n);
   t.ok(debited.length > 10, `${debited.length} debits recorded`);
-  t.ok(records.some((r) => r.status === 'free'), 'calls that died unsettled went free');
+  t.ok(
+    records.some((r) => r.status === 'free'),
+    'calls that died unsettled went free',
+  );
 
   const chain = createEvmChain('chain_a', devChainsConfig(dev).chain_a);
   const events = await chain.readEvents(0n, await chain.latestBlock());
@@ -145,7 +175,11 @@ t.test('SIGKILL under load, restart: every recorded debit charged onchain exactl
     t.equal(r.status, 'settled');
   }
   t.equal(charged.size, debited.length, 'nothing charged that was not recorded');
-  t.equal(sum, debited.reduce((a, r) => a + r.priceAtomic, 0n), 'charged amounts = recorded prices');
+  t.equal(
+    sum,
+    debited.reduce((a, r) => a + r.priceAtomic, 0n),
+    'charged amounts = recorded prices',
+  );
   t.equal(await chain.balanceOf(account as `0x${string}`), deposited - sum);
   t.equal(w.synced, deposited - sum, 'synced balance = onchain');
 });

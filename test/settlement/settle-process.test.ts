@@ -54,7 +54,9 @@ t.test('its watcher syncs a deposit, its settler charges the call onchain; the g
   // h.fund waits for the synced balance: only the settle process watches the chains.
   await h.fund('chain_a', 2_000_000n);
   const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
-  const { response } = await openai.chat.completions.create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+  const { response } = await openai.chat.completions
+    .create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi' }] })
+    .withResponse();
   const id = response.headers.get('x-request-id')!;
   const rec = await until(`settled ${id}`, async () => {
     const x = await getCallRecord(h.redis, id);
@@ -73,7 +75,11 @@ t.test('its watcher syncs a deposit, its settler charges the call onchain; the g
   t.match(own, /^farebox_settlement_batches_total\{chain="chain_a",result="mined"\} [1-9]/m);
   t.match(own, /^farebox_chain_events_total\{chain="chain_a",kind="deposited"\} [1-9]/m);
   const gateway = await (await fetch(h.metricsUrl)).text();
-  t.notMatch(gateway, /^farebox_settlement_batches_total\{chain="chain_a",result="mined"\} [1-9]/m, 'the gateway settled nothing');
+  t.notMatch(
+    gateway,
+    /^farebox_settlement_batches_total\{chain="chain_a",result="mined"\} [1-9]/m,
+    'the gateway settled nothing',
+  );
 });
 
 t.test('SIGTERM stops it cleanly', async (t) => {
@@ -88,11 +94,17 @@ t.test('on a Redis where no gateway published dev chains it says so and exits no
 });
 
 /** `farebox settle` on a config file of the embedded default's models with `edit` applied, no provider keys set. */
-function settleOnConfig(t: Test, args: string[], env: Record<string, string>, edit: (c: Record<string, unknown>) => void = () => {}) {
+function settleOnConfig(
+  t: Test,
+  args: string[],
+  env: Record<string, string>,
+  edit: (c: Record<string, unknown>) => void = () => {},
+) {
   const dir = mkdtempSync(join(tmpdir(), 'farebox-settle-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const input = embeddedDefault('http://127.0.0.1:9');
-  for (const p of Object.values(input.providers as Record<string, { key_env: string }>)) p.key_env = 'FAREBOX_TEST_PROVIDER_KEY_NOT_SET';
+  for (const p of Object.values(input.providers as Record<string, { key_env: string }>))
+    p.key_env = 'FAREBOX_TEST_PROVIDER_KEY_NOT_SET';
   input.chains = h.config.chains;
   input.redis = { url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: h.prefix };
   edit(input);
@@ -114,48 +126,58 @@ function settleOnConfig(t: Test, args: string[], env: Record<string, string>, ed
   return { child, done, started, stderr: () => err };
 }
 
-t.test('on FAREBOX_CONFIG it needs the settler keys, not the providers\' keys', async (t) => {
+t.test("on FAREBOX_CONFIG it needs the settler keys, not the providers' keys", async (t) => {
   const p = settleOnConfig(t, [], {});
   t.same((await p.started).metrics, null, 'no metrics port asked for');
   p.child.kill('SIGTERM');
   t.equal(await p.done, 0, p.stderr());
 });
 
-t.test('metrics.token_env puts its metrics behind the bearer token; the variable unset, it refuses to start', async (t) => {
-  const withToken = (c: Record<string, unknown>) => void (c.metrics = { token_env: 'FAREBOX_TEST_SETTLE_METRICS_TOKEN' });
-  const p = settleOnConfig(t, ['--metrics-port', '0'], { FAREBOX_TEST_SETTLE_METRICS_TOKEN: 's3cret' }, withToken);
-  const url = (await p.started).metrics!;
-  t.equal((await fetch(url)).status, 401, 'no token');
-  t.equal((await fetch(url, { headers: { authorization: 'Bearer wrong' } })).status, 401, 'a wrong token');
-  const ok = await fetch(url, { headers: { authorization: 'Bearer s3cret' } });
-  t.equal(ok.status, 200);
-  t.match(await ok.text(), /^farebox_settlement_failures_total\{chain="chain_a"\} 0$/m);
-  p.child.kill('SIGTERM');
-  t.equal(await p.done, 0, p.stderr());
+t.test(
+  'metrics.token_env puts its metrics behind the bearer token; the variable unset, it refuses to start',
+  async (t) => {
+    const withToken = (c: Record<string, unknown>) =>
+      void (c.metrics = { token_env: 'FAREBOX_TEST_SETTLE_METRICS_TOKEN' });
+    const p = settleOnConfig(t, ['--metrics-port', '0'], { FAREBOX_TEST_SETTLE_METRICS_TOKEN: 's3cret' }, withToken);
+    const url = (await p.started).metrics!;
+    t.equal((await fetch(url)).status, 401, 'no token');
+    t.equal((await fetch(url, { headers: { authorization: 'Bearer wrong' } })).status, 401, 'a wrong token');
+    const ok = await fetch(url, { headers: { authorization: 'Bearer s3cret' } });
+    t.equal(ok.status, 200);
+    t.match(await ok.text(), /^farebox_settlement_failures_total\{chain="chain_a"\} 0$/m);
+    p.child.kill('SIGTERM');
+    t.equal(await p.done, 0, p.stderr());
 
-  const unset = settleOnConfig(t, ['--metrics-port', '0'], {}, withToken);
-  await t.rejects(unset.started, /exited [1-9]/);
-  t.match(unset.stderr(), /FAREBOX_TEST_SETTLE_METRICS_TOKEN is not set/);
-});
+    const unset = settleOnConfig(t, ['--metrics-port', '0'], {}, withToken);
+    await t.rejects(unset.started, /exited [1-9]/);
+    t.match(unset.stderr(), /FAREBOX_TEST_SETTLE_METRICS_TOKEN is not set/);
+  },
+);
 
-t.test('Redis going away: the settle process logs it as JSON lines, never ioredis\'s own unhandled-error lines', async (t) => {
-  const relay = await outageRelay();
-  t.teardown(() => relay.close());
-  const p = settleOnConfig(t, [], {}, (c) => void (c.redis = { ...(c.redis as object), url: relay.url }));
-  await p.started;
-  relay.down();
-  // An outage long enough for several reconnects, then a second of them reconnecting: whatever any of its
-  // connections writes meanwhile is looked at, so no one event marks the end.
-  await new Promise((r) => setTimeout(r, 2_000));
-  relay.up();
-  await new Promise((r) => setTimeout(r, 1_000));
-  p.child.kill('SIGTERM');
-  await p.done;
-  const lines = p.stderr().split('\n').filter((l) => l.trim() !== '');
-  t.ok(lines.length > 0, 'the outage was logged');
-  t.notMatch(p.stderr(), /\[ioredis\]|Unhandled error event/);
-  for (const line of lines) {
-    const entry = JSON.parse(line) as { level?: string; msg?: string };
-    t.match(entry, { level: /^(error|warn)$/, msg: String }, line.slice(0, 100));
-  }
-});
+t.test(
+  "Redis going away: the settle process logs it as JSON lines, never ioredis's own unhandled-error lines",
+  async (t) => {
+    const relay = await outageRelay();
+    t.teardown(() => relay.close());
+    const p = settleOnConfig(t, [], {}, (c) => void (c.redis = { ...(c.redis as object), url: relay.url }));
+    await p.started;
+    relay.down();
+    // An outage long enough for several reconnects, then a second of them reconnecting: whatever any of its
+    // connections writes meanwhile is looked at, so no one event marks the end.
+    await new Promise((r) => setTimeout(r, 2_000));
+    relay.up();
+    await new Promise((r) => setTimeout(r, 1_000));
+    p.child.kill('SIGTERM');
+    await p.done;
+    const lines = p
+      .stderr()
+      .split('\n')
+      .filter((l) => l.trim() !== '');
+    t.ok(lines.length > 0, 'the outage was logged');
+    t.notMatch(p.stderr(), /\[ioredis\]|Unhandled error event/);
+    for (const line of lines) {
+      const entry = JSON.parse(line) as { level?: string; msg?: string };
+      t.match(entry, { level: /^(error|warn)$/, msg: String }, line.slice(0, 100));
+    }
+  },
+);

@@ -12,7 +12,10 @@ t.test('stores bytes under an unguessable id with a TTL, binary-safe, and serves
   const put = await store.put(bytes, 'image/png');
   t.ok(put);
   t.match(put!.id, /^[A-Za-z0-9_-]{32}$/);
-  t.ok(put!.expires >= before + 59_000 && put!.expires <= Date.now() + 61_000, 'expires a TTL from now, on Redis\'s clock');
+  t.ok(
+    put!.expires >= before + 59_000 && put!.expires <= Date.now() + 61_000,
+    "expires a TTL from now, on Redis's clock",
+  );
   const got = await store.get(put!.id);
   t.equal(got!.type, 'image/png');
   t.ok(got!.data.equals(bytes), 'the same bytes');
@@ -35,7 +38,12 @@ t.test('the byte budget: a store past it is refused; removed and expired images 
   const c = await store.put(Buffer.alloc(100), 'image/png');
   t.ok(c, 'its room is free again');
   t.equal(await store.put(Buffer.alloc(100), 'image/png'), null);
-  await until('b and c expired (ttl 300 ms)', async () => (await store.get(b!.id)) === null && (await store.get(c!.id)) === null, 5_000, 20);
+  await until(
+    'b and c expired (ttl 300 ms)',
+    async () => (await store.get(b!.id)) === null && (await store.get(c!.id)) === null,
+    5_000,
+    20,
+  );
   t.equal(await store.get(b!.id), null, 'expired');
   t.ok(await store.put(Buffer.alloc(200), 'image/png'), 'expired images left the count');
 });

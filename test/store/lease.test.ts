@@ -5,7 +5,8 @@ import { testRedis } from '../helpers/harness.js';
 // A prefix of this file's own, deleted in teardown whatever the tests did.
 const { redis } = await testRedis(t);
 
-const pair = (key: string, ttlMs = 10_000) => [new Lease(redis, key, 'a', ttlMs), new Lease(redis, key, 'b', ttlMs)] as const;
+const pair = (key: string, ttlMs = 10_000) =>
+  [new Lease(redis, key, 'a', ttlMs), new Lease(redis, key, 'b', ttlMs)] as const;
 
 t.test('a lease taken by A is refused to B; A taking it again keeps it', async (t) => {
   const [a, b] = pair('take');

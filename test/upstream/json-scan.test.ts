@@ -6,21 +6,24 @@ function scan(text: string, step: number, pick: (path: string, kind: ValueKind) 
   const streamed: string[] = [];
   let current: Buffer[] | null = null;
   const captured: Record<string, [string, boolean]> = {};
-  const s = new JsonScanner({
-    take: (path: JsonPath, kind) => {
-      const take = pick(path.join('.'), kind);
-      if (take === 'stream') current = [];
-      return take;
+  const s = new JsonScanner(
+    {
+      take: (path: JsonPath, kind) => {
+        const take = pick(path.join('.'), kind);
+        if (take === 'stream') current = [];
+        return take;
+      },
+      piece: (p) => current!.push(Buffer.from(p)),
+      stringEnd: () => {
+        streamed.push(Buffer.concat(current!).toString('utf8'));
+        current = null;
+      },
+      captured: (path, value, whole) => {
+        captured[path.join('.')] = [value, whole];
+      },
     },
-    piece: (p) => current!.push(Buffer.from(p)),
-    stringEnd: () => {
-      streamed.push(Buffer.concat(current!).toString('utf8'));
-      current = null;
-    },
-    captured: (path, value, whole) => {
-      captured[path.join('.')] = [value, whole];
-    },
-  }, maxCapture);
+    maxCapture,
+  );
   const bytes = Buffer.from(text, 'utf8');
   for (let i = 0; i < bytes.length; i += step) s.write(bytes.subarray(i, i + step));
   return { complete: s.end(), error: s.error, streamed, captured };
@@ -41,7 +44,16 @@ t.test('streams, captures and skips at any chunking, escapes resolved', async (t
   for (const step of [1, 2, 3, 7, 64, 4096]) {
     const r = scan(doc, step, (p, kind) => {
       if (p === 'data.0.b64_json') return 'stream';
-      if (p === 'usage' || p === 'created' || p === 'text' || p === 'flag' || p === 'nothing' || p === 'empty' || p === 'list') return 'capture';
+      if (
+        p === 'usage' ||
+        p === 'created' ||
+        p === 'text' ||
+        p === 'flag' ||
+        p === 'nothing' ||
+        p === 'empty' ||
+        p === 'list'
+      )
+        return 'capture';
       t.not(p.startsWith('usage.'), true, 'nothing inside a captured value is asked about');
       void kind;
       return 'skip';
@@ -68,7 +80,12 @@ t.test('escaped slashes in a streamed string come out as slashes, pieces are sli
 });
 
 t.test('captures are cut at the bound and say so', async (t) => {
-  const r = scan(JSON.stringify({ text: 'x'.repeat(100), obj: { long: 'y'.repeat(100) } }), 7, (p) => (p === 'text' || p === 'obj' ? 'capture' : 'skip'), 10);
+  const r = scan(
+    JSON.stringify({ text: 'x'.repeat(100), obj: { long: 'y'.repeat(100) } }),
+    7,
+    (p) => (p === 'text' || p === 'obj' ? 'capture' : 'skip'),
+    10,
+  );
   t.same(r.captured.text, ['x'.repeat(10), false]);
   t.equal(r.captured.obj![1], false);
   t.equal(r.captured.obj![0].length, 10);
@@ -86,13 +103,25 @@ t.test('incomplete or broken documents are not complete', async (t) => {
 
 t.test('array indices and keys make the path', async (t) => {
   const seen: string[] = [];
-  scan('{"candidates":[{"content":{"parts":[{"text":"a"},{"inlineData":{"mimeType":"image/png","data":"QQ=="}}]}}]}', 5, (p) => {
-    seen.push(p);
-    return 'skip';
-  });
+  scan(
+    '{"candidates":[{"content":{"parts":[{"text":"a"},{"inlineData":{"mimeType":"image/png","data":"QQ=="}}]}}]}',
+    5,
+    (p) => {
+      seen.push(p);
+      return 'skip';
+    },
+  );
   t.same(seen, [
-    '', 'candidates', 'candidates.0', 'candidates.0.content', 'candidates.0.content.parts', 'candidates.0.content.parts.0',
-    'candidates.0.content.parts.0.text', 'candidates.0.content.parts.1', 'candidates.0.content.parts.1.inlineData',
-    'candidates.0.content.parts.1.inlineData.mimeType', 'candidates.0.content.parts.1.inlineData.data',
+    '',
+    'candidates',
+    'candidates.0',
+    'candidates.0.content',
+    'candidates.0.content.parts',
+    'candidates.0.content.parts.0',
+    'candidates.0.content.parts.0.text',
+    'candidates.0.content.parts.1',
+    'candidates.0.content.parts.1.inlineData',
+    'candidates.0.content.parts.1.inlineData.mimeType',
+    'candidates.0.content.parts.1.inlineData.data',
   ]);
 });

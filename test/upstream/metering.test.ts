@@ -37,36 +37,53 @@ const anthropicStream = [
 const chunk = (o: object) => `data: ${JSON.stringify(o)}\n\n`;
 const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm' };
 const openaiStream = [
-  chunk({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }], usage: null }),
+  chunk({
+    ...base,
+    choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }],
+    usage: null,
+  }),
   chunk({ ...base, choices: [{ index: 0, delta: { content: 'Hi' }, finish_reason: null }], usage: null }),
   chunk({ ...base, choices: [{ index: 0, delta: { content: ' there' }, finish_reason: null }], usage: null }),
   chunk({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: null }),
-  chunk({ ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11, prompt_tokens_details: { cached_tokens: 0 } } }),
+  chunk({
+    ...base,
+    choices: [],
+    usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11, prompt_tokens_details: { cached_tokens: 0 } },
+  }),
   'data: [DONE]\n\n',
 ].join('');
 
 for (const sizes of [[100000], [1], [7, 13], [3, 64, 5]]) {
-  t.test(`anthropic stream cut into ${sizes.join('/')}-byte chunks: passes through unchanged, usage merged`, async (t) => {
-    const m = new SseMeter('anthropic');
-    const out = await run(m, anthropicStream, sizes);
-    t.equal(out, anthropicStream);
-    t.same(m.reading.usage, {
-      input_tokens: 12, cache_creation_input_tokens: 100, cache_read_input_tokens: 0,
-      cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 100 }, output_tokens: 2,
-    });
-    t.equal(m.reading.deltas, 2);
-    t.equal(m.reading.complete, true);
-    t.equal(m.reading.streamError, null);
-  });
+  t.test(
+    `anthropic stream cut into ${sizes.join('/')}-byte chunks: passes through unchanged, usage merged`,
+    async (t) => {
+      const m = new SseMeter('anthropic');
+      const out = await run(m, anthropicStream, sizes);
+      t.equal(out, anthropicStream);
+      t.same(m.reading.usage, {
+        input_tokens: 12,
+        cache_creation_input_tokens: 100,
+        cache_read_input_tokens: 0,
+        cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 100 },
+        output_tokens: 2,
+      });
+      t.equal(m.reading.deltas, 2);
+      t.equal(m.reading.complete, true);
+      t.equal(m.reading.streamError, null);
+    },
+  );
 
-  t.test(`openai stream cut into ${sizes.join('/')}-byte chunks: usage read, usage chunk kept when asked`, async (t) => {
-    const m = new SseMeter('openai', false);
-    const out = await run(m, openaiStream, sizes);
-    t.equal(out, openaiStream);
-    t.equal((m.reading.usage as { completion_tokens: number }).completion_tokens, 2);
-    t.equal(m.reading.complete, true);
-    t.equal(m.reading.deltas, 2, 'the role and finish chunks carry no tokens');
-  });
+  t.test(
+    `openai stream cut into ${sizes.join('/')}-byte chunks: usage read, usage chunk kept when asked`,
+    async (t) => {
+      const m = new SseMeter('openai', false);
+      const out = await run(m, openaiStream, sizes);
+      t.equal(out, openaiStream);
+      t.equal((m.reading.usage as { completion_tokens: number }).completion_tokens, 2);
+      t.equal(m.reading.complete, true);
+      t.equal(m.reading.deltas, 2, 'the role and finish chunks carry no tokens');
+    },
+  );
 
   t.test(`openai stream cut into ${sizes.join('/')}-byte chunks: usage chunk removed when not asked`, async (t) => {
     const m = new SseMeter('openai', true);
@@ -92,12 +109,17 @@ t.test('a chunk of whole events forwarded unchanged is passed on as the same buf
   t.equal(m.reading.bytesOut, chunk.length);
   const half = Buffer.from('event: ping\ndata: {"type":', 'utf8');
   t.equal(m.feed(half), null, 'no whole event yet');
-  t.equal(m.feed(Buffer.from(' "ping"}\n\n', 'utf8')), 'event: ping\ndata: {"type": "ping"}\n\n', 'joined with the carry: a new string');
+  t.equal(
+    m.feed(Buffer.from(' "ping"}\n\n', 'utf8')),
+    'event: ping\ndata: {"type": "ping"}\n\n',
+    'joined with the carry: a new string',
+  );
 });
 
 t.test('anthropic error event mid-stream is recorded, stream not complete', async (t) => {
   const m = new SseMeter('anthropic');
-  const text = anthropicStream.slice(0, anthropicStream.indexOf('event: content_block_stop')) +
+  const text =
+    anthropicStream.slice(0, anthropicStream.indexOf('event: content_block_stop')) +
     'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n';
   await run(m, text, [50]);
   t.equal(m.reading.streamError, 'Overloaded');
@@ -131,23 +153,44 @@ t.test('JSON meter: a body that is not JSON has no usage', async (t) => {
   t.equal(m.reading.complete, false);
 });
 
-t.test('deltaChars counts the generated characters of each delta: text, thinking, tool JSON, escapes as one', async (t) => {
-  const a = new SseMeter('anthropic');
-  const ev = (delta: object) => `event: content_block_delta\ndata: ${JSON.stringify({ type: 'content_block_delta', index: 0, delta })}\n\n`;
-  await run(a, [
-    ev({ type: 'thinking_delta', thinking: 'abcd' }),
-    ev({ type: 'signature_delta', signature: 'zzzzzzzzzzzz' }),
-    ev({ type: 'text_delta', text: 'line\n"quoted"' }),
-    ev({ type: 'input_json_delta', partial_json: '{"a":1}' }),
-  ].join(''), [5]);
-  t.equal(a.reading.deltas, 3, 'the signature carries no tokens');
-  t.equal(a.reading.deltaChars, 4 + 13 + 7);
-  const o = new SseMeter('openai');
-  await run(o, [
-    chunk({ ...base, choices: [{ index: 0, delta: { content: 'héllo\tworld' }, finish_reason: null }] }),
-    chunk({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: '{"x":"y"}' } }] }, finish_reason: null }] }),
-    chunk({ ...base, choices: [{ index: 0, delta: { reasoning_content: '\u00e9\u00e9' }, finish_reason: null }] }),
-  ].join(''), [9]);
-  t.equal(o.reading.deltas, 3);
-  t.equal(o.reading.deltaChars, 11 + 9 + 2);
-});
+t.test(
+  'deltaChars counts the generated characters of each delta: text, thinking, tool JSON, escapes as one',
+  async (t) => {
+    const a = new SseMeter('anthropic');
+    const ev = (delta: object) =>
+      `event: content_block_delta\ndata: ${JSON.stringify({ type: 'content_block_delta', index: 0, delta })}\n\n`;
+    await run(
+      a,
+      [
+        ev({ type: 'thinking_delta', thinking: 'abcd' }),
+        ev({ type: 'signature_delta', signature: 'zzzzzzzzzzzz' }),
+        ev({ type: 'text_delta', text: 'line\n"quoted"' }),
+        ev({ type: 'input_json_delta', partial_json: '{"a":1}' }),
+      ].join(''),
+      [5],
+    );
+    t.equal(a.reading.deltas, 3, 'the signature carries no tokens');
+    t.equal(a.reading.deltaChars, 4 + 13 + 7);
+    const o = new SseMeter('openai');
+    await run(
+      o,
+      [
+        chunk({ ...base, choices: [{ index: 0, delta: { content: 'héllo\tworld' }, finish_reason: null }] }),
+        chunk({
+          ...base,
+          choices: [
+            {
+              index: 0,
+              delta: { tool_calls: [{ index: 0, function: { arguments: '{"x":"y"}' } }] },
+              finish_reason: null,
+            },
+          ],
+        }),
+        chunk({ ...base, choices: [{ index: 0, delta: { reasoning_content: '\u00e9\u00e9' }, finish_reason: null }] }),
+      ].join(''),
+      [9],
+    );
+    t.equal(o.reading.deltas, 3);
+    t.equal(o.reading.deltaChars, 11 + 9 + 2);
+  },
+);

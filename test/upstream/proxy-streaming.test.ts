@@ -96,7 +96,10 @@ t.test('a caller that stops reading holds the upstream back; nothing is lost whe
   const held = written;
   const all = CHUNK.length * TOTAL;
   t.notOk(done, 'the upstream has not finished');
-  t.ok(held < all / 2, `held back after ${(held / 2 ** 20).toFixed(1)} MiB of ${all / 2 ** 20} MiB (socket buffers only)`);
+  t.ok(
+    held < all / 2,
+    `held back after ${(held / 2 ** 20).toFixed(1)} MiB of ${all / 2 ** 20} MiB (socket buffers only)`,
+  );
   let received = 0;
   let tail = '';
   res.on('data', (c: Buffer) => {

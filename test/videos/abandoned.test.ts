@@ -40,14 +40,21 @@ async function cancels(provider: string, outcome: string): Promise<number> {
  * (`matches`), and expect the SDK's abort. The simulator answers after its `#sim:delay_ms`, so the caller is gone
  * before anything comes back.
  */
-async function abandon(matches: (r: { method: string; url: string }) => boolean, call: (signal: AbortSignal) => Promise<unknown>): Promise<void> {
+async function abandon(
+  matches: (r: { method: string; url: string }) => boolean,
+  call: (signal: AbortSignal) => Promise<unknown>,
+): Promise<void> {
   const seen = h.sim.received.length;
   const ac = new AbortController();
-  const done = call(ac.signal).then(() => 'answered', (err: unknown) => err);
+  const done = call(ac.signal).then(
+    () => 'answered',
+    (err: unknown) => err,
+  );
   await until('the provider got the request', async () => h.sim.received.slice(seen).some(matches));
   ac.abort();
   const outcome = await done;
-  if (!(outcome instanceof OpenAI.APIUserAbortError)) throw new Error(`expected the SDK's abort, got ${String(outcome)}`);
+  if (!(outcome instanceof OpenAI.APIUserAbortError))
+    throw new Error(`expected the SDK's abort, got ${String(outcome)}`);
 }
 
 /** The account's newest call record once its hold is closed, with the wallet as it then stands. */
@@ -58,75 +65,126 @@ async function newestClosed(): Promise<CallRecord> {
   });
 }
 
-t.test('a video submit whose caller left while the provider accepted it: the upstream job is deleted, the account counted, nothing charged, no job', async (t) => {
-  const before = await readWallet(h.redis, h.account, 'chain_a');
-  const counted = await abandoned('videos');
-  const seen = h.sim.received.length;
-  await abandon(
-    (r) => r.method === 'POST' && r.url === '/v1/videos',
-    (signal) => openai.videos.create({ model: 'vidA-v6', prompt: 'left early #sim:delay_ms=800', seconds: '8', size: '1280x720' }, { signal }),
-  );
-  const del = await until('the provider is asked to delete the job', async () => h.sim.received.slice(seen).find((r) => r.method === 'DELETE'));
-  const upstreamId = /^\/v1\/videos\/(video_[A-Za-z0-9]+)$/.exec(del.url)?.[1];
-  t.ok(upstreamId, `DELETE /v1/videos/{id} (${del.url})`);
-  t.equal(del.headers.authorization, 'Bearer sim-key', 'with the operator\'s key');
-  t.equal(h.sim.received.slice(seen).filter((r) => r.method === 'POST').length, 1, 'one job was created upstream, the one deleted');
-  const gone = await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } });
-  t.equal(gone.status, 404, 'the provider no longer has the job: its render stopped');
-  await until('the cancel counted', async () => (await cancels('sim-openai', 'cancelled')) === 1);
+t.test(
+  'a video submit whose caller left while the provider accepted it: the upstream job is deleted, the account counted, nothing charged, no job',
+  async (t) => {
+    const before = await readWallet(h.redis, h.account, 'chain_a');
+    const counted = await abandoned('videos');
+    const seen = h.sim.received.length;
+    await abandon(
+      (r) => r.method === 'POST' && r.url === '/v1/videos',
+      (signal) =>
+        openai.videos.create(
+          { model: 'vidA-v6', prompt: 'left early #sim:delay_ms=800', seconds: '8', size: '1280x720' },
+          { signal },
+        ),
+    );
+    const del = await until('the provider is asked to delete the job', async () =>
+      h.sim.received.slice(seen).find((r) => r.method === 'DELETE'),
+    );
+    const upstreamId = /^\/v1\/videos\/(video_[A-Za-z0-9]+)$/.exec(del.url)?.[1];
+    t.ok(upstreamId, `DELETE /v1/videos/{id} (${del.url})`);
+    t.equal(del.headers.authorization, 'Bearer sim-key', "with the operator's key");
+    t.equal(
+      h.sim.received.slice(seen).filter((r) => r.method === 'POST').length,
+      1,
+      'one job was created upstream, the one deleted',
+    );
+    const gone = await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } });
+    t.equal(gone.status, 404, 'the provider no longer has the job: its render stopped');
+    await until('the cancel counted', async () => (await cancels('sim-openai', 'cancelled')) === 1);
 
-  const record = await newestClosed();
-  t.match(record, { model: 'vidA-v6', status: 'free', priceAtomic: 0n }, 'the hold was released: free');
-  const jobId = record.owner.replace(/^job:/, '');
-  t.match(jobId, /^video_[0-9a-f]{32}$/);
-  t.equal(await h.redis.exists(keys.video(jobId)), 0, 'no job recorded');
-  const after = await readWallet(h.redis, h.account, 'chain_a');
-  t.same([after.held, after.pending, after.available], [before.held, before.pending, before.available], 'the wallet as it was');
-  t.equal(await abandoned('videos'), counted + 1, 'farebox_abandoned_calls_total counted the account');
-});
+    const record = await newestClosed();
+    t.match(record, { model: 'vidA-v6', status: 'free', priceAtomic: 0n }, 'the hold was released: free');
+    const jobId = record.owner.replace(/^job:/, '');
+    t.match(jobId, /^video_[0-9a-f]{32}$/);
+    t.equal(await h.redis.exists(keys.video(jobId)), 0, 'no job recorded');
+    const after = await readWallet(h.redis, h.account, 'chain_a');
+    t.same(
+      [after.held, after.pending, after.available],
+      [before.held, before.pending, before.available],
+      'the wallet as it was',
+    );
+    t.equal(await abandoned('videos'), counted + 1, 'farebox_abandoned_calls_total counted the account');
+  },
+);
 
-t.test('Gemini has no cancel for video operations: nothing is sent, the render is counted as not stopped; the caller still pays nothing', async (t) => {
-  const before = await readWallet(h.redis, h.account, 'chain_a');
-  const counted = await abandoned('videos');
-  const seen = h.sim.received.length;
-  const frame = await toFile(await referencePng(640, 480), 'frame.png', { type: 'image/png' });
-  await abandon(
-    (r) => r.method === 'POST' && r.url.endsWith(':predictLongRunning'),
-    (signal) => openai.videos.create({ model: 'vidC-3', prompt: 'left early #sim:delay_ms=800', seconds: '5' as never, size: '640x480' as never, input_reference: frame }, { signal }),
-  );
-  await until('the cancel counted', async () => (await cancels('sim-gemini', 'unsupported')) === 1);
-  t.same(h.sim.received.slice(seen).map((r) => `${r.method} ${r.url.split('?')[0]}`).filter((r) => !r.endsWith(':predictLongRunning')), [], 'no request beyond the submit');
-  t.match(await newestClosed(), { model: 'vidC-3', status: 'free', priceAtomic: 0n });
-  const after = await readWallet(h.redis, h.account, 'chain_a');
-  t.same([after.held, after.available], [before.held, before.available]);
-  t.equal(await abandoned('videos'), counted + 1);
-});
+t.test(
+  'Gemini has no cancel for video operations: nothing is sent, the render is counted as not stopped; the caller still pays nothing',
+  async (t) => {
+    const before = await readWallet(h.redis, h.account, 'chain_a');
+    const counted = await abandoned('videos');
+    const seen = h.sim.received.length;
+    const frame = await toFile(await referencePng(640, 480), 'frame.png', { type: 'image/png' });
+    await abandon(
+      (r) => r.method === 'POST' && r.url.endsWith(':predictLongRunning'),
+      (signal) =>
+        openai.videos.create(
+          {
+            model: 'vidC-3',
+            prompt: 'left early #sim:delay_ms=800',
+            seconds: '5' as never,
+            size: '640x480' as never,
+            input_reference: frame,
+          },
+          { signal },
+        ),
+    );
+    await until('the cancel counted', async () => (await cancels('sim-gemini', 'unsupported')) === 1);
+    t.same(
+      h.sim.received
+        .slice(seen)
+        .map((r) => `${r.method} ${r.url.split('?')[0]}`)
+        .filter((r) => !r.endsWith(':predictLongRunning')),
+      [],
+      'no request beyond the submit',
+    );
+    t.match(await newestClosed(), { model: 'vidC-3', status: 'free', priceAtomic: 0n });
+    const after = await readWallet(h.redis, h.account, 'chain_a');
+    t.same([after.held, after.available], [before.held, before.available]);
+    t.equal(await abandoned('videos'), counted + 1);
+  },
+);
 
-t.test('a text call whose caller left before the first byte is free and counted; one cut after content reached it is charged, not counted', async (t) => {
-  const before = await readWallet(h.redis, h.account, 'chain_a');
-  const counted = await abandoned('chat_completions');
-  await abandon(
-    (r) => r.method === 'POST' && r.url === '/v1/chat/completions',
-    (signal) => openai.chat.completions.create({ model: 'beta-5.6-sol', messages: [{ role: 'user', content: 'never read #sim:delay_ms=800' }] }, { signal }),
-  );
-  t.match(await newestClosed(), { model: 'beta-5.6-sol', status: 'free', priceAtomic: 0n }, 'free');
-  t.equal((await readWallet(h.redis, h.account, 'chain_a')).available, before.available, 'nothing debited');
-  t.equal(await abandoned('chat_completions'), counted + 1, 'counted for the account');
+t.test(
+  'a text call whose caller left before the first byte is free and counted; one cut after content reached it is charged, not counted',
+  async (t) => {
+    const before = await readWallet(h.redis, h.account, 'chain_a');
+    const counted = await abandoned('chat_completions');
+    await abandon(
+      (r) => r.method === 'POST' && r.url === '/v1/chat/completions',
+      (signal) =>
+        openai.chat.completions.create(
+          { model: 'beta-5.6-sol', messages: [{ role: 'user', content: 'never read #sim:delay_ms=800' }] },
+          { signal },
+        ),
+    );
+    t.match(await newestClosed(), { model: 'beta-5.6-sol', status: 'free', priceAtomic: 0n }, 'free');
+    t.equal((await readWallet(h.redis, h.account, 'chain_a')).available, before.available, 'nothing debited');
+    t.equal(await abandoned('chat_completions'), counted + 1, 'counted for the account');
 
-  // Left after generated tokens reached it: charged for them, so not an abandoned call.
-  const ac = new AbortController();
-  const stream = await openai.chat.completions.create({ model: 'beta-5.6-sol', stream: true, messages: [{ role: 'user', content: 'read some #sim:tokens=200 #sim:chunk_delay_ms=20' }] }, { signal: ac.signal });
-  let deltas = 0;
-  await (async () => {
-    for await (const chunk of stream) {
-      if (chunk.choices[0]?.delta?.content) deltas++;
-      if (deltas >= 5) ac.abort();
-    }
-  })().catch(() => {});
-  const cut = await newestClosed();
-  t.ok(cut.priceAtomic > 0n, `charged for what it read (${cut.price})`);
-  t.equal(await abandoned('chat_completions'), counted + 1, 'not counted');
-});
+    // Left after generated tokens reached it: charged for them, so not an abandoned call.
+    const ac = new AbortController();
+    const stream = await openai.chat.completions.create(
+      {
+        model: 'beta-5.6-sol',
+        stream: true,
+        messages: [{ role: 'user', content: 'read some #sim:tokens=200 #sim:chunk_delay_ms=20' }],
+      },
+      { signal: ac.signal },
+    );
+    let deltas = 0;
+    await (async () => {
+      for await (const chunk of stream) {
+        if (chunk.choices[0]?.delta?.content) deltas++;
+        if (deltas >= 5) ac.abort();
+      }
+    })().catch(() => {});
+    const cut = await newestClosed();
+    t.ok(cut.priceAtomic > 0n, `charged for what it read (${cut.price})`);
+    t.equal(await abandoned('chat_completions'), counted + 1, 'not counted');
+  },
+);
 
 t.test('an image call whose caller left before the first byte is free and counted', async (t) => {
   for (const model of ['img-pro', 'img-2']) {
@@ -142,40 +200,43 @@ t.test('an image call whose caller left before the first byte is free and counte
   }
 });
 
-t.test('a cancel the provider cannot answer is tried again after each wait, then given up; an answer ends it', async (t) => {
-  const errors: number[] = [];
-  const onError = (_err: unknown, attempt: number) => errors.push(attempt);
-  let tries = 0;
-  const flaky = async (): Promise<UpstreamCancel> => {
-    tries++;
-    if (tries < 3) throw new UpstreamRetry(503, undefined, 'busy');
-    return 'cancelled';
-  };
-  t.equal(await cancelWithRetries(flaky, { waitsMs: [5, 5], onError }), 'cancelled', 'the third try is answered');
-  t.same(errors, [1, 2]);
+t.test(
+  'a cancel the provider cannot answer is tried again after each wait, then given up; an answer ends it',
+  async (t) => {
+    const errors: number[] = [];
+    const onError = (_err: unknown, attempt: number) => errors.push(attempt);
+    let tries = 0;
+    const flaky = async (): Promise<UpstreamCancel> => {
+      tries++;
+      if (tries < 3) throw new UpstreamRetry(503, undefined, 'busy');
+      return 'cancelled';
+    };
+    t.equal(await cancelWithRetries(flaky, { waitsMs: [5, 5], onError }), 'cancelled', 'the third try is answered');
+    t.same(errors, [1, 2]);
 
-  errors.length = 0;
-  tries = 0;
-  const down = async (): Promise<UpstreamCancel> => {
-    tries++;
-    throw new Error('connection refused');
-  };
-  t.equal(await cancelWithRetries(down, { waitsMs: [5, 5], onError }), 'failed', 'given up');
-  t.equal(tries, 3, 'three tries, no more');
+    errors.length = 0;
+    tries = 0;
+    const down = async (): Promise<UpstreamCancel> => {
+      tries++;
+      throw new Error('connection refused');
+    };
+    t.equal(await cancelWithRetries(down, { waitsMs: [5, 5], onError }), 'failed', 'given up');
+    t.equal(tries, 3, 'three tries, no more');
 
-  tries = 0;
-  const refusing = async (): Promise<UpstreamCancel> => {
-    tries++;
-    return 'refused';
-  };
-  t.equal(await cancelWithRetries(refusing, { waitsMs: [5, 5], onError }), 'refused');
-  t.equal(tries, 1, 'a refusal is final');
+    tries = 0;
+    const refusing = async (): Promise<UpstreamCancel> => {
+      tries++;
+      return 'refused';
+    };
+    t.equal(await cancelWithRetries(refusing, { waitsMs: [5, 5], onError }), 'refused');
+    t.equal(tries, 1, 'a refusal is final');
 
-  const stop = new AbortController();
-  tries = 0;
-  const pending = cancelWithRetries(down, { waitsMs: [60_000], stop: stop.signal, onError });
-  await until('the first try', async () => tries === 1);
-  stop.abort();
-  t.equal(await pending, 'failed', 'a stopping instance waits no more');
-  t.equal(tries, 1);
-});
+    const stop = new AbortController();
+    tries = 0;
+    const pending = cancelWithRetries(down, { waitsMs: [60_000], stop: stop.signal, onError });
+    await until('the first try', async () => tries === 1);
+    stop.abort();
+    t.equal(await pending, 'failed', 'a stopping instance waits no more');
+    t.equal(tries, 1);
+  },
+);

@@ -6,7 +6,15 @@ import { validator } from '../helpers/conformance.js';
 import type { Simulator } from '../../plugins/simulator/index.js';
 
 /** A gateway whose poller follows jobs every 50-200 ms, on a simulator that renders in `renderMs`. */
-export function videoHarness(opts: { renderMs?: number; chains?: boolean; prefix?: string; sim?: Simulator; videos?: Record<string, unknown> } = {}): Promise<Harness> {
+export function videoHarness(
+  opts: {
+    renderMs?: number;
+    chains?: boolean;
+    prefix?: string;
+    sim?: Simulator;
+    videos?: Record<string, unknown>;
+  } = {},
+): Promise<Harness> {
   return startHarness({
     chains: opts.chains,
     prefix: opts.prefix,
@@ -27,7 +35,12 @@ export function sdk(h: Harness, key = h.key): OpenAI {
  * Submit, then poll `videos.retrieve` until the job ends, as the Python SDK's `videos.create_and_poll` does (the
  * Node SDK has no poll helper for videos). Returns every object seen, the submit's first.
  */
-export async function createAndPoll(openai: OpenAI, params: VideoCreateParams & Record<string, unknown>, everyMs = 50, timeoutMs = 20_000): Promise<{ seen: Video[]; requestId: string; chain: string | null }> {
+export async function createAndPoll(
+  openai: OpenAI,
+  params: VideoCreateParams & Record<string, unknown>,
+  everyMs = 50,
+  timeoutMs = 20_000,
+): Promise<{ seen: Video[]; requestId: string; chain: string | null }> {
   const { data, response } = await openai.videos.create(params as VideoCreateParams).withResponse();
   const seen: Video[] = [data];
   const deadline = Date.now() + timeoutMs;
@@ -52,10 +65,19 @@ export function videoSchemaErrors(v: unknown): string[] {
 }
 
 /** A multipart submit by fetch (repeated parts, a last_reference: beyond the SDK's VideoCreateParams). */
-export async function submitForm(h: Harness, fields: Record<string, string>, files: { name: string; bytes: Buffer; type?: string }[], key = h.key): Promise<{ status: number; json: any; headers: Headers }> {
+export async function submitForm(
+  h: Harness,
+  fields: Record<string, string>,
+  files: { name: string; bytes: Buffer; type?: string }[],
+  key = h.key,
+): Promise<{ status: number; json: any; headers: Headers }> {
   const form = new FormData();
   for (const [k, v] of Object.entries(fields)) form.append(k, v);
   files.forEach((f, i) => form.append(f.name, new Blob([f.bytes], { type: f.type ?? 'image/png' }), `ref-${i}.png`));
-  const res = await fetch(`${h.url}/v1/videos`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+  const res = await fetch(`${h.url}/v1/videos`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}` },
+    body: form,
+  });
   return { status: res.status, json: await res.json(), headers: res.headers };
 }

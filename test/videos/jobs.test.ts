@@ -26,10 +26,14 @@ const quiet = { error() {}, warn() {} };
 const usd = (s: string) => BigInt(Math.round(Number(s) * 1e6));
 
 async function recordOf(h: Harness, requestId: string, status: string) {
-  return until(`record ${status}`, async () => {
-    const r = await getCallRecord(h.redis, requestId);
-    return r?.status === status ? r : null;
-  }, 30_000);
+  return until(
+    `record ${status}`,
+    async () => {
+      const r = await getCallRecord(h.redis, requestId);
+      return r?.status === status ? r : null;
+    },
+    30_000,
+  );
 }
 
 t.test('a gateway restarted while its job renders: another instance completes it, charged once', async (t) => {
@@ -40,7 +44,9 @@ t.test('a gateway restarted while its job renders: another instance completes it
   t.teardown(async () => dropPrefix(a.redis, prefix));
   await a.fund('chain_a', 5_000_000n);
   const before = await readWallet(a.redis, a.account, 'chain_a');
-  const { data: job, response } = await sdk(a).videos.create({ model: 'vidA-v6', prompt: 'survives a restart', seconds: '12' }).withResponse();
+  const { data: job, response } = await sdk(a)
+    .videos.create({ model: 'vidA-v6', prompt: 'survives a restart', seconds: '12' })
+    .withResponse();
   const requestId = response.headers.get('x-request-id')!;
   await a.close();
 
@@ -49,10 +55,15 @@ t.test('a gateway restarted while its job renders: another instance completes it
   const openai = sdk(b, a.key);
   let v = await openai.videos.retrieve(job.id);
   t.equal(v.status, 'in_progress', 'the job survived the restart, still in progress');
-  v = await until('completed after the restart', async () => {
-    const x = await openai.videos.retrieve(job.id);
-    return x.status === 'completed' ? x : null;
-  }, 20_000, 100);
+  v = await until(
+    'completed after the restart',
+    async () => {
+      const x = await openai.videos.retrieve(job.id);
+      return x.status === 'completed' ? x : null;
+    },
+    20_000,
+    100,
+  );
   const clip = await probe(Buffer.from(await (await openai.videos.downloadContent(v.id)).arrayBuffer()));
   t.same([clip.width, clip.height, Math.round(clip.duration)], [1280, 720, 12]);
   const price = usd(DEFAULT_PRICES.video['vidA-v6']!['12']!);
@@ -68,10 +79,23 @@ t.test('a gateway restarted while its job renders: another instance completes it
 /** A second instance's video jobs on the same Redis and config, its poller not started (driven by the test). */
 function instanceOf(h: Harness, name: string): VideoJobs {
   const metrics = createMetrics({ defaults: false });
-  const billing = new Billing(h.redis, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, metrics, quiet);
+  const billing = new Billing(
+    h.redis,
+    { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 },
+    metrics,
+    quiet,
+  );
   const admission = new Admission(new RateLimiter(h.redis, h.config.limits), billing, quiet);
   const config = { ...h.config, videos: { ...h.config.videos, poller: true } };
-  return new VideoJobs({ redis: h.redis, config, upstreams: new Upstreams(), admission, metrics, log: quiet, instance: name });
+  return new VideoJobs({
+    redis: h.redis,
+    config,
+    upstreams: new Upstreams(),
+    admission,
+    metrics,
+    log: quiet,
+    instance: name,
+  });
 }
 
 t.test('two instances that see a job end at once: it moves once and is debited once', async (t) => {
@@ -79,15 +103,23 @@ t.test('two instances that see a job end at once: it moves once and is debited o
   t.teardown(() => h.close());
   await h.fund('chain_a', 5_000_000n);
   const before = await readWallet(h.redis, h.account, 'chain_a');
-  const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'raced', seconds: '4' }).withResponse();
+  const { data: job, response } = await sdk(h)
+    .videos.create({ model: 'vidA-v6', prompt: 'raced', seconds: '4' })
+    .withResponse();
   const requestId = response.headers.get('x-request-id')!;
   const [one, two] = [instanceOf(h, 'one'), instanceOf(h, 'two')];
   // Both see the provider's job completed.
   const upstreamId = (await one.store.get(job.id))!.upstreamId;
-  await until('rendered', async () => {
-    const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
-    return v.status === 'completed';
-  }, 30_000);
+  await until(
+    'rendered',
+    async () => {
+      const v = (await (
+        await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })
+      ).json()) as { status: string };
+      return v.status === 'completed';
+    },
+    30_000,
+  );
   const now = await redisNow(h.redis);
   await Promise.all([one.poller.follow(job.id, now), two.poller.follow(job.id, now), one.poller.follow(job.id, now)]);
   t.equal((await one.store.get(job.id))?.status, 'completed');
@@ -104,62 +136,95 @@ t.test('two instances that see a job end at once: it moves once and is debited o
   t.equal(before.synced - after.synced, price, 'charged once');
 });
 
-t.test('the hold belongs to the job: no sweep releases it while the job lives; it expires a settle margin past the job\'s deadline', async (t) => {
-  const prefix = testPrefix();
-  const sim = await startSimulator({ videoRenderMs: 600_000 });
-  t.teardown(() => sim.close());
-  const a = await videoHarness({ chains: true, sim, prefix, videos: { deadline_ms: 60_000 } });
-  // The test's own connection: the harness closes the gateway's with it.
-  const r = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
-  t.teardown(async () => {
-    await dropPrefix(r, prefix);
-    await closeRedis(r);
-  });
-  await a.fund('chain_a', 5_000_000n);
-  const { data: job, response } = await sdk(a).videos.create({ model: 'vidA-v6', prompt: 'orphaned', seconds: '4' }).withResponse();
-  const requestId = response.headers.get('x-request-id')!;
-  const held = await getCallRecord(a.redis, requestId);
-  t.equal(held?.owner, `job:${job.id}`);
-  const { deadline } = (await new VideoStore(a.redis, 0).get(job.id))!;
-  t.equal(held!.expires! - Number(deadline), VIDEO_HOLD_MARGIN_MS, 'the hold outlives the job\'s deadline by the hold margin');
-  t.ok(Math.abs(Number(deadline) - (job.created_at * 1000 + 60_000)) < 2_000, 'the deadline is deadline_ms past the submit');
-  // The instance that took the hold dies: every other instance's sweep runs, long after its heartbeat stopped.
-  await a.close();
-  const sweeper = new Billing(r, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, createMetrics({ defaults: false }), quiet);
-  t.equal(await sweeper.sweep(held!.expires! - 5_000), 0, 'swept 115 s on: nothing released');
-  t.equal((await getCallRecord(r, requestId))?.status, 'held', 'still held for the job');
-  t.equal(await sweeper.sweep(held!.expires! + 1), 1, 'swept past the deadline: released');
-  const free = await getCallRecord(r, requestId);
-  t.same([free?.status, free?.released], ['free', 'expired']);
-  t.equal((await readWallet(r, a.account, 'chain_a')).held, 0n);
-});
+t.test(
+  "the hold belongs to the job: no sweep releases it while the job lives; it expires a settle margin past the job's deadline",
+  async (t) => {
+    const prefix = testPrefix();
+    const sim = await startSimulator({ videoRenderMs: 600_000 });
+    t.teardown(() => sim.close());
+    const a = await videoHarness({ chains: true, sim, prefix, videos: { deadline_ms: 60_000 } });
+    // The test's own connection: the harness closes the gateway's with it.
+    const r = connectRedis({ url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix });
+    t.teardown(async () => {
+      await dropPrefix(r, prefix);
+      await closeRedis(r);
+    });
+    await a.fund('chain_a', 5_000_000n);
+    const { data: job, response } = await sdk(a)
+      .videos.create({ model: 'vidA-v6', prompt: 'orphaned', seconds: '4' })
+      .withResponse();
+    const requestId = response.headers.get('x-request-id')!;
+    const held = await getCallRecord(a.redis, requestId);
+    t.equal(held?.owner, `job:${job.id}`);
+    const { deadline } = (await new VideoStore(a.redis, 0).get(job.id))!;
+    t.equal(
+      held!.expires! - Number(deadline),
+      VIDEO_HOLD_MARGIN_MS,
+      "the hold outlives the job's deadline by the hold margin",
+    );
+    t.ok(
+      Math.abs(Number(deadline) - (job.created_at * 1000 + 60_000)) < 2_000,
+      'the deadline is deadline_ms past the submit',
+    );
+    // The instance that took the hold dies: every other instance's sweep runs, long after its heartbeat stopped.
+    await a.close();
+    const sweeper = new Billing(
+      r,
+      { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 },
+      createMetrics({ defaults: false }),
+      quiet,
+    );
+    t.equal(await sweeper.sweep(held!.expires! - 5_000), 0, 'swept 115 s on: nothing released');
+    t.equal((await getCallRecord(r, requestId))?.status, 'held', 'still held for the job');
+    t.equal(await sweeper.sweep(held!.expires! + 1), 1, 'swept past the deadline: released');
+    const free = await getCallRecord(r, requestId);
+    t.same([free?.status, free?.released], ['free', 'expired']);
+    t.equal((await readWallet(r, a.account, 'chain_a')).held, 0n);
+  },
+);
 
 t.test('a job still rendering at its deadline is failed and free, and its render stopped upstream', async (t) => {
   const h = await videoHarness({ chains: true, renderMs: 600_000, videos: { deadline_ms: 800 } });
   t.teardown(() => h.close());
   await h.fund('chain_a', 5_000_000n);
   const openai = sdk(h);
-  const { data: job, response } = await openai.videos.create({ model: 'vidA-v6', prompt: 'too slow', seconds: '4' }).withResponse();
+  const { data: job, response } = await openai.videos
+    .create({ model: 'vidA-v6', prompt: 'too slow', seconds: '4' })
+    .withResponse();
   const upstreamId = (await new VideoStore(h.redis, 0).get(job.id))!.upstreamId;
-  const v = await until('failed at its deadline', async () => {
-    const x = await openai.videos.retrieve(job.id);
-    return x.status === 'failed' ? x : null;
-  }, 10_000, 100);
+  const v = await until(
+    'failed at its deadline',
+    async () => {
+      const x = await openai.videos.retrieve(job.id);
+      return x.status === 'failed' ? x : null;
+    },
+    10_000,
+    100,
+  );
   t.equal(v.error?.code, 'deadline_exceeded');
   const record = await recordOf(h, response.headers.get('x-request-id')!, 'free');
   t.equal(record.priceAtomic, 0n);
-  const deleted = await until('the render stopped', async () => h.sim.received.find((r) => r.method === 'DELETE' && r.url === `/v1/videos/${upstreamId}`) ?? null);
-  t.equal(deleted.headers.authorization, 'Bearer sim-key', 'the operator\'s key asked the provider to stop it');
+  const deleted = await until(
+    'the render stopped',
+    async () => h.sim.received.find((r) => r.method === 'DELETE' && r.url === `/v1/videos/${upstreamId}`) ?? null,
+  );
+  t.equal(deleted.headers.authorization, 'Bearer sim-key', "the operator's key asked the provider to stop it");
 });
 
 /** Submit a 4 s vidA clip through the SDK and wait until the provider has rendered it (nothing polls it meanwhile). */
 async function submitRendered(h: Harness, one: ReturnType<typeof instanceOf>, prompt: string) {
   const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt, seconds: '4' }).withResponse();
   const upstreamId = (await one.store.get(job.id))!.upstreamId;
-  await until('rendered', async () => {
-    const v = (await (await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })).json()) as { status: string };
-    return v.status === 'completed';
-  }, 30_000);
+  await until(
+    'rendered',
+    async () => {
+      const v = (await (
+        await fetch(`${h.sim.url}/v1/videos/${upstreamId}`, { headers: { authorization: 'Bearer sim-key' } })
+      ).json()) as { status: string };
+      return v.status === 'completed';
+    },
+    30_000,
+  );
   return { job, requestId: response.headers.get('x-request-id')! };
 }
 
@@ -172,7 +237,12 @@ t.test('a clip seen completed after its hold was released fails, free: no wallet
   const { job, requestId } = await submitRendered(h, one, 'late');
   // The sweeper released the hold (say a stalled poller let it expire) just before the poll that sees the clip.
   const held = await getCallRecord(h.redis, requestId);
-  const sweeper = new Billing(h.redis, { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 }, createMetrics({ defaults: false }), quiet);
+  const sweeper = new Billing(
+    h.redis,
+    { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 },
+    createMetrics({ defaults: false }),
+    quiet,
+  );
   t.equal(await sweeper.sweep(held!.expires! + 1), 1);
   await one.poller.follow(job.id, await redisNow(h.redis));
   const v = await sdk(h).videos.retrieve(job.id);
@@ -191,9 +261,21 @@ t.test('a job whose debit cannot reach Redis stays open and its hold is closed b
   const one = instanceOf(h, 'one');
   const { job, requestId } = await submitRendered(h, one, 'unreached');
   // An admission whose debit gives up (Redis away through its retries, no spool).
-  const unreached = { finish: async () => { throw new DebitNotReached(requestId, new Error('Connection is closed.')); } } as unknown as Admission;
+  const unreached = {
+    finish: async () => {
+      throw new DebitNotReached(requestId, new Error('Connection is closed.'));
+    },
+  } as unknown as Admission;
   const config = { ...h.config, videos: { ...h.config.videos, poller: true } };
-  const failing = new VideoJobs({ redis: h.redis, config, upstreams: new Upstreams(), admission: unreached, metrics: createMetrics({ defaults: false }), log: quiet, instance: 'failing' });
+  const failing = new VideoJobs({
+    redis: h.redis,
+    config,
+    upstreams: new Upstreams(),
+    admission: unreached,
+    metrics: createMetrics({ defaults: false }),
+    log: quiet,
+    instance: 'failing',
+  });
   await t.rejects(failing.poller.follow(job.id, await redisNow(h.redis)), DebitNotReached);
   t.equal((await one.store.get(job.id))?.status, 'completed', 'the job completed');
   t.equal((await one.store.get(job.id))?.holdClosed, false, 'but its hold is not closed');
@@ -204,33 +286,43 @@ t.test('a job whose debit cannot reach Redis stays open and its hold is closed b
   t.equal((await recordOf(h, requestId, 'settled')).priceAtomic, usd(DEFAULT_PRICES.video['vidA-v6']!['4']!));
 });
 
-t.test('a poll is one Redis round trip (its poll limit and the job\'s read sent together) and no upstream call', async (t) => {
-  // No chains (no heartbeats) and no poller on this instance: every command on its connection is a poll's.
-  const h = await videoHarness({ videos: { poller: false } });
-  t.teardown(() => h.close());
-  const openai = sdk(h);
-  const job = await openai.videos.create({ model: 'vidA-v6', prompt: 'polled', seconds: '4' });
-  await openai.videos.retrieve(job.id); // the key is resolved and cached by now
-  // Each command as sent, with the commands still unanswered at that moment.
-  const sent: { name: string; inFlight: string[] }[] = [];
-  const pending = new Set<string>();
-  const redis = h.redis as Redis & { sendCommand: Redis['sendCommand'] };
-  const original = redis.sendCommand.bind(redis);
-  redis.sendCommand = ((cmd: { name: string; promise: Promise<unknown> }, ...rest: unknown[]) => {
-    const tag = `${cmd.name}#${sent.length}`;
-    sent.push({ name: cmd.name, inFlight: [...pending].map((p) => p.split('#')[0]!) });
-    pending.add(tag);
-    const out = (original as (...a: unknown[]) => unknown)(cmd, ...rest);
-    cmd.promise.finally(() => pending.delete(tag)).catch(() => {});
-    return out;
-  }) as Redis['sendCommand'];
-  const gets = h.sim.received.filter((r) => r.method === 'GET').length;
-  for (let i = 0; i < 50; i++) t.equal((await openai.videos.retrieve(job.id)).id, job.id);
-  redis.sendCommand = original;
-  t.same(sent.map((c) => c.name), Array(50).fill(['evalsha', 'hgetall']).flat(), '50 polls: the poll limit\'s script and the job\'s HGETALL each, nothing else');
-  t.ok(sent.filter((c) => c.name === 'hgetall').every((c) => c.inFlight.includes('evalsha')), 'each HGETALL sent before the script\'s answer: one round trip');
-  t.equal(h.sim.received.filter((r) => r.method === 'GET').length, gets, 'the provider was not asked');
-});
+t.test(
+  "a poll is one Redis round trip (its poll limit and the job's read sent together) and no upstream call",
+  async (t) => {
+    // No chains (no heartbeats) and no poller on this instance: every command on its connection is a poll's.
+    const h = await videoHarness({ videos: { poller: false } });
+    t.teardown(() => h.close());
+    const openai = sdk(h);
+    const job = await openai.videos.create({ model: 'vidA-v6', prompt: 'polled', seconds: '4' });
+    await openai.videos.retrieve(job.id); // the key is resolved and cached by now
+    // Each command as sent, with the commands still unanswered at that moment.
+    const sent: { name: string; inFlight: string[] }[] = [];
+    const pending = new Set<string>();
+    const redis = h.redis as Redis & { sendCommand: Redis['sendCommand'] };
+    const original = redis.sendCommand.bind(redis);
+    redis.sendCommand = ((cmd: { name: string; promise: Promise<unknown> }, ...rest: unknown[]) => {
+      const tag = `${cmd.name}#${sent.length}`;
+      sent.push({ name: cmd.name, inFlight: [...pending].map((p) => p.split('#')[0]!) });
+      pending.add(tag);
+      const out = (original as (...a: unknown[]) => unknown)(cmd, ...rest);
+      cmd.promise.finally(() => pending.delete(tag)).catch(() => {});
+      return out;
+    }) as Redis['sendCommand'];
+    const gets = h.sim.received.filter((r) => r.method === 'GET').length;
+    for (let i = 0; i < 50; i++) t.equal((await openai.videos.retrieve(job.id)).id, job.id);
+    redis.sendCommand = original;
+    t.same(
+      sent.map((c) => c.name),
+      Array(50).fill(['evalsha', 'hgetall']).flat(),
+      "50 polls: the poll limit's script and the job's HGETALL each, nothing else",
+    );
+    t.ok(
+      sent.filter((c) => c.name === 'hgetall').every((c) => c.inFlight.includes('evalsha')),
+      "each HGETALL sent before the script's answer: one round trip",
+    );
+    t.equal(h.sim.received.filter((r) => r.method === 'GET').length, gets, 'the provider was not asked');
+  },
+);
 
 t.test('one poller at a time: the lease names one instance, and another takes it when that one stops', async (t) => {
   const h = await videoHarness({ videos: { poller: false } });
@@ -248,11 +340,20 @@ t.test('one poller at a time: the lease names one instance, and another takes it
   await new Promise((r) => setTimeout(r, 300));
   t.equal(await h.redis.get('video-poller-lease'), holder, 'the holder keeps it');
   await (holder === 'one' ? one : two).stop();
-  const next = await until('taken over', async () => {
-    const v = await h.redis.get('video-poller-lease');
-    return v && v !== holder ? v : null;
-  }, 5_000);
+  const next = await until(
+    'taken over',
+    async () => {
+      const v = await h.redis.get('video-poller-lease');
+      return v && v !== holder ? v : null;
+    },
+    5_000,
+  );
   t.equal(next, holder === 'one' ? 'two' : 'one');
   const job = await sdk(h).videos.create({ model: 'vidA-v6', prompt: 'after a handover', seconds: '4' });
-  await until('completed by the new holder', async () => (await sdk(h).videos.retrieve(job.id)).status === 'completed', 10_000, 100);
+  await until(
+    'completed by the new holder',
+    async () => (await sdk(h).videos.retrieve(job.id)).status === 'completed',
+    10_000,
+    100,
+  );
 });

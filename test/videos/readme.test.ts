@@ -28,8 +28,13 @@ t.test('the README example completes, downloads the MP4 and is charged the publi
   });
   await h.fund('chain_a', 10_000_000n);
   // Only where it runs changes: this gateway's address, and the clip written to a temporary folder.
-  const code = snippet!.replace('http://127.0.0.1:8080/v1', `${h.url}/v1`).replace("'clip.mp4'", JSON.stringify(join(dir, 'clip.mp4')));
-  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', code], { env: { ...process.env, FAREBOX_KEY: h.key }, timeout: 60_000 });
+  const code = snippet!
+    .replace('http://127.0.0.1:8080/v1', `${h.url}/v1`)
+    .replace("'clip.mp4'", JSON.stringify(join(dir, 'clip.mp4')));
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', code], {
+    env: { ...process.env, FAREBOX_KEY: h.key },
+    timeout: 60_000,
+  });
   t.match(stdout, /^video_[0-9a-f]{32} completed/);
   const clip = await probe(await readFile(join(dir, 'clip.mp4')));
   t.same([clip.codec, clip.width, clip.height, Math.round(clip.duration)], ['h264', 1280, 720, 8]);
@@ -37,6 +42,10 @@ t.test('the README example completes, downloads the MP4 and is charged the publi
     const r = await listUsage(h.redis, h.account);
     return r.length && r[0]!.status !== 'held' ? r : null;
   });
-  t.equal(parseUsd(record!.price), parseUsd(publishPrices(h.config.prices).video['vidA-v6']!['8']!), 'the published price of an 8 s vidA-v6 clip');
+  t.equal(
+    parseUsd(record!.price),
+    parseUsd(publishPrices(h.config.prices).video['vidA-v6']!['8']!),
+    'the published price of an 8 s vidA-v6 clip',
+  );
   t.same([record!.model, record!.usage.video_seconds], ['vidA-v6', 8]);
 });

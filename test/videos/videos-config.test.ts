@@ -13,7 +13,11 @@ const h = await startHarness({
   videoRenderMs: 200,
   edit: (c) => {
     c.videos = { poll_initial_ms: 50, poll_max_ms: 100 };
-    c.providers['studio'] = { protocol: 'gemini', base_url: `${(c.providers['sim-gemini'] as { base_url: string }).base_url}`, key_env: 'FAREBOX_SIM_KEY' };
+    c.providers['studio'] = {
+      protocol: 'gemini',
+      base_url: `${(c.providers['sim-gemini'] as { base_url: string }).base_url}`,
+      key_env: 'FAREBOX_SIM_KEY',
+    };
     c.models.push({ id: 'studio-clip', family: 'vidC', provider: 'studio', upstream_model: 'veo-studio' });
     c.prices = { video: { 'studio-clip': clips } };
   },
@@ -25,26 +29,47 @@ t.test('priced, routed and checked as its family', async (t) => {
   t.equal(rates.kind === 'video' && rates.family, 'vidC');
   const openai = sdk(h);
   const frame = await OpenAI.toFile(await referencePng(64, 48), 'f.png', { type: 'image/png' });
-  const e = await openai.videos.create({ model: 'studio-clip', prompt: 'p', seconds: '4', input_reference: frame }).catch((err: unknown) => err);
+  const e = await openai.videos
+    .create({ model: 'studio-clip', prompt: 'p', seconds: '4', input_reference: frame })
+    .catch((err: unknown) => err);
   t.equal((e as Error).message, '400 studio-clip (vidC) takes seconds 5 or 8; got "4".');
-  const none = await openai.videos.create({ model: 'studio-clip', prompt: 'p', seconds: '8' as never }).catch((err: unknown) => err);
+  const none = await openai.videos
+    .create({ model: 'studio-clip', prompt: 'p', seconds: '8' as never })
+    .catch((err: unknown) => err);
   t.equal((none as InstanceType<typeof OpenAI.APIError>).code, 'missing_input_reference');
-  const v = await openai.videos.create({ model: 'studio-clip', prompt: 'p', seconds: '8' as never, size: '1920x1080' as never, input_reference: frame });
+  const v = await openai.videos.create({
+    model: 'studio-clip',
+    prompt: 'p',
+    seconds: '8' as never,
+    size: '1920x1080' as never,
+    input_reference: frame,
+  });
   t.equal(v.status, 'in_progress');
-  t.ok(h.sim.received.some((r) => r.url === '/v1beta/models/veo-studio:predictLongRunning'), 'its provider\'s model id, on its provider');
+  t.ok(
+    h.sim.received.some((r) => r.url === '/v1beta/models/veo-studio:predictLongRunning'),
+    "its provider's model id, on its provider",
+  );
 });
 
-t.test('a video model\'s config is checked when the gateway starts', async (t) => {
+t.test("a video model's config is checked when the gateway starts", async (t) => {
   const base = () => {
     const c = embeddedDefault('http://127.0.0.1:1');
     c.models.push({ id: 'clip-x', family: 'vidB', provider: 'sim-openai' });
     return c;
   };
   const env = { FAREBOX_SIM_KEY: 'k' };
-  t.throws(() => buildConfig(base(), env), new ConfigError(`invalid config: models.${base().models.length - 1}.id: clip-x has no video price (add it under prices.video)`));
+  t.throws(
+    () => buildConfig(base(), env),
+    new ConfigError(
+      `invalid config: models.${base().models.length - 1}.id: clip-x has no video price (add it under prices.video)`,
+    ),
+  );
   const wrong = base();
   wrong.prices = { video: { 'clip-x': { '4': '1' } } };
-  t.throws(() => buildConfig(wrong, env), /prices\.video\.clip-x\.4: vidB clips last 5, 8, 12, 16, 20, 24, 30 seconds only/);
+  t.throws(
+    () => buildConfig(wrong, env),
+    /prices\.video\.clip-x\.4: vidB clips last 5, 8, 12, 16, 20, 24, 30 seconds only/,
+  );
   const text = base();
   (text.models.at(-1) as { provider: string }).provider = 'sim-anthropic';
   t.throws(() => buildConfig(text, env), /video models are not served through the anthropic protocol of sim-anthropic/);
@@ -62,10 +87,20 @@ t.test('a video model\'s config is checked when the gateway starts', async (t) =
   }
 });
 
-t.test('multipart is parsed on the endpoints that take it only: text endpoints keep their JSON-only context', async (t) => {
-  const form = new FormData();
-  form.append('model', 'gamma-k3');
-  const res = await fetch(`${h.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${h.key}` }, body: form });
-  t.equal(res.status, 400);
-  t.match(((await res.json()) as { error: { message: string } }).error.message, /Content-Type must be application\/json/);
-});
+t.test(
+  'multipart is parsed on the endpoints that take it only: text endpoints keep their JSON-only context',
+  async (t) => {
+    const form = new FormData();
+    form.append('model', 'gamma-k3');
+    const res = await fetch(`${h.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${h.key}` },
+      body: form,
+    });
+    t.equal(res.status, 400);
+    t.match(
+      ((await res.json()) as { error: { message: string } }).error.message,
+      /Content-Type must be application\/json/,
+    );
+  },
+);

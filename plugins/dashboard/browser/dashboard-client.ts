@@ -20,7 +20,11 @@ interface Elem {
 interface Eip1193 {
   request(args: { method: string; params?: unknown[] }): Promise<unknown>;
 }
-declare const document: { getElementById(id: string): Elem | null; querySelector(selector: string): Elem | null; querySelectorAll(selector: string): ArrayLike<Elem> };
+declare const document: {
+  getElementById(id: string): Elem | null;
+  querySelector(selector: string): Elem | null;
+  querySelectorAll(selector: string): ArrayLike<Elem>;
+};
 declare const window: { ethereum?: Eip1193; location: { assign(url: string): void; reload(): void } };
 declare const navigator: { clipboard?: { writeText(text: string): Promise<void> } };
 
@@ -44,7 +48,10 @@ const page = JSON.parse(document.getElementById('dashboard-data')?.textContent ?
 
 /** An error whose message is for the person at the page. */
 class Shown extends Error {
-  constructor(message: string, readonly redirect?: string) {
+  constructor(
+    message: string,
+    readonly redirect?: string,
+  ) {
     super(message);
   }
 }
@@ -72,7 +79,12 @@ function describe(err: unknown): string {
 async function call<T>(path: string, body: unknown): Promise<T> {
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json' };
   if (page.csrf) headers['x-csrf-token'] = page.csrf;
-  const res = await fetch(`${page.base}/${path}`, { method: 'POST', credentials: 'same-origin', headers, body: JSON.stringify(body) });
+  const res = await fetch(`${page.base}/${path}`, {
+    method: 'POST',
+    credentials: 'same-origin',
+    headers,
+    body: JSON.stringify(body),
+  });
   const json = (await res.json().catch(() => null)) as { error?: { message?: string }; redirect?: string } | null;
   if (!res.ok) throw new Shown(json?.error?.message ?? `The dashboard answered ${res.status}.`, json?.redirect);
   return json as T;
@@ -98,10 +110,18 @@ async function ensureChain(eth: Eip1193, chainId: number): Promise<void> {
   try {
     await eth.request({ method: 'wallet_switchEthereumChain', params: [{ chainId: hexOf(chainId) }] });
   } catch (err) {
-    if (errorCode(err) !== 4902 || !chain) throw new Shown(`Switch your wallet to ${label}, then try again. (${describe(err)})`);
+    if (errorCode(err) !== 4902 || !chain)
+      throw new Shown(`Switch your wallet to ${label}, then try again. (${describe(err)})`);
     await eth.request({
       method: 'wallet_addEthereumChain',
-      params: [{ chainId: hexOf(chainId), chainName: `farebox ${chain.name}`, rpcUrls: [chain.rpc_url], nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 } }],
+      params: [
+        {
+          chainId: hexOf(chainId),
+          chainName: `farebox ${chain.name}`,
+          rpcUrls: [chain.rpc_url],
+          nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
+        },
+      ],
     });
   }
   if ((await chainIdOf(eth)) !== chainId) throw new Shown(`Switch your wallet to ${label}, then try again.`);
@@ -132,13 +152,18 @@ async function signIn(status: Elem | null): Promise<void> {
 }
 
 async function send(eth: Eip1193, tx: Tx): Promise<string> {
-  return String(await eth.request({ method: 'eth_sendTransaction', params: [{ from: page.account, to: tx.to, data: tx.data }] }));
+  return String(
+    await eth.request({ method: 'eth_sendTransaction', params: [{ from: page.account, to: tx.to, data: tx.data }] }),
+  );
 }
 
 type Balances = Record<string, Record<string, string>>;
 
 async function balances(): Promise<Balances> {
-  const res = await fetch(`${page.base}/wallets/balances.json`, { credentials: 'same-origin', headers: { accept: 'application/json' } });
+  const res = await fetch(`${page.base}/wallets/balances.json`, {
+    credentials: 'same-origin',
+    headers: { accept: 'application/json' },
+  });
   if (!res.ok) throw new Shown('Your session ended: sign in again.');
   return ((await res.json()) as { chains: Balances }).chains;
 }
@@ -179,8 +204,16 @@ async function deposit(form: Elem, status: Elem | null): Promise<void> {
   let hash: string;
   if (prep.method === 'authorization' && prep.typed_data) {
     say(status, 'Sign the deposit authorization in your wallet…');
-    const signature = await eth.request({ method: 'eth_signTypedData_v4', params: [page.account, JSON.stringify(prep.typed_data)] });
-    const { transaction } = await call<{ transaction: Tx }>('wallets/deposit/transaction', { chain, amount, authorization: prep.typed_data.message, signature });
+    const signature = await eth.request({
+      method: 'eth_signTypedData_v4',
+      params: [page.account, JSON.stringify(prep.typed_data)],
+    });
+    const { transaction } = await call<{ transaction: Tx }>('wallets/deposit/transaction', {
+      chain,
+      amount,
+      authorization: prep.typed_data.message,
+      signature,
+    });
     say(status, 'Confirm the deposit transaction in your wallet…');
     hash = await send(eth, transaction);
   } else {
@@ -196,7 +229,11 @@ async function deposit(form: Elem, status: Elem | null): Promise<void> {
 async function withdrawal(chain: string, op: string, amount: string, status: Elem | null): Promise<void> {
   const eth = wallet();
   const before = JSON.stringify((await balances())[chain]);
-  const { chain_id, transaction } = await call<{ chain_id: number; transaction: Tx }>('wallets/withdrawal', { chain, op, amount });
+  const { chain_id, transaction } = await call<{ chain_id: number; transaction: Tx }>('wallets/withdrawal', {
+    chain,
+    op,
+    amount,
+  });
   await ensureChain(eth, chain_id);
   say(status, 'Confirm the transaction in your wallet…');
   const hash = await send(eth, transaction);
@@ -220,7 +257,10 @@ async function run(control: Elem, status: Elem | null, action: () => Promise<voi
 }
 
 for (const b of Array.from(document.querySelectorAll('[data-action="sign-in"]'))) {
-  b.addEventListener('click', () => void run(b, document.querySelector('[data-status]'), () => signIn(document.querySelector('[data-status]'))));
+  b.addEventListener(
+    'click',
+    () => void run(b, document.querySelector('[data-status]'), () => signIn(document.querySelector('[data-status]'))),
+  );
 }
 
 const depositForm = document.querySelector('form[data-form="deposit"]');
@@ -237,20 +277,32 @@ const withdrawalStatus = document.querySelector('[data-status="withdrawal"]');
 if (withdrawalForm) {
   withdrawalForm.addEventListener('submit', (e) => {
     e.preventDefault();
-    void run(withdrawalForm, withdrawalStatus, () => withdrawal(field(withdrawalForm, 'chain'), 'request', field(withdrawalForm, 'amount'), withdrawalStatus));
+    void run(withdrawalForm, withdrawalStatus, () =>
+      withdrawal(field(withdrawalForm, 'chain'), 'request', field(withdrawalForm, 'amount'), withdrawalStatus),
+    );
   });
 }
 for (const b of Array.from(document.querySelectorAll('[data-action="withdrawal"]'))) {
-  b.addEventListener('click', () => void run(b, withdrawalStatus, () => withdrawal(b.dataset.chain ?? '', b.dataset.op ?? '', '', withdrawalStatus)));
+  b.addEventListener(
+    'click',
+    () =>
+      void run(b, withdrawalStatus, () => withdrawal(b.dataset.chain ?? '', b.dataset.op ?? '', '', withdrawalStatus)),
+  );
 }
 
 for (const b of Array.from(document.querySelectorAll('[data-copy]'))) {
   b.addEventListener('click', () => {
     const text = document.getElementById(b.dataset.copy ?? '')?.textContent ?? '';
-    const copied = navigator.clipboard ? navigator.clipboard.writeText(text) : Promise.reject(new Error('no clipboard'));
+    const copied = navigator.clipboard
+      ? navigator.clipboard.writeText(text)
+      : Promise.reject(new Error('no clipboard'));
     copied.then(
-      () => { b.textContent = 'Copied'; },
-      () => { b.textContent = 'Select the text to copy it'; },
+      () => {
+        b.textContent = 'Copied';
+      },
+      () => {
+        b.textContent = 'Select the text to copy it';
+      },
     );
   });
 }

@@ -41,9 +41,10 @@ ${copyable('snippet-claude', `export ANTHROPIC_BASE_URL=${gw}\nexport ANTHROPIC_
 }
 
 function keyRow(v: KeysView, k: KeyInfo): SafeHtml {
-  const action = k.revoked_at !== null
-    ? html`<span class="tag bad">revoked ${formatTime(k.revoked_at)}</span>`
-    : html`<form class="inline" method="post" action="${v.base}/keys/${k.id}/revoke">
+  const action =
+    k.revoked_at !== null
+      ? html`<span class="tag bad">revoked ${formatTime(k.revoked_at)}</span>`
+      : html`<form class="inline" method="post" action="${v.base}/keys/${k.id}/revoke">
 <input type="hidden" name="_csrf" value="${v.csrf}"><button class="danger" type="submit" aria-label="${`Revoke key ${k.name || k.id}`}">Revoke</button></form>`;
   return html`<tr data-key-id="${k.id}"><td data-label="Name">${k.name || html`<span class="muted">unnamed</span>`}</td><td class="mono" data-label="ID">${k.id}</td>
 <td data-label="Created">${formatTime(k.created_at)}</td><td data-label="Last used">${k.last_used_at === null ? html`<span class="muted">never</span>` : formatTime(k.last_used_at)}</td><td>${action}</td></tr>`;
@@ -66,10 +67,12 @@ export function keysBody(v: KeysView): SafeHtml {
 <dt>Claude Code</dt><dd><code>ANTHROPIC_BASE_URL=${gw}</code> and <code>ANTHROPIC_AUTH_TOKEN=</code>your key</dd>
 </dl>
 <h2>Your keys</h2>
-${v.keys.length === 0
+${
+  v.keys.length === 0
     ? html`<p class="muted">No keys yet.</p>`
     : html`<div class="table-wrap" role="region" aria-label="Your keys" tabindex="0"><table class="stack">
 <thead><tr><th scope="col">Name</th><th scope="col">ID</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col"><span class="visually-hidden">Action</span></th></tr></thead>
-<tbody>${v.keys.map((k) => keyRow(v, k))}</tbody></table></div>`}
+<tbody>${v.keys.map((k) => keyRow(v, k))}</tbody></table></div>`
+}
 <p class="muted">A revoked key answers 401 at once, on every gateway instance. "Last used" is updated at most once a minute.</p>`;
 }

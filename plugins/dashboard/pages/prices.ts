@@ -8,14 +8,20 @@ import { html, type SafeHtml } from '../html.js';
 
 /** The Prices page's body. */
 export function pricesBody(p: { base: string; doc: PricesDocument; table: PriceTable }): SafeHtml {
-  const cell = (model: string, field: string, label: string, value: string) => html`<td class="num" data-label="${label}" data-model="${model}" data-field="${field}">$${value}</td>`;
+  const cell = (model: string, field: string, label: string, value: string) =>
+    html`<td class="num" data-label="${label}" data-model="${model}" data-field="${field}">$${value}</td>`;
   const text = Object.entries(p.doc.text).map(([id, r]) => {
     const rates = p.table[id];
     const input = rates?.kind === 'text' ? rates.input : 0n;
     return html`<tr><th scope="row">${id}</th>${cell(id, 'input', 'Input', r.input)}${cell(id, 'output', 'Output', r.output)}${cell(id, 'cache_read', 'Cache read', r.cache_read)}${cell(id, 'cache_write_5m', 'Cache write 5 min', scaledRate(input, 5n, 4n))}${cell(id, 'cache_write_1h', 'Cache write 1 h', rate(input * 2n))}</tr>`;
   });
-  const images = Object.entries(p.doc.image).map(([id, r]) => html`<tr><th scope="row">${id}</th>${IMAGE_SIZES.map((s) => cell(id, s, s, r[s]))}</tr>`);
-  const video = Object.entries(p.doc.video).map(([id, r]) => html`<tr><th scope="row">${id}</th><td class="wrap">${Object.entries(r).map(([s, v], i) => html`${i ? ' · ' : ''}<span data-model="${id}" data-field="${s}">${s} s: $${v}</span>`)}</td></tr>`);
+  const images = Object.entries(p.doc.image).map(
+    ([id, r]) => html`<tr><th scope="row">${id}</th>${IMAGE_SIZES.map((s) => cell(id, s, s, r[s]))}</tr>`,
+  );
+  const video = Object.entries(p.doc.video).map(
+    ([id, r]) =>
+      html`<tr><th scope="row">${id}</th><td class="wrap">${Object.entries(r).map(([s, v], i) => html`${i ? ' · ' : ''}<span data-model="${id}" data-field="${s}">${s} s: $${v}</span>`)}</td></tr>`,
+  );
   return html`<p>What each call costs, in USD, billed per call from your wallet on the chain it names. Only output actually delivered is charged: a failed call, or a failed video, costs nothing.
 The same table in JSON: <a href="${p.base}/prices.json">prices.json</a>.</p>
 <h2>Text, per 1,000,000 tokens</h2>

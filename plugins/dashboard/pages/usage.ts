@@ -18,7 +18,13 @@ export interface UsageView {
 
 const TX = /^0x[0-9a-fA-F]{64}$/;
 
-const STATE_TAGS: Record<UsageRecord['status'], string> = { held: 'warn', pending: 'warn', settled: 'ok', failed: 'bad', free: '' };
+const STATE_TAGS: Record<UsageRecord['status'], string> = {
+  held: 'warn',
+  pending: 'warn',
+  settled: 'ok',
+  failed: 'bad',
+  free: '',
+};
 
 function settlement(v: UsageView, r: UsageRecord): SafeHtml {
   if (!r.tx || !TX.test(r.tx)) return html`<span class="muted">—</span>`;
@@ -29,9 +35,13 @@ function settlement(v: UsageView, r: UsageRecord): SafeHtml {
 }
 
 const KINDS: [keyof UsageRecord['usage'] & string, string, string][] = [
-  ['input_tokens', 'input', 'input'], ['output_tokens', 'output', 'output'], ['cache_read_tokens', 'cache read', 'cache read'],
-  ['cache_write_5m_tokens', 'cache write 5 min', 'cache write 5 min'], ['cache_write_1h_tokens', 'cache write 1 h', 'cache write 1 h'],
-  ['images', 'image', 'images'], ['video_seconds', 'video second', 'video seconds'],
+  ['input_tokens', 'input', 'input'],
+  ['output_tokens', 'output', 'output'],
+  ['cache_read_tokens', 'cache read', 'cache read'],
+  ['cache_write_5m_tokens', 'cache write 5 min', 'cache write 5 min'],
+  ['cache_write_1h_tokens', 'cache write 1 h', 'cache write 1 h'],
+  ['images', 'image', 'images'],
+  ['video_seconds', 'video second', 'video seconds'],
 ];
 
 /** What a call used, kind by kind (tokens by kind, images, video seconds), leaving out the kinds it did not use. */
@@ -40,7 +50,9 @@ function usageCell(r: UsageRecord): SafeHtml {
     const n = r.usage[f] ?? 0;
     return html`<span data-usage="${f}">${n.toLocaleString('en-US')} ${n === 1 ? one : many}${f.endsWith('_tokens') ? html` ${n === 1 ? 'token' : 'tokens'}` : ''}</span>`;
   });
-  return parts.length ? html`${parts.map((p, i) => html`${i ? html`<br>` : ''}${p}`)}` : html`<span class="muted">nothing delivered</span>`;
+  return parts.length
+    ? html`${parts.map((p, i) => html`${i ? html`<br>` : ''}${p}`)}`
+    : html`<span class="muted">nothing delivered</span>`;
 }
 
 function row(v: UsageView, r: UsageRecord): SafeHtml {
@@ -61,12 +73,14 @@ ${v.hasNext ? html`<a href="${v.base}/usage?page=${v.page + 1}" rel="next">Older
 ${v.chart}
 <h2>Calls</h2>
 <p><a href="${v.base}/usage.csv" download>Export every call as CSV</a> <span class="muted">(the records the gateway keeps, newest first)</span></p>
-${v.records.length === 0
+${
+  v.records.length === 0
     ? html`<p class="muted">${v.page > 1 ? 'No older calls.' : 'No calls yet: create a key on the Keys page and make a call.'}</p>`
     : html`<div class="table-wrap" role="region" aria-label="Calls, newest first" tabindex="0"><table class="stack">
 <thead><tr><th scope="col">Time</th><th scope="col">Model</th><th scope="col">Key</th><th scope="col">Usage</th><th scope="col" class="num">Price (USD)</th>
 <th scope="col">Chain</th><th scope="col">State</th><th scope="col">Settlement</th></tr></thead>
-<tbody>${v.records.map((r) => row(v, r))}</tbody></table></div>`}
+<tbody>${v.records.map((r) => row(v, r))}</tbody></table></div>`
+}
 ${pager}
 <p class="muted">States: held (running, its worst-case price held), pending (charged, not yet onchain), settled (charged onchain), failed (the escrow refused the charge), free (nothing delivered, nothing charged).</p>`;
 }

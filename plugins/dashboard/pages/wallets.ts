@@ -48,11 +48,16 @@ function chainOptions(selected: string): SafeHtml[] {
 }
 
 function balances(v: WalletsView): SafeHtml {
-  const cell = (r: WalletRow, field: string, label: string, amount: bigint) => html`<td class="num" data-label="${label}" data-chain="${r.name}" data-field="${field}">${usd(amount)}</td>`;
+  const cell = (r: WalletRow, field: string, label: string, amount: bigint) =>
+    html`<td class="num" data-label="${label}" data-chain="${r.name}" data-field="${field}">${usd(amount)}</td>`;
   return html`<div class="table-wrap" role="region" aria-label="Balances per chain" tabindex="0"><table class="stack">
 <thead><tr><th scope="col">Chain</th><th scope="col" class="num">Balance</th><th scope="col" class="num">Held</th><th scope="col" class="num">Pending</th><th scope="col" class="num">Withdrawal requested</th><th scope="col" class="num">Available</th></tr></thead>
-<tbody>${v.rows.map((r) => html`<tr><th scope="row">${r.name}${r.name === v.defaultChain ? html` <span class="tag ok">default</span>` : ''}</th>
-${cell(r, 'balance', 'Balance', r.balance)}${cell(r, 'held', 'Held', r.held)}${cell(r, 'pending', 'Pending', r.pending)}${cell(r, 'locked', 'Withdrawal requested', r.locked)}${cell(r, 'available', 'Available', r.available < 0n ? 0n : r.available)}</tr>`)}</tbody>
+<tbody>${v.rows.map(
+    (
+      r,
+    ) => html`<tr><th scope="row">${r.name}${r.name === v.defaultChain ? html` <span class="tag ok">default</span>` : ''}</th>
+${cell(r, 'balance', 'Balance', r.balance)}${cell(r, 'held', 'Held', r.held)}${cell(r, 'pending', 'Pending', r.pending)}${cell(r, 'locked', 'Withdrawal requested', r.locked)}${cell(r, 'available', 'Available', r.available < 0n ? 0n : r.available)}</tr>`,
+  )}</tbody>
 </table></div>
 <p class="muted">USD. Balance: the escrow's balance as the gateway last synced it. Held: calls running now, at their worst-case price.
 Pending: calls charged but not yet settled onchain. Available = balance − withdrawal requested − pending − held: a call runs only if it covers the call's worst-case price.</p>`;
@@ -61,17 +66,23 @@ Pending: calls charged but not yet settled onchain. Available = balance − with
 function withdrawals(v: WalletsView): SafeHtml {
   const requests = v.rows.filter((r) => r.withdrawal);
   const unknown = v.rows.filter((r) => r.withdrawal === undefined).map((r) => r.name);
-  const delays = [...new Set(v.rows.map((r) => (r.delay === undefined ? null : formatDuration(r.delay))).filter(Boolean))];
+  const delays = [
+    ...new Set(v.rows.map((r) => (r.delay === undefined ? null : formatDuration(r.delay))).filter(Boolean)),
+  ];
   return html`<h2>Withdraw</h2>
 <p>A withdrawal takes two steps: request it, then withdraw once the escrow's timelock has passed${delays.length ? html` (${delays.join(', ')})` : ''}.
 From the request on, the amount is no longer available for calls; calls already running still settle, and the withdrawal pays what is left of the request.</p>
-${requests.length ? html`<ul>${requests.map((r) => {
-    const w = r.withdrawal!;
-    const ready = w.readyAt <= v.nowS;
-    return html`<li data-withdrawal="${r.name}"><strong>${r.name}</strong>: ${usd(w.amount)} USD requested, ${ready ? html`ready now` : html`ready at <time datetime="${new Date(Number(w.readyAt) * 1000).toISOString()}">${formatTime(Number(w.readyAt) * 1000)}</time>`}.
+${
+  requests.length
+    ? html`<ul>${requests.map((r) => {
+        const w = r.withdrawal!;
+        const ready = w.readyAt <= v.nowS;
+        return html`<li data-withdrawal="${r.name}"><strong>${r.name}</strong>: ${usd(w.amount)} USD requested, ${ready ? html`ready now` : html`ready at <time datetime="${new Date(Number(w.readyAt) * 1000).toISOString()}">${formatTime(Number(w.readyAt) * 1000)}</time>`}.
 <button type="button" data-action="withdrawal" data-op="withdraw" data-chain="${r.name}"${ready ? '' : html` disabled`}>Withdraw</button>
 <button type="button" class="secondary" data-action="withdrawal" data-op="cancel" data-chain="${r.name}">Cancel the request</button></li>`;
-  })}</ul>` : html`<p class="muted">No withdrawal requested.</p>`}
+      })}</ul>`
+    : html`<p class="muted">No withdrawal requested.</p>`
+}
 ${unknown.length ? html`<p class="muted">Withdrawal requests on ${unknown.join(', ')}: the chain did not answer.</p>` : null}
 <form data-form="withdrawal" class="row">
 <label for="withdraw-chain">Chain <select id="withdraw-chain" name="chain">${chainOptions(v.defaultChain)}</select></label>
@@ -92,13 +103,17 @@ export function walletsBody(v: WalletsView): SafeHtml {
 <label for="default-chain">Default chain <select id="default-chain" name="chain">${chainOptions(v.defaultChain)}</select></label>
 <button type="submit">Save default chain</button>
 </form>
-${dev.length ? html`<h2>Fund with test USD</h2>
+${
+  dev.length
+    ? html`<h2>Fund with test USD</h2>
 <p>The embedded default's dev chains mint test USD: this deposits ${v.devFundUsd} test USD for your account, as <code>farebox fund</code> does.</p>
 <form method="post" action="${v.base}/wallets/fund" class="row">
 <input type="hidden" name="_csrf" value="${v.csrf}">
 <label for="fund-chain">Chain <select id="fund-chain" name="chain">${chainOptions(v.defaultChain)}</select></label>
 <button type="submit">Fund with ${v.devFundUsd} test USD</button>
-</form>` : null}
+</form>`
+    : null
+}
 <h2>Deposit</h2>
 <p>Deposit the chain's USD stablecoin from this wallet: it signs a transfer authorization to the escrow (EIP-3009,
 no separate approval), then sends one transaction. Where the token has no such authorization, it approves the escrow and deposits: two transactions.</p>
@@ -110,10 +125,12 @@ no separate approval), then sends one transaction. Where the token has no such a
 <p class="status" data-status="deposit" role="status" aria-live="polite"></p>
 <p>From elsewhere (another wallet, a script): call <code>deposit(amount)</code> on the escrow after approving it on the stablecoin,
 or <code>depositFor(account, amount)</code> to fund this account from another address. Amounts have 6 decimals.</p>
-<div class="grid">${v.rows.map((r) => html`<section class="card" aria-labelledby="${`deposit-${r.name}`}">
+<div class="grid">${v.rows.map(
+    (r) => html`<section class="card" aria-labelledby="${`deposit-${r.name}`}">
 <h3 id="${`deposit-${r.name}`}">${r.name}</h3>
 <dl><dt>Chain id</dt><dd class="mono">${r.chainId}</dd><dt>Escrow</dt><dd class="mono">${r.escrow}</dd><dt>Stablecoin</dt><dd class="mono">${r.stablecoin}</dd>
 <dt>RPC URL</dt><dd class="mono">${r.rpcUrl}</dd><dt>In your wallet</dt><dd data-chain="${r.name}" data-field="wallet">${r.walletToken === undefined ? html`<span class="muted">unavailable</span>` : usd(r.walletToken)}</dd></dl>
-</section>`)}</div>
+</section>`,
+  )}</div>
 ${withdrawals(v)}`;
 }

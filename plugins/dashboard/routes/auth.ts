@@ -30,7 +30,9 @@ export async function home(d: Dashboard, request: FastifyRequest, reply: Fastify
 export async function signInPage(d: Dashboard, request: FastifyRequest, reply: FastifyReply) {
   if (await sessionOf(d, request)) return reply.redirect(`${d.base}/keys`, 303);
   const chains = await d.chains();
-  const list = chains ? CHAIN_NAMES.map((name) => ({ name, chain_id: chains[name].chain_id, rpc_url: chains[name].rpc_url })) : [];
+  const list = chains
+    ? CHAIN_NAMES.map((name) => ({ name, chain_id: chains[name].chain_id, rpc_url: chains[name].rpc_url }))
+    : [];
   return d.render(reply, {
     title: 'Sign in',
     body: signInBody({ base: d.base, signup: d.settings.signup, ready: Boolean(chains) }),
@@ -45,7 +47,10 @@ export async function signupClosedPage(d: Dashboard, _request: FastifyRequest, r
 
 async function chainIds(d: Dashboard): Promise<number[]> {
   const chains = await d.chains();
-  if (!chains) throw new DashboardError('chain_unavailable', { message: 'The gateway has not published its chains yet: start it, then sign in.' });
+  if (!chains)
+    throw new DashboardError('chain_unavailable', {
+      message: 'The gateway has not published its chains yet: start it, then sign in.',
+    });
   return chainReader(chains).chainIds();
 }
 
@@ -57,10 +62,18 @@ export async function issueNonce(d: Dashboard, request: FastifyRequest, reply: F
   if (n > SIGN_INS_PER_MINUTE) throw new DashboardError('too_many_sign_ins');
   const body = (request.body ?? {}) as { address?: unknown; chainId?: unknown };
   const { message, bindingToken } = await issueSignIn(d.redis, {
-    address: body.address, chainId: body.chainId, origin, uri: `${origin}${d.base}/`, chainIds: await chainIds(d),
+    address: body.address,
+    chainId: body.chainId,
+    origin,
+    uri: `${origin}${d.base}/`,
+    chainIds: await chainIds(d),
   });
   reply.setCookie(SIGN_IN_COOKIE, bindingToken, {
-    path: cookiePath(d), httpOnly: true, sameSite: 'strict', secure: d.settings.secureCookie, maxAge: SIGN_IN_TTL_MS / 1000,
+    path: cookiePath(d),
+    httpOnly: true,
+    sameSite: 'strict',
+    secure: d.settings.secureCookie,
+    maxAge: SIGN_IN_TTL_MS / 1000,
   });
   return reply.header('cache-control', 'no-store').send({ message });
 }
@@ -88,22 +101,37 @@ export async function verify(d: Dashboard, request: FastifyRequest, reply: Fasti
     bindingToken: request.cookies[SIGN_IN_COOKIE],
     origin,
     chainIds: ids,
-    checkContract: (chainId, addr, message, signature) => chainReader(chains!).checkContractSignature(chainId, addr, message, signature).catch((err: unknown) => {
-      throw new DashboardError('chain_unavailable', { message: 'The signature is not an EOA\'s, and the chain that would check a contract wallet\'s did not answer; try again.', cause: err });
-    }),
+    checkContract: (chainId, addr, message, signature) =>
+      chainReader(chains!)
+        .checkContractSignature(chainId, addr, message, signature)
+        .catch((err: unknown) => {
+          throw new DashboardError('chain_unavailable', {
+            message:
+              "The signature is not an EOA's, and the chain that would check a contract wallet's did not answer; try again.",
+            cause: err,
+          });
+        }),
   });
   reply.clearCookie(SIGN_IN_COOKIE, { path: cookiePath(d) });
   const account = await accountFor(d, address);
   if (!account) {
     const err = new DashboardError('signup_closed');
-    return reply.code(err.status).send({ error: { code: err.code, message: err.message }, redirect: `${d.base}/signup-closed` });
+    return reply
+      .code(err.status)
+      .send({ error: { code: err.code, message: err.message }, redirect: `${d.base}/signup-closed` });
   }
   const ttl = d.settings.sessionTtlMs;
   const { token } = await createSession(d.redis, account.address, ttl);
   reply.setCookie(SESSION_COOKIE, token, {
-    path: cookiePath(d), httpOnly: true, sameSite: 'lax', secure: d.settings.secureCookie, maxAge: Math.floor(ttl / 1000),
+    path: cookiePath(d),
+    httpOnly: true,
+    sameSite: 'lax',
+    secure: d.settings.secureCookie,
+    maxAge: Math.floor(ttl / 1000),
   });
-  return reply.header('cache-control', 'no-store').send({ account: account.address, status: account.status, redirect: `${d.base}/keys` });
+  return reply
+    .header('cache-control', 'no-store')
+    .send({ account: account.address, status: account.status, redirect: `${d.base}/keys` });
 }
 
 /** POST /sign-out: ends the session (on the server: the cookie alone no longer opens anything). */

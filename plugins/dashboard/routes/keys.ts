@@ -13,21 +13,35 @@ import type { Session } from '../sessions.js';
 
 const KEY_ID = /^key_[0-9a-f]{16}$/;
 
-async function renderKeys(d: Dashboard, request: FastifyRequest, reply: FastifyReply, session: Session, created: CreatedKey | null, status = 200) {
+async function renderKeys(
+  d: Dashboard,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  session: Session,
+  created: CreatedKey | null,
+  status = 200,
+) {
   const done = (request.query as { done?: string }).done;
-  return d.render(reply, {
-    title: 'Keys',
-    active: 'keys',
-    viewer: await viewerOf(d, session),
-    notice: done === 'revoked' ? html`<p class="notice ok" role="status">Key revoked: it answers 401 from now on.</p>` : null,
-    body: keysBody({
-      base: d.base,
-      csrf: session.csrf,
-      keys: await listKeys(d.redis, session.account),
-      created,
-      gatewayUrl: d.settings.gatewayUrl ?? pageOrigin(d, request),
-    }),
-  }, status);
+  return d.render(
+    reply,
+    {
+      title: 'Keys',
+      active: 'keys',
+      viewer: await viewerOf(d, session),
+      notice:
+        done === 'revoked'
+          ? html`<p class="notice ok" role="status">Key revoked: it answers 401 from now on.</p>`
+          : null,
+      body: keysBody({
+        base: d.base,
+        csrf: session.csrf,
+        keys: await listKeys(d.redis, session.account),
+        created,
+        gatewayUrl: d.settings.gatewayUrl ?? pageOrigin(d, request),
+      }),
+    },
+    status,
+  );
 }
 
 /** GET /keys */
@@ -39,7 +53,8 @@ export async function keysPage(d: Dashboard, request: FastifyRequest, reply: Fas
 export async function createKeyForm(d: Dashboard, request: FastifyRequest, reply: FastifyReply) {
   const session = await requireStateChange(d, request);
   const raw = (request.body as { name?: unknown }).name;
-  if (typeof raw !== 'string' || raw.trim() === '') throw new DashboardError('invalid_input', { message: 'Give the key a name, so you can tell your keys apart.' });
+  if (typeof raw !== 'string' || raw.trim() === '')
+    throw new DashboardError('invalid_input', { message: 'Give the key a name, so you can tell your keys apart.' });
   let name: string;
   try {
     name = keyName(raw);

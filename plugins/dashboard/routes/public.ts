@@ -31,5 +31,8 @@ export async function stylesheet(d: Dashboard, _request: FastifyRequest, reply: 
 
 /** GET /assets/dashboard.js */
 export async function script(d: Dashboard, _request: FastifyRequest, reply: FastifyReply) {
-  return reply.header('content-type', 'text/javascript; charset=utf-8').header('cache-control', IMMUTABLE).send(d.assets.js);
+  return reply
+    .header('content-type', 'text/javascript; charset=utf-8')
+    .header('cache-control', IMMUTABLE)
+    .send(d.assets.js);
 }

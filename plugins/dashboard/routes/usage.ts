@@ -34,7 +34,11 @@ export async function usagePage(d: Dashboard, request: FastifyRequest, reply: Fa
   // The page needs its rows and one more (is there a next page?); the chart, every call of its days (the usage
   // index is scored by call time).
   const recent = await d.redis.zcount(keys.usageIndex(session.account), now - CHART_DAYS * 86_400_000, '+inf');
-  const all = await listUsage(d.redis, session.account, Math.min(USAGE_MAX_RECORDS, Math.max(page * USAGE_PAGE_SIZE + 1, recent)));
+  const all = await listUsage(
+    d.redis,
+    session.account,
+    Math.min(USAGE_MAX_RECORDS, Math.max(page * USAGE_PAGE_SIZE + 1, recent)),
+  );
   const records = all.slice((page - 1) * USAGE_PAGE_SIZE, page * USAGE_PAGE_SIZE);
   return d.render(reply, {
     title: 'Usage',

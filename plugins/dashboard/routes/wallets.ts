@@ -19,8 +19,17 @@ import { requireSession, requireStateChange, viewerOf } from '../guard.js';
 import { html, type SafeHtml } from '../html.js';
 import { walletsBody, type WalletRow } from '../pages/wallets.js';
 import {
-  approveTx, AUTHORIZATION_TTL_S, authorizationTypedData, cancelWithdrawalTx, depositTx, depositWithAuthorizationTx, readAuthorization,
-  requestWithdrawalTx, signedBy, withdrawTx, type TokenDomain,
+  approveTx,
+  AUTHORIZATION_TTL_S,
+  authorizationTypedData,
+  cancelWithdrawalTx,
+  depositTx,
+  depositWithAuthorizationTx,
+  readAuthorization,
+  requestWithdrawalTx,
+  signedBy,
+  withdrawTx,
+  type TokenDomain,
 } from '../wallet-txs.js';
 
 /** What "fund with test USD" deposits: the demo account's amount. */
@@ -33,7 +42,10 @@ const MAX_AMOUNT = 10n ** 18n;
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
-    p.then((v) => v, () => undefined),
+    p.then(
+      (v) => v,
+      () => undefined,
+    ),
     new Promise<undefined>((resolve) => {
       timer = setTimeout(() => resolve(undefined), ms);
     }),
@@ -42,7 +54,8 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
 
 async function requireChains(d: Dashboard): Promise<ChainsConfig> {
   const chains = await d.chains();
-  if (!chains) throw new DashboardError('chain_unavailable', { message: 'The gateway has not published its chains yet.' });
+  if (!chains)
+    throw new DashboardError('chain_unavailable', { message: 'The gateway has not published its chains yet.' });
   return chains;
 }
 
@@ -58,7 +71,9 @@ function amountOf(v: unknown): bigint {
   try {
     atomic = parseUsd(typeof v === 'string' ? v.trim() : '');
   } catch {
-    throw new DashboardError('invalid_input', { message: 'Give the amount in USD, with at most 6 decimals, such as 2.50.' });
+    throw new DashboardError('invalid_input', {
+      message: 'Give the amount in USD, with at most 6 decimals, such as 2.50.',
+    });
   }
   if (atomic <= 0n) throw new DashboardError('invalid_input', { message: 'The amount must be more than zero.' });
   if (atomic > MAX_AMOUNT) throw new DashboardError('invalid_input', { message: 'The amount is too large.' });
@@ -71,25 +86,39 @@ function isDevChain(chains: ChainsConfig, name: ChainName): boolean {
 
 async function walletRows(d: Dashboard, chains: ChainsConfig, account: Address): Promise<WalletRow[]> {
   const reader = chainReader(chains);
-  return Promise.all(CHAIN_NAMES.map(async (name): Promise<WalletRow> => {
-    const c = chains[name];
-    const [w, withdrawal, walletToken, delay] = await Promise.all([
-      readWallet(d.redis, account, name),
-      withTimeout(reader.withdrawalRequest(name, account), READ_TIMEOUT_MS),
-      withTimeout(reader.tokenBalance(name, account), READ_TIMEOUT_MS),
-      withTimeout(reader.withdrawalDelay(name), READ_TIMEOUT_MS),
-    ]);
-    return {
-      name, chainId: c.chain_id, rpcUrl: c.rpc_url, stablecoin: c.stablecoin, escrow: c.escrow,
-      balance: w.synced, held: w.held, pending: w.pending, locked: w.locked, available: w.available,
-      withdrawal, walletToken, delay, devFund: d.settings.devFund && isDevChain(chains, name),
-    };
-  }));
+  return Promise.all(
+    CHAIN_NAMES.map(async (name): Promise<WalletRow> => {
+      const c = chains[name];
+      const [w, withdrawal, walletToken, delay] = await Promise.all([
+        readWallet(d.redis, account, name),
+        withTimeout(reader.withdrawalRequest(name, account), READ_TIMEOUT_MS),
+        withTimeout(reader.tokenBalance(name, account), READ_TIMEOUT_MS),
+        withTimeout(reader.withdrawalDelay(name), READ_TIMEOUT_MS),
+      ]);
+      return {
+        name,
+        chainId: c.chain_id,
+        rpcUrl: c.rpc_url,
+        stablecoin: c.stablecoin,
+        escrow: c.escrow,
+        balance: w.synced,
+        held: w.held,
+        pending: w.pending,
+        locked: w.locked,
+        available: w.available,
+        withdrawal,
+        walletToken,
+        delay,
+        devFund: d.settings.devFund && isDevChain(chains, name),
+      };
+    }),
+  );
 }
 
 const DONE: Record<string, (chain: string | undefined) => SafeHtml> = {
   'default-chain': () => html`<p class="notice ok" role="status">Default chain saved.</p>`,
-  funded: (chain) => html`<p class="notice ok" role="status">${Number(DEV_FUND_ATOMIC) / 1e6} test USD deposited${chain ? ` on ${chain}` : ''}.</p>`,
+  funded: (chain) =>
+    html`<p class="notice ok" role="status">${Number(DEV_FUND_ATOMIC) / 1e6} test USD deposited${chain ? ` on ${chain}` : ''}.</p>`,
 };
 
 /** GET /wallets */
@@ -101,7 +130,12 @@ export async function walletsPage(d: Dashboard, request: FastifyRequest, reply: 
   const chain = CHAIN_NAMES.find((n) => n === q.chain);
   const notice = q.done && Object.hasOwn(DONE, q.done) ? DONE[q.done]!(chain) : null;
   if (!chains) {
-    return d.render(reply, { title: 'Wallets', active: 'wallets', viewer, body: html`<p class="notice bad">The gateway has not published its chains yet.</p>` });
+    return d.render(reply, {
+      title: 'Wallets',
+      active: 'wallets',
+      viewer,
+      body: html`<p class="notice bad">The gateway has not published its chains yet.</p>`,
+    });
   }
   const account = await getAccount(d.redis, session.account);
   return d.render(reply, {
@@ -110,10 +144,16 @@ export async function walletsPage(d: Dashboard, request: FastifyRequest, reply: 
     viewer,
     notice,
     body: walletsBody({
-      base: d.base, csrf: session.csrf, defaultChain: account?.default_chain ?? 'chain_a',
-      rows: await walletRows(d, chains, session.account as Address), nowS: BigInt(Math.floor(Date.now() / 1000)), devFundUsd: String(Number(DEV_FUND_ATOMIC) / 1e6),
+      base: d.base,
+      csrf: session.csrf,
+      defaultChain: account?.default_chain ?? 'chain_a',
+      rows: await walletRows(d, chains, session.account as Address),
+      nowS: BigInt(Math.floor(Date.now() / 1000)),
+      devFundUsd: String(Number(DEV_FUND_ATOMIC) / 1e6),
     }),
-    data: { chains: CHAIN_NAMES.map((name) => ({ name, chain_id: chains[name].chain_id, rpc_url: chains[name].rpc_url })) },
+    data: {
+      chains: CHAIN_NAMES.map((name) => ({ name, chain_id: chains[name].chain_id, rpc_url: chains[name].rpc_url })),
+    },
   });
 }
 
@@ -124,9 +164,16 @@ export async function balancesJson(d: Dashboard, request: FastifyRequest, reply:
   const chains: Record<string, Record<string, string>> = {};
   for (const n of CHAIN_NAMES) {
     const w = await readWallet(d.redis, session.account, n);
-    chains[n] = { balance: formatUsd(w.synced), held: formatUsd(w.held), pending: formatUsd(w.pending), available: formatUsd(w.available < 0n ? 0n : w.available) };
+    chains[n] = {
+      balance: formatUsd(w.synced),
+      held: formatUsd(w.held),
+      pending: formatUsd(w.pending),
+      available: formatUsd(w.available < 0n ? 0n : w.available),
+    };
   }
-  return reply.header('cache-control', 'no-store').send({ account: session.account, default_chain: account?.default_chain ?? 'chain_a', chains });
+  return reply
+    .header('cache-control', 'no-store')
+    .send({ account: session.account, default_chain: account?.default_chain ?? 'chain_a', chains });
 }
 
 /** POST /wallets/default-chain {chain} */
@@ -159,14 +206,20 @@ export async function fundForm(d: Dashboard, request: FastifyRequest, reply: Fas
   }
   // The watcher applies the deposit within its poll interval; the page then shows it.
   const deadline = Date.now() + 15_000;
-  while ((await readWallet(d.redis, session.account, chain)).synced < onchain && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  while ((await readWallet(d.redis, session.account, chain)).synced < onchain && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 50));
   return reply.redirect(`${d.base}/wallets?done=funded&chain=${chain}`, 303);
 }
 
 async function tokenDomain(chains: ChainsConfig, chain: ChainName): Promise<TokenDomain> {
   try {
     const t = await chainReader(chains).tokenDomain(chain);
-    return { name: t.name, version: t.version, chainId: chains[chain].chain_id, verifyingContract: chains[chain].stablecoin };
+    return {
+      name: t.name,
+      version: t.version,
+      chainId: chains[chain].chain_id,
+      verifyingContract: chains[chain].stablecoin,
+    };
   } catch (err) {
     throw new DashboardError('chain_unavailable', { cause: err });
   }
@@ -191,11 +244,20 @@ export async function prepareDeposit(d: Dashboard, request: FastifyRequest, repl
   }
   const base = { chain, chain_id: c.chain_id };
   if (!eip3009) {
-    return reply.send({ ...base, method: 'approve', transactions: [approveTx(c.stablecoin, c.escrow, amount), depositTx(c.escrow, amount)] });
+    return reply.send({
+      ...base,
+      method: 'approve',
+      transactions: [approveTx(c.stablecoin, c.escrow, amount), depositTx(c.escrow, amount)],
+    });
   }
   const nowS = BigInt(Math.floor(Date.now() / 1000));
   const typed = authorizationTypedData(await tokenDomain(chains, chain), {
-    from: session.account as Address, to: c.escrow, value: amount, validAfter: 0n, validBefore: nowS + AUTHORIZATION_TTL_S, nonce: `0x${randomBytes(32).toString('hex')}`,
+    from: session.account as Address,
+    to: c.escrow,
+    value: amount,
+    validAfter: 0n,
+    validBefore: nowS + AUTHORIZATION_TTL_S,
+    nonce: `0x${randomBytes(32).toString('hex')}`,
   });
   return reply.send({ ...base, method: 'authorization', typed_data: typed });
 }
@@ -208,12 +270,22 @@ export async function depositTransaction(d: Dashboard, request: FastifyRequest, 
   const amount = amountOf(body.amount);
   const chains = await requireChains(d);
   const c = chains[chain];
-  const auth = readAuthorization(body.authorization, { from: session.account as Address, to: c.escrow, value: amount }, BigInt(Math.floor(Date.now() / 1000)));
+  const auth = readAuthorization(
+    body.authorization,
+    { from: session.account as Address, to: c.escrow, value: amount },
+    BigInt(Math.floor(Date.now() / 1000)),
+  );
   // Checked here, so a signature for another chain or account is refused before the wallet pays gas for a revert.
   if (!(await signedBy(await tokenDomain(chains, chain), auth, body.signature))) {
-    throw new DashboardError('bad_signature', { message: `The authorization is not signed by your account for ${chain} (chain id ${c.chain_id}); start the deposit again on that chain.` });
+    throw new DashboardError('bad_signature', {
+      message: `The authorization is not signed by your account for ${chain} (chain id ${c.chain_id}); start the deposit again on that chain.`,
+    });
   }
-  return reply.send({ chain, chain_id: c.chain_id, transaction: depositWithAuthorizationTx(c.escrow, auth, body.signature as `0x${string}`) });
+  return reply.send({
+    chain,
+    chain_id: c.chain_id,
+    transaction: depositWithAuthorizationTx(c.escrow, auth, body.signature as `0x${string}`),
+  });
 }
 
 /** POST /wallets/withdrawal {chain, op: request|withdraw|cancel, amount}: the escrow call for the wallet to send. */
@@ -227,7 +299,10 @@ export async function withdrawalTransaction(d: Dashboard, request: FastifyReques
   if (body.op === 'request') {
     const amount = amountOf(body.amount);
     const w = await readWallet(d.redis, session.account, chain);
-    if (amount > w.synced) throw new DashboardError('invalid_input', { message: `${chain} holds ${formatUsd(w.synced)} USD for you: request at most that.` });
+    if (amount > w.synced)
+      throw new DashboardError('invalid_input', {
+        message: `${chain} holds ${formatUsd(w.synced)} USD for you: request at most that.`,
+      });
     transaction = requestWithdrawalTx(c.escrow, amount);
   } else if (body.op === 'withdraw') {
     transaction = withdrawTx(c.escrow);

@@ -18,7 +18,11 @@ export interface ImageAdapter {
   /** The caller's fields (beyond the gateway's own) as sent upstream, or a 400 for one the protocol does not take. */
   callerFields(route: ModelRoute<ImageModel>, extra: Readonly<Record<string, unknown>>): CallerFields;
   /** The upstream request of an image call; `references` make it an edit. */
-  request(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): ImageUpstreamRequest;
+  request(
+    route: ModelRoute<ImageModel>,
+    req: ImageRequest,
+    references: readonly ReferenceImage[] | null,
+  ): ImageUpstreamRequest;
   /**
    * How a b64_json answer reaches the caller: the provider's answer passed on as it is (`pass`, OpenAI's Images shape),
    * or rewritten into that shape (`convert`).
@@ -37,7 +41,12 @@ export interface ProviderProtocol {
    * Text calls: add the provider's auth, the protocol's version header and the allowed beta flags to `headers`
    * (absent: the protocol serves no text).
    */
-  textHeaders?(headers: Record<string, string>, provider: ProviderConfig, incoming: IncomingHttpHeaders, betas: readonly string[]): void;
+  textHeaders?(
+    headers: Record<string, string>,
+    provider: ProviderConfig,
+    incoming: IncomingHttpHeaders,
+    betas: readonly string[],
+  ): void;
   /** Image calls (absent: the protocol serves no images). */
   readonly images?: ImageAdapter;
   /** Video jobs of one provider (absent: the protocol serves no videos). */

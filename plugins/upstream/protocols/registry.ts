@@ -22,7 +22,12 @@ export function upstreamUrl(provider: ProviderConfig, endpoint: CatalogEndpoint,
  * Request headers of a text call sent upstream: the provider's auth, the protocol's version header and the allowed
  * beta flags (policies/forwarding.ts), nothing of the caller's key.
  */
-export function textUpstreamHeaders(provider: ProviderConfig, incoming: IncomingHttpHeaders, stream: boolean, betas: readonly string[]): Record<string, string> {
+export function textUpstreamHeaders(
+  provider: ProviderConfig,
+  incoming: IncomingHttpHeaders,
+  stream: boolean,
+  betas: readonly string[],
+): Record<string, string> {
   const h: Record<string, string> = {
     'content-type': 'application/json',
     'user-agent': USER_AGENT,

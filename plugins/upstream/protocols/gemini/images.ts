@@ -23,7 +23,13 @@ import type { ImageRequest } from '../../../../policies/image-request.js';
 import { IMAGE_MIME } from '../../../../policies/image-size.js';
 import { geminiImageConfig } from '../../../../policies/image-sizes.js';
 import {
-  ImageString, unknownField, type CallerFields, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest,
+  ImageString,
+  unknownField,
+  type CallerFields,
+  type ImageAnswerEnd,
+  type ImageAnswerReader,
+  type ImageSink,
+  type ImageUpstreamRequest,
   type ReferenceImage,
 } from '../../image-answer.js';
 import { JsonScanner, type JsonPath } from '../../json-scan.js';
@@ -31,7 +37,16 @@ import { USER_AGENT } from '../protocol.js';
 import { upstreamError } from '../../proxy.js';
 
 /** OpenAI Images parameters with no Gemini equivalent: dropped (named in x-gw-dropped-fields), not refused. */
-const OPENAI_ONLY = new Set(['quality', 'background', 'output_format', 'output_compression', 'moderation', 'style', 'user', 'input_fidelity']);
+const OPENAI_ONLY = new Set([
+  'quality',
+  'background',
+  'output_format',
+  'output_compression',
+  'moderation',
+  'style',
+  'user',
+  'input_fidelity',
+]);
 
 /** GenerationConfig fields that leave the price as it is: sampling only. */
 const SAMPLING = new Set(['temperature', 'topP', 'top_p', 'topK', 'top_k', 'seed']);
@@ -46,12 +61,16 @@ export const DEFAULT_MAX_OUTPUT_TOKENS = 8_192;
  * its output tokens capped. `safetySettings` go only where the model's config allows callers' safety settings.
  * OpenAI's own parameters are dropped; anything else is a 400 naming it.
  */
-export function geminiCallerFields(route: ModelRoute<ImageModel>, extra: Readonly<Record<string, unknown>>): CallerFields {
+export function geminiCallerFields(
+  route: ModelRoute<ImageModel>,
+  extra: Readonly<Record<string, unknown>>,
+): CallerFields {
   const fields: Record<string, unknown> = {};
   const dropped: string[] = [];
   for (const [name, value] of Object.entries(extra)) {
     if (name === 'generationConfig' || name === 'generation_config') {
-      if (!isObj(value)) throw new GatewayError('invalid_request', { param: name, message: `${name}: must be an object.` });
+      if (!isObj(value))
+        throw new GatewayError('invalid_request', { param: name, message: `${name}: must be an object.` });
       const sampling: Obj = {};
       for (const [key, v] of Object.entries(value)) {
         if (v === null) continue;
@@ -81,8 +100,17 @@ export function geminiCallerFields(route: ModelRoute<ImageModel>, extra: Readonl
 
 /** Finish reasons that mean the image was withheld (Candidate.FinishReason). */
 const REFUSED = new Set([
-  'SAFETY', 'IMAGE_SAFETY', 'PROHIBITED_CONTENT', 'IMAGE_PROHIBITED_CONTENT', 'BLOCKLIST', 'SPII', 'RECITATION',
-  'IMAGE_RECITATION', 'LANGUAGE', 'NO_IMAGE', 'IMAGE_OTHER',
+  'SAFETY',
+  'IMAGE_SAFETY',
+  'PROHIBITED_CONTENT',
+  'IMAGE_PROHIBITED_CONTENT',
+  'BLOCKLIST',
+  'SPII',
+  'RECITATION',
+  'IMAGE_RECITATION',
+  'LANGUAGE',
+  'NO_IMAGE',
+  'IMAGE_OTHER',
 ]);
 
 /** Longest reason passed on from the model's text. */
@@ -95,7 +123,11 @@ const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !
 /** Sum of the token counts of one modality in a Gemini ModalityTokenCount list. */
 function modality(list: unknown, name: string): number {
   if (!Array.isArray(list)) return 0;
-  return list.reduce((n: number, d: unknown) => n + (isObj(d) && d.modality === name && typeof d.tokenCount === 'number' ? d.tokenCount : 0), 0);
+  return list.reduce(
+    (n: number, d: unknown) =>
+      n + (isObj(d) && d.modality === name && typeof d.tokenCount === 'number' ? d.tokenCount : 0),
+    0,
+  );
 }
 
 /** Gemini's usageMetadata as OpenAI's ImageGenUsage. */
@@ -106,9 +138,15 @@ export function imageUsageOf(meta: Obj): Record<string, unknown> {
   const output = candidates + n(meta.thoughtsTokenCount);
   return {
     input_tokens: input,
-    input_tokens_details: { text_tokens: modality(meta.promptTokensDetails, 'TEXT'), image_tokens: modality(meta.promptTokensDetails, 'IMAGE') },
+    input_tokens_details: {
+      text_tokens: modality(meta.promptTokensDetails, 'TEXT'),
+      image_tokens: modality(meta.promptTokensDetails, 'IMAGE'),
+    },
     output_tokens: output,
-    output_tokens_details: { image_tokens: modality(meta.candidatesTokensDetails, 'IMAGE'), text_tokens: output - modality(meta.candidatesTokensDetails, 'IMAGE') },
+    output_tokens_details: {
+      image_tokens: modality(meta.candidatesTokensDetails, 'IMAGE'),
+      text_tokens: output - modality(meta.candidatesTokensDetails, 'IMAGE'),
+    },
     total_tokens: n(meta.totalTokenCount) || input + output,
   };
 }
@@ -174,7 +212,8 @@ export class GeminiImageReader implements ImageAnswerReader {
     } else if (last === 'thought') {
       if (value === 'true') this.thoughts.add(path[4] as number);
     } else if (last === 'text') {
-      if (this.text.length < REASON_CHARS) this.text = (this.text === '' ? value : `${this.text} ${value}`).slice(0, REASON_CHARS);
+      if (this.text.length < REASON_CHARS)
+        this.text = (this.text === '' ? value : `${this.text} ${value}`).slice(0, REASON_CHARS);
     } else if (last === 'mimeType' || last === 'mime_type') {
       this.mimeTypes.set(path[4] as number, value);
     }
@@ -195,13 +234,20 @@ export class GeminiImageReader implements ImageAnswerReader {
   private failure(whole: boolean): GatewayError {
     const block = this.promptFeedback?.blockReason;
     if (typeof block === 'string') {
-      const detail = typeof this.promptFeedback?.blockReasonMessage === 'string' ? `: ${String(this.promptFeedback.blockReasonMessage).slice(0, REASON_CHARS)}` : '';
-      return new GatewayError('content_refused', { message: `The model provider blocked the prompt (${block})${detail}.` });
+      const detail =
+        typeof this.promptFeedback?.blockReasonMessage === 'string'
+          ? `: ${String(this.promptFeedback.blockReasonMessage).slice(0, REASON_CHARS)}`
+          : '';
+      return new GatewayError('content_refused', {
+        message: `The model provider blocked the prompt (${block})${detail}.`,
+      });
     }
     const reason = this.finishReason;
     const said = this.finishMessage ?? this.text.trim();
     if (reason !== undefined && REFUSED.has(reason)) {
-      return new GatewayError('content_refused', { message: `The model provider withheld the image (${reason})${said ? `: ${said}` : ''}.` });
+      return new GatewayError('content_refused', {
+        message: `The model provider withheld the image (${reason})${said ? `: ${said}` : ''}.`,
+      });
     }
     if (whole && said !== '') {
       return new GatewayError('content_refused', { message: `The model answered without an image: ${said}` });
@@ -225,7 +271,11 @@ function* base64Pieces(bytes: Buffer): Generator<Buffer> {
  * The GenerateContentRequest of a call; reference images go where the marker stands, encoded as the body is sent.
  * `req.extra` holds what geminiCallerFields let through: sampling fields, and safety settings where allowed.
  */
-function requestBody(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): { body: string | Readable; length?: number } {
+function requestBody(
+  route: ModelRoute<ImageModel>,
+  req: ImageRequest,
+  references: readonly ReferenceImage[] | null,
+): { body: string | Readable; length?: number } {
   const sampling = isObj(req.extra.generationConfig) ? req.extra.generationConfig : {};
   // Random, so no prompt can hold it.
   const marker = `\u0000references-${randomBytes(8).toString('hex')}\u0000`;
@@ -250,7 +300,10 @@ function requestBody(route: ModelRoute<ImageModel>, req: ImageRequest, reference
   const pieces: (Buffer | ReferenceImage)[] = [first];
   let length = first.length;
   references!.forEach((img, i) => {
-    const open = Buffer.from(`${i > 0 ? ',' : ''}{"inlineData":{"mimeType":"${IMAGE_MIME[img.format]}","data":"`, 'latin1');
+    const open = Buffer.from(
+      `${i > 0 ? ',' : ''}{"inlineData":{"mimeType":"${IMAGE_MIME[img.format]}","data":"`,
+      'latin1',
+    );
     const close = Buffer.from('"}}', 'latin1');
     pieces.push(open, img, close);
     length += open.length + 4 * Math.ceil(img.bytes.length / 3) + close.length;
@@ -268,7 +321,11 @@ function requestBody(route: ModelRoute<ImageModel>, req: ImageRequest, reference
 }
 
 /** The upstream request of an image call on the Gemini API; `references` make it an edit. */
-export function geminiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): ImageUpstreamRequest {
+export function geminiImageRequest(
+  route: ModelRoute<ImageModel>,
+  req: ImageRequest,
+  references: readonly ReferenceImage[] | null,
+): ImageUpstreamRequest {
   const { body, length } = requestBody(route, req, references);
   const headers: Record<string, string> = {
     'x-goog-api-key': route.provider.key,

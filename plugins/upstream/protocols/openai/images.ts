@@ -17,7 +17,13 @@ import type { ImageRequest } from '../../../../policies/image-request.js';
 import { IMAGE_MIME } from '../../../../policies/image-size.js';
 import { openaiSize } from '../../../../policies/image-sizes.js';
 import {
-  ImageString, unknownField, type CallerFields, type ImageAnswerEnd, type ImageAnswerReader, type ImageSink, type ImageUpstreamRequest,
+  ImageString,
+  unknownField,
+  type CallerFields,
+  type ImageAnswerEnd,
+  type ImageAnswerReader,
+  type ImageSink,
+  type ImageUpstreamRequest,
   type ReferenceImage,
 } from '../../image-answer.js';
 import { JsonScanner, type JsonPath } from '../../json-scan.js';
@@ -46,7 +52,10 @@ export function pinnedQuality(model: ImageModel, upstreamModel: string): string 
  * `auto` for quality, is accepted); `moderation` goes only where the model's config allows callers' safety settings.
  * Anything else is a 400 naming it.
  */
-export function openaiCallerFields(route: ModelRoute<ImageModel>, extra: Readonly<Record<string, unknown>>): CallerFields {
+export function openaiCallerFields(
+  route: ModelRoute<ImageModel>,
+  extra: Readonly<Record<string, unknown>>,
+): CallerFields {
   const fields: Record<string, unknown> = {};
   const dropped: string[] = [];
   const model = route.model;
@@ -58,16 +67,17 @@ export function openaiCallerFields(route: ModelRoute<ImageModel>, extra: Readonl
       if (value !== 'auto' && value !== pinned) {
         throw new GatewayError('invalid_request', {
           param: 'quality',
-          message: pinned === undefined
-            ? `quality: ${model.id} takes no quality setting.`
-            : `quality: ${model.id} renders at quality ${pinned}, which its price covers: send ${pinned}, auto, or nothing.`,
+          message:
+            pinned === undefined
+              ? `quality: ${model.id} takes no quality setting.`
+              : `quality: ${model.id} renders at quality ${pinned}, which its price covers: send ${pinned}, auto, or nothing.`,
         });
       }
     } else if (name === 'input_fidelity') {
       if (value !== model.input_fidelity) {
         throw new GatewayError('invalid_request', {
           param: 'input_fidelity',
-          message: `input_fidelity: set by the gateway for ${model.id} (${model.input_fidelity ?? 'the provider\'s default'}), which its price covers: leave it out.`,
+          message: `input_fidelity: set by the gateway for ${model.id} (${model.input_fidelity ?? "the provider's default"}), which its price covers: leave it out.`,
         });
       }
     } else if (name === 'moderation') {
@@ -92,7 +102,10 @@ export function openaiImageError(status: number, text: string, retryAfter: strin
       const e = (JSON.parse(text) as { error?: { code?: unknown; type?: unknown; message?: unknown } }).error;
       if (e && (REFUSAL_CODES.has(String(e.code)) || e.type === 'image_generation_user_error')) {
         const message = typeof e.message === 'string' ? e.message.slice(0, 1000) : undefined;
-        return new GatewayError('content_refused', { message, cause: new Error(`upstream ${status}: ${text.slice(0, 500)}`) });
+        return new GatewayError('content_refused', {
+          message,
+          cause: new Error(`upstream ${status}: ${text.slice(0, 500)}`),
+        });
       }
     } catch {
       // not JSON: as any other error
@@ -151,7 +164,9 @@ export class OpenAIImageReader implements ImageAnswerReader {
       image,
       created: this.created,
       usage: this.usage,
-      failure: image ? null : new GatewayError('upstream_error', { message: 'The model provider answered without an image.' }),
+      failure: image
+        ? null
+        : new GatewayError('upstream_error', { message: 'The model provider answered without an image.' }),
     };
   }
 }
@@ -191,21 +206,31 @@ function formName(name: string): string {
 }
 
 /** A multipart/form-data body as a stream of the parts, the images not copied; and its length. */
-function multipart(values: Record<string, unknown>, images: readonly ReferenceImage[]): { body: Readable; boundary: string; length: number } {
+function multipart(
+  values: Record<string, unknown>,
+  images: readonly ReferenceImage[],
+): { body: Readable; boundary: string; length: number } {
   const boundary = `----farebox${randomBytes(12).toString('hex')}`;
   const chunks: Buffer[] = [];
   for (const [name, value] of Object.entries(values)) {
     if (value === undefined || value === null) continue;
     const text = typeof value === 'string' ? value : JSON.stringify(value);
-    chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${formName(name)}"\r\n\r\n${text}\r\n`, 'utf8'));
+    chunks.push(
+      Buffer.from(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${formName(name)}"\r\n\r\n${text}\r\n`,
+        'utf8',
+      ),
+    );
   }
   const field = images.length === 1 ? 'image' : 'image[]';
   images.forEach((img, i) => {
     const ext = img.format === 'jpeg' ? 'jpg' : img.format;
-    chunks.push(Buffer.from(
-      `--${boundary}\r\nContent-Disposition: form-data; name="${field}"; filename="image-${i + 1}.${ext}"\r\nContent-Type: ${IMAGE_MIME[img.format]}\r\n\r\n`,
-      'latin1',
-    ));
+    chunks.push(
+      Buffer.from(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${field}"; filename="image-${i + 1}.${ext}"\r\nContent-Type: ${IMAGE_MIME[img.format]}\r\n\r\n`,
+        'latin1',
+      ),
+    );
     chunks.push(img.bytes);
     chunks.push(Buffer.from('\r\n', 'latin1'));
   });
@@ -215,7 +240,11 @@ function multipart(values: Record<string, unknown>, images: readonly ReferenceIm
 }
 
 /** The upstream request of an image call on the OpenAI Images API; `references` make it an edit. */
-export function openaiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequest, references: readonly ReferenceImage[] | null): ImageUpstreamRequest {
+export function openaiImageRequest(
+  route: ModelRoute<ImageModel>,
+  req: ImageRequest,
+  references: readonly ReferenceImage[] | null,
+): ImageUpstreamRequest {
   const common = {
     method: 'POST' as const,
     provider: route.provider.name,
@@ -225,7 +254,12 @@ export function openaiImageRequest(route: ModelRoute<ImageModel>, req: ImageRequ
     error: openaiImageError,
   };
   if (references === null) {
-    return { ...common, url: route.url, headers: headers(route, 'application/json'), body: JSON.stringify(fields(route, req, false)) };
+    return {
+      ...common,
+      url: route.url,
+      headers: headers(route, 'application/json'),
+      body: JSON.stringify(fields(route, req, false)),
+    };
   }
   const form = multipart(fields(route, req, true), references);
   return {

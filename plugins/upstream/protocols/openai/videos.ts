@@ -14,8 +14,18 @@ import type { ProviderConfig } from '../../../../policies/catalog.js';
 import type { Upstreams } from '../../pools.js';
 import type { PreparedImage } from '../../reference-images.js';
 import {
-  POLL_TIMEOUT_MS, answerJson, cancelFailure, exchange, formData, pollFailure, sameOrigin, submitError,
-  type UpstreamCancel, type UpstreamJobState, type VideoJobProvider, type VideoSubmit,
+  POLL_TIMEOUT_MS,
+  answerJson,
+  cancelFailure,
+  exchange,
+  formData,
+  pollFailure,
+  sameOrigin,
+  submitError,
+  type UpstreamCancel,
+  type UpstreamJobState,
+  type VideoJobProvider,
+  type VideoSubmit,
 } from '../../video-provider.js';
 
 /** When the video object names no expiry: OpenAI keeps downloads about an hour after completion (its video guide). */
@@ -34,7 +44,12 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
   const jobUrl = (id: string) => `${provider.base_url}/videos/${encodeURIComponent(id)}`;
   return {
     async submit(req: VideoSubmit) {
-      const fields = { model: req.model, prompt: req.prompt, seconds: String(req.seconds), size: `${req.width}x${req.height}` };
+      const fields = {
+        model: req.model,
+        prompt: req.prompt,
+        seconds: String(req.seconds),
+        size: `${req.width}x${req.height}`,
+      };
       const images = [
         ...(req.firstFrame ? [file('input_reference', 1, req.firstFrame)] : []),
         ...(req.subjects ?? []).map((img, i) => file('input_reference', i + 1, img)),
@@ -48,7 +63,12 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
       } else {
         ({ body, contentType } = formData(fields, images));
       }
-      const a = await exchange(upstreams, provider, { url: req.url, method: 'POST', headers: { ...auth, 'content-type': contentType, accept: 'application/json' }, body });
+      const a = await exchange(upstreams, provider, {
+        url: req.url,
+        method: 'POST',
+        headers: { ...auth, 'content-type': contentType, accept: 'application/json' },
+        body,
+      });
       if (a.status < 200 || a.status >= 300) throw submitError(a);
       const id = answerJson(provider, a).id;
       if (typeof id !== 'string' || id === '') throw submitError({ ...a, status: 502 });
@@ -56,13 +76,21 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
     },
 
     async poll(upstreamId: string): Promise<UpstreamJobState> {
-      const a = await exchange(upstreams, provider, { url: jobUrl(upstreamId), method: 'GET', headers: { ...auth, accept: 'application/json' }, timeoutMs: pollTimeout });
+      const a = await exchange(upstreams, provider, {
+        url: jobUrl(upstreamId),
+        method: 'GET',
+        headers: { ...auth, accept: 'application/json' },
+        timeoutMs: pollTimeout,
+      });
       if (a.status < 200 || a.status >= 300) return pollFailure(provider, a);
       const v = answerJson(provider, a);
       switch (v.status) {
         case 'queued':
         case 'in_progress':
-          return { status: 'in_progress', progress: typeof v.progress === 'number' ? Math.max(0, Math.min(99, Math.floor(v.progress))) : 0 };
+          return {
+            status: 'in_progress',
+            progress: typeof v.progress === 'number' ? Math.max(0, Math.min(99, Math.floor(v.progress))) : 0,
+          };
         case 'completed': {
           const expires = typeof v.expires_at === 'number' ? v.expires_at * 1000 : Date.now() + DEFAULT_RETENTION_MS;
           return { status: 'completed', content: { url: `${jobUrl(upstreamId)}/content`, expiresAt: expires } };
@@ -72,7 +100,10 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
           return {
             status: 'failed',
             code: typeof e.code === 'string' && e.code ? e.code : 'video_generation_failed',
-            message: typeof e.message === 'string' && e.message ? e.message.slice(0, 1000) : 'The provider could not render the video.',
+            message:
+              typeof e.message === 'string' && e.message
+                ? e.message.slice(0, 1000)
+                : 'The provider could not render the video.',
           };
         }
         default:
@@ -81,7 +112,12 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
     },
 
     async cancel(upstreamId: string): Promise<UpstreamCancel> {
-      const a = await exchange(upstreams, provider, { url: jobUrl(upstreamId), method: 'DELETE', headers: { ...auth, accept: 'application/json' }, timeoutMs: pollTimeout });
+      const a = await exchange(upstreams, provider, {
+        url: jobUrl(upstreamId),
+        method: 'DELETE',
+        headers: { ...auth, accept: 'application/json' },
+        timeoutMs: pollTimeout,
+      });
       if (a.status < 200 || a.status >= 300) return cancelFailure(provider, a);
       // `deleted: false` is the provider keeping the job.
       return answerJson(provider, a).deleted === false ? 'refused' : 'cancelled';
