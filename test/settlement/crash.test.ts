@@ -1,6 +1,6 @@
 import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -97,6 +97,7 @@ t.teardown(async () => {
   await dropPrefix(redis, prefix);
   await redis.quit();
   await closeDevChains();
+  rmSync(dir, { recursive: true, force: true });
 });
 
 t.test('SIGKILL under load, restart: every recorded debit charged onchain exactly once, no hold left', async (t) => {
