@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError, embeddedDefault, loadConfig } from '../plugins/config.js';
@@ -103,6 +103,7 @@ t.test(
   'the environment overrides server and redis settings of a config file; an explicit config keeps its own',
   async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'c.json');
     const chains = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8')).chains;
     writeFileSync(file, JSON.stringify({ ...good(), chains }));
@@ -128,6 +129,7 @@ t.test(
 
 t.test('FAREBOX_CONFIG is read from its file; unreadable or invalid JSON fails clearly', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'farebox-config-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, 'c.json');
   const chains = JSON.parse(readFileSync(new URL('../deploy/farebox.example.json', import.meta.url), 'utf8')).chains;
   writeFileSync(file, JSON.stringify({ ...good(), chains }));
