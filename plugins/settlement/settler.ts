@@ -3,11 +3,12 @@
  * of gateway instances share the work, and charges them with the escrow's chargeBatch, one event per call id.
  * Batches are pipelined: each chain has up to `batchesInFlight` batches sent and awaiting their confirmations at
  * once, on consecutive nonces of the settler key, at most `batchesUnmined` of them not yet in a block, so a chain's
- * rate is bound by its blocks, not by one batch per confirmation window. An entry is acknowledged only after its batch's confirmed receipt; until then it stays
- * pending. A batch that fails (reverted, never mined, its acknowledgement lost) has its debits sent again, the
- * batches around it standing; debits of a settler that stopped are claimed by another after `claimIdleMs`. Retries
- * are safe: the escrow skips a call id it has seen. Pending amounts leave `pending` when the watcher applies the
- * Charged event, not here.
+ * rate is bound by its blocks, not by one batch per confirmation window. An entry is acknowledged only after its
+ * batch's confirmed receipt (again until Redis takes it; a charged batch is never sent again for its acknowledgement);
+ * until then it stays pending, kept fresh so no other settler takes it. A batch that fails (reverted, never mined,
+ * reorged) has its debits sent again, the batches around it standing; debits of a settler that stopped are claimed by
+ * another after `claimIdleMs`. Retries are safe: the escrow skips a call id it has seen. Pending amounts leave
+ * `pending` when the watcher applies the Charged event, not here.
  */
 import type { Redis } from 'ioredis';
 import type { Address, ChainName } from '../chains/config.js';
@@ -146,6 +147,7 @@ export class Settler {
   private readonly lanes: Lane[] = [];
   private timer: NodeJS.Timeout | undefined;
   private keepTimer: NodeJS.Timeout | undefined;
+  private keeping = false;
   private readonly sleeps = new Sleeps();
   private readonly maxInFlight: number;
   private readonly maxUnmined: number;
@@ -203,11 +205,18 @@ export class Settler {
    * nothing else; an id acknowledged meanwhile is no longer pending and is passed over.
    */
   private async keepHeld(): Promise<void> {
-    for (const lane of this.lanes) {
-      const ids = [...lane.held];
-      for (let i = 0; i < ids.length && this.running; i += 1_000) {
-        await this.redis.xclaim(lane.key, GROUP, this.consumer, 0, ...ids.slice(i, i + 1_000), 'JUSTID');
+    // One pass at a time: with Redis away a pass waits, and the next would only queue the same commands behind it.
+    if (this.keeping) return;
+    this.keeping = true;
+    try {
+      for (const lane of this.lanes) {
+        const ids = [...lane.held];
+        for (let i = 0; i < ids.length && this.running; i += 1_000) {
+          await this.redis.xclaim(lane.key, GROUP, this.consumer, 0, ...ids.slice(i, i + 1_000), 'JUSTID');
+        }
       }
+    } finally {
+      this.keeping = false;
     }
   }
 
