@@ -7,13 +7,8 @@ import { escrowAbi } from '../../plugins/chains/abi.js';
 import type { ChainConfig } from '../../plugins/chains/config.js';
 import { DEV_MAX_CHARGE, devViemChain, startDevChains, type DevKey } from '../../plugins/chains/dev-chains.js';
 import { mintAndDeposit } from '../../plugins/chains/dev-fund.js';
-import {
-  createEvmChain,
-  gasLimitFor,
-  MAX_CHARGES_PER_BATCH,
-  TX_GAS_CAP,
-  type EvmChainOptions,
-} from '../../plugins/chains/evm.js';
+import { gasLimitFor, MAX_CHARGES_PER_BATCH, TX_GAS_CAP } from '../../plugins/chains/evm-charges.js';
+import { createEvmChain, type EvmChainOptions } from '../../plugins/chains/evm.js';
 import { SettlementError, type Charge, type ScanResult } from '../../plugins/chains/port.js';
 import { startRpcProxy } from './rpc-proxy.js';
 import { callIdOf } from '../../plugins/request-ids.js';
