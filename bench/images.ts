@@ -22,7 +22,7 @@ export type ImageScenario = (typeof IMAGE_SCENARIOS)[number];
 
 const PROMPT = 'A harbour at dawn, fishing boats and gulls';
 
-/** The provider's size for each scenario, as farebox maps it (policies/image-sizes.ts). */
+/** The provider's size for each scenario, as farebox maps it (plugins/upstream/protocols/openai/image-sizes.ts). */
 const OPENAI_SIZE: Record<'1k' | '4k', string> = { '1k': '1024x1024', '4k': '2880x2880' };
 
 /** The request of `scenario` to `target`, or null when the target has no such call. */

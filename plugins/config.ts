@@ -5,17 +5,12 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { CHAIN_NAMES, chainsConfigSchema, type ChainsConfig } from './chains/config.js';
-import {
-  modelSchema,
-  PROTOCOLS_OF_KIND,
-  providerSchema,
-  type ModelConfig,
-  type ProviderConfig,
-} from '../policies/catalog.js';
+import { modelSchema, providerSchema, type ModelConfig, type ProviderConfig } from '../policies/catalog.js';
 import { buildSignatures, clientSignatureSchema, type ClientSignature } from '../policies/clients.js';
 import type { ReasoningLevel } from '../policies/families.js';
 import { limitsConfigSchema, type LimitsConfig } from '../policies/limits.js';
 import { buildPriceTable, isVideoFamily, lookupRates, pricesConfigSchema, type PriceTable } from '../pricing/index.js';
+import { modelIssues, PROTOCOL_NAMES, servesKind } from './upstream/protocols/registry.js';
 
 export type { ModelConfig, ProviderConfig } from '../policies/catalog.js';
 
@@ -230,7 +225,8 @@ export const configSchema = z
   .strictObject({
     server: serverSchema.prefault({}),
     redis: redisSchema.prefault({}),
-    providers: z.record(z.string().min(1), providerSchema),
+    /** A provider's `protocol` names one of the registry's (an unknown name is refused with the known ones listed). */
+    providers: z.record(z.string().min(1), providerSchema.extend({ protocol: z.enum(PROTOCOL_NAMES) })),
     models: z.array(modelSchema).min(1),
     /** Price overrides, in the shape of `farebox prices --json`. */
     prices: pricesConfigSchema.prefault({}),
@@ -273,7 +269,7 @@ export const configSchema = z
         const provider = cfg.providers[name];
         if (!provider) {
           ctx.addIssue({ code: 'custom', path: ['models', i, key], message: `unknown provider ${name}` });
-        } else if (!PROTOCOLS_OF_KIND[m.kind].includes(provider.protocol)) {
+        } else if (!servesKind(provider.protocol, m.kind)) {
           ctx.addIssue({
             code: 'custom',
             path: ['models', i, key],
@@ -281,36 +277,11 @@ export const configSchema = z
           });
         }
       }
-      // Fields of one image protocol are refused on the other: a setting that would never be sent is a mistake.
+      // Settings the model's protocol refuses (another protocol's, or a value its upstream does not take).
       const protocol = cfg.providers[m.provider]?.protocol;
-      if (m.kind === 'image' && protocol === 'gemini') {
-        for (const field of ['quality', 'input_fidelity'] as const) {
-          if (m[field] !== undefined)
-            ctx.addIssue({
-              code: 'custom',
-              path: ['models', i, field],
-              message: 'is an OpenAI Images setting: this model is served through the gemini protocol',
-            });
-        }
-      }
-      if (m.kind === 'image' && protocol === 'openai' && m.max_output_tokens !== undefined) {
-        ctx.addIssue({
-          code: 'custom',
-          path: ['models', i, 'max_output_tokens'],
-          message: 'is a Gemini setting: this model is served through the openai protocol',
-        });
-      }
-      if (m.kind === 'image' && protocol === 'openai' && m.quality !== undefined) {
-        // "Create image", quality: standard and hd are DALL-E's; low, medium and high the GPT image models'.
-        const dalle = (m.upstream_model ?? m.id).startsWith('dall-e');
-        const takes = dalle ? ['standard', 'hd'] : ['low', 'medium', 'high'];
-        if (!takes.includes(m.quality))
-          ctx.addIssue({
-            code: 'custom',
-            path: ['models', i, 'quality'],
-            message: `must be ${takes.join(' or ')} for ${m.upstream_model ?? m.id}`,
-          });
-      }
+      if (protocol !== undefined)
+        for (const issue of modelIssues(protocol, m))
+          ctx.addIssue({ code: 'custom', path: ['models', i, issue.field], message: issue.message });
     });
   });
 

@@ -50,7 +50,7 @@ import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
 import { closeRedis, connectRedis, logRedisErrors, redisUnavailable } from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
-import { upstreamUrl } from './upstream/protocols/registry.js';
+import { catalogUpstream } from './upstream/protocols/registry.js';
 import { ModelCatalog } from '../policies/catalog.js';
 import { GatewayError, isRetryable, renderError } from '../policies/errors.js';
 
@@ -164,7 +164,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   // answers it itself).
   if (app.server.listenerCount('checkExpectation') === 0) app.server.on('checkExpectation', answerExpectation);
   const log = app.log;
-  const catalog = new ModelCatalog(config, upstreamUrl);
+  const catalog = new ModelCatalog(config, catalogUpstream);
   const metrics = opts.metrics ?? createMetrics();
   const upstreams = new Upstreams();
   const images = {

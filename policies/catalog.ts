@@ -1,8 +1,8 @@
 /**
  * The model catalogue: the provider and model schemas of the config, and which model is served on which endpoint by
- * which provider (the URL of each route is its protocol's: plugins/upstream/protocols/). SPEC: the messages endpoint
- * serves alpha models; chat completions serves alpha, beta and gamma; the image endpoints serve img models; the video
- * endpoints serve vidA, vidB and vidC models.
+ * which provider (the endpoints a provider serves, and the URL of each route, are its protocol's:
+ * plugins/upstream/protocols/). SPEC: the messages endpoint serves alpha models; chat completions serves alpha, beta
+ * and gamma; the image endpoints serve img models; the video endpoints serve vidA, vidB and vidC models.
  */
 import { z } from 'zod';
 import { IMAGE_SIZES } from '../pricing/index.js';
@@ -13,10 +13,10 @@ import { ASPECT_RATIOS } from './image-request.js';
 /** A provider account the operator fronts: the API family it speaks, where, and the env var holding its key. */
 export const providerSchema = z.strictObject({
   /**
-   * The provider's API: Anthropic Messages; OpenAI (chat completions, the Images API, the Videos API); the Gemini API
-   * (generateContent for images, predictLongRunning for videos). A model's kind picks the API of the family.
+   * The provider's API: the name of a provider protocol (plugins/upstream/protocols/registry.ts), checked against
+   * the registry where the config is read (plugins/config.ts). A model's kind picks the API of the family.
    */
-  protocol: z.enum(['anthropic', 'openai', 'gemini']),
+  protocol: z.string().min(1),
   /** Anthropic: origin without /v1 (https://api.anthropic.com); OpenAI: API base with /v1; Gemini: base with /v1beta. */
   base_url: z.url({ protocol: /^https?$/ }).transform((u) => u.replace(/\/+$/, '')),
   /** Name of the environment variable holding the operator's provider key. */
@@ -67,7 +67,7 @@ const imageModelSchema = z.strictObject({
   family: z.literal('img'),
   /**
    * Size classes the upstream renders (a request for another is a 400, never a smaller image at a larger price);
-   * absent: what the provider documents for the upstream model (policies/image-sizes.ts documentedCapabilities).
+   * absent: what the provider documents for the upstream model (its protocol's image adapter, `capabilities`).
    */
   sizes: z.array(z.enum(IMAGE_SIZES)).min(1).optional(),
   /** Aspect ratios the upstream renders; absent: as documented for the upstream model. */
@@ -154,15 +154,17 @@ export type ImageModel = z.output<typeof imageModelSchema>;
 /** A video model. */
 export type VideoModel = z.output<typeof videoModelSchema>;
 
-/** The provider APIs a model kind can be served through (checked when the config is read). */
-export const PROTOCOLS_OF_KIND: Readonly<Record<ModelConfig['kind'], readonly ProviderConfig['protocol'][]>> = {
-  text: ['anthropic', 'openai'],
-  image: ['openai', 'gemini'],
-  video: ['openai', 'gemini'],
-};
-
 /** The endpoint families a model can be called on. */
 export type CatalogEndpoint = 'messages' | 'count_tokens' | 'chat_completions' | 'images' | 'videos';
+
+/** The kind of model each endpoint serves: a protocol serving an endpoint serves models of its kind. */
+export const ENDPOINT_KIND: Readonly<Record<CatalogEndpoint, ModelConfig['kind']>> = {
+  messages: 'text',
+  count_tokens: 'text',
+  chat_completions: 'text',
+  images: 'image',
+  videos: 'video',
+};
 
 /** Where one call on one endpoint goes. */
 export interface ModelRoute<M extends ModelConfig = ModelConfig> {
@@ -177,31 +179,44 @@ export interface ModelRoute<M extends ModelConfig = ModelConfig> {
 }
 
 /**
- * Where a route's calls go: the upstream URL of `endpoint` for the model on `provider`, which its protocol knows
- * (plugins/upstream/protocols/registry.ts upstreamUrl).
+ * What the catalogue asks of the providers' protocols (plugins/upstream/protocols/registry.ts catalogUpstream): the
+ * endpoints a provider serves, and the upstream URL of `endpoint` for a model on it.
  */
-export type UpstreamUrlOf = (provider: ProviderConfig, endpoint: CatalogEndpoint, upstreamModel: string) => string;
+export interface CatalogUpstream {
+  serves(provider: ProviderConfig): readonly CatalogEndpoint[];
+  url(provider: ProviderConfig, endpoint: CatalogEndpoint, upstreamModel: string): string;
+}
+
+const EVERY_ENDPOINT = Object.freeze(Object.keys(ENDPOINT_KIND) as CatalogEndpoint[]);
+
+/**
+ * A catalogue that polices and prices, never forwards: every provider taken to serve every endpoint of its models
+ * (so a text model is on chat completions through its chat provider), each route's url ''.
+ */
+const POLICING_ONLY: CatalogUpstream = { serves: () => EVERY_ENDPOINT, url: () => '' };
 
 /** Resolves a model id on an endpoint to its route, from a table built once from the config. */
 export class ModelCatalog {
   private readonly routes = new Map<string, ModelRoute>();
   private readonly known = new Set<string>();
 
-  /** `urlOf`: the routes' upstream URLs; absent, a route's url is '' (a catalogue that polices and prices, never forwards). */
+  /** `upstream`: the protocols' endpoints and URLs; absent, a catalogue that polices and prices (POLICING_ONLY). */
   constructor(
     config: { readonly providers: Readonly<Record<string, ProviderConfig>>; readonly models: readonly ModelConfig[] },
-    urlOf: UpstreamUrlOf = () => '',
+    upstream: CatalogUpstream = POLICING_ONLY,
   ) {
     for (const model of config.models) {
       this.known.add(model.id);
       const upstreamModel = model.upstream_model ?? model.id;
       const native = config.providers[model.provider];
+      // A route where the provider's protocol serves the endpoint (the config's check: at least one of its kind's).
       const add = (endpoint: CatalogEndpoint, provider: ProviderConfig) => {
+        if (!upstream.serves(provider).includes(endpoint)) return;
         this.routes.set(`${endpoint}\0${model.id}`, {
           model,
           provider,
           upstreamModel,
-          url: urlOf(provider, endpoint, upstreamModel),
+          url: upstream.url(provider, endpoint, upstreamModel),
         });
       };
       if (model.kind === 'image') {
@@ -209,12 +224,11 @@ export class ModelCatalog {
       } else if (model.kind === 'video') {
         add('videos', native);
       } else {
-        if (model.family === 'alpha' && native.protocol === 'anthropic') {
+        if (model.family === 'alpha') {
           add('messages', native);
           add('count_tokens', native);
         }
-        const chat = config.providers[model.chat_provider ?? model.provider];
-        if (chat.protocol === 'openai') add('chat_completions', chat);
+        add('chat_completions', config.providers[model.chat_provider ?? model.provider]);
       }
     }
   }

@@ -16,7 +16,7 @@ import { imageAdapter } from '../upstream/protocols/registry.js';
 import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import type { ImageRequest } from '../../policies/image-request.js';
-import { deliveredClass, documentedCapabilities, renderedPixels } from '../../policies/image-sizes.js';
+import { deliveredClass } from '../../policies/image-sizes.js';
 import { makeUsage, priceCall, worstCaseImage, type PriceTable } from '../../pricing/index.js';
 
 /** A policed image request. */
@@ -41,17 +41,16 @@ export const FREE_IMAGE_CHARS = 1024;
 
 /**
  * Most bytes a url image may take decoded, and the room reserved for it: its pixels (5% more than the class's rendered
- * size) at 3 bytes each, or 4 where it may be transparent (an OpenAI GPT image model whose background is not
- * `opaque`; gpt-image-2 and Gemini render no transparency), times 9/8, and 1 MiB of headers and metadata. 9/8: a
+ * size) at 3 bytes each, or 4 where it may be transparent (the protocol's `mayBeTransparent`: an OpenAI GPT image
+ * model whose background is not `opaque`; gpt-image-2 and Gemini render no transparency), times 9/8, and 1 MiB of headers and metadata. 9/8: a
  * deflate stream of fixed Huffman codes spends at most 9 bits a byte (RFC 1951 3.2.6), which the fastest level of
  * some PNG encoders emits even for pixels that do not compress (5.7% over raw measured on noise); JPEG and WebP stay
  * under raw. A larger answer is refused (502, free).
  */
 function reservedBytes(route: ModelRoute<ImageModel>, request: ImageRequest): number {
-  const protocol = route.provider.protocol as 'openai' | 'gemini';
-  const pixels = renderedPixels(protocol, route.upstreamModel, request.size, request.aspectRatio);
-  const transparent =
-    protocol === 'openai' && !route.upstreamModel.startsWith('gpt-image-2') && request.extra.background !== 'opaque';
+  const adapter = imageAdapter(route.provider);
+  const pixels = adapter.renderedPixels(route.upstreamModel, request.size, request.aspectRatio);
+  const transparent = adapter.mayBeTransparent(route.upstreamModel, request.extra);
   return Math.ceil((Math.ceil(pixels * 1.05) * (transparent ? 4 : 3) * 9) / 8) + 1024 * 1024;
 }
 
@@ -60,7 +59,7 @@ export function imageCapabilities(route: ModelRoute<ImageModel>): {
   sizes: readonly string[];
   ratios: readonly string[];
 } {
-  const documented = documentedCapabilities(route.provider.protocol as 'openai' | 'gemini', route.upstreamModel);
+  const documented = imageAdapter(route.provider).capabilities(route.upstreamModel);
   return { sizes: route.model.sizes ?? documented.sizes, ratios: route.model.aspect_ratios ?? documented.ratios };
 }
 
@@ -209,11 +208,11 @@ export function billImage(call: Call, p: ImagePoliced, prices: PriceTable): Bill
       ? ex.delivered === 1 && !call.clientAborted
       : (ex.imageChars ?? 0) > FREE_IMAGE_CHARS && ex.imageBroken !== true;
   if (!delivered) return FREE;
+  const { route, request } = p;
+  const adapter = imageAdapter(route.provider);
   const size = deliveredClass(
-    p.route.provider.protocol as 'openai' | 'gemini',
-    p.route.upstreamModel,
-    p.request.size,
-    p.request.aspectRatio,
+    (s) => adapter.renderedPixels(route.upstreamModel, s, request.aspectRatio),
+    request.size,
     ex.imagePixels ?? null,
   );
   const usage = makeUsage({ images: 1 });

@@ -10,7 +10,7 @@ import { FREE } from '../billing/billing.js';
 import type { Call, ForwardContext, Policed, Quoted } from '../call.js';
 import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
 import type { Exchange } from '../upstream/exchange.js';
-import { textUpstreamHeaders } from '../upstream/protocols/registry.js';
+import { textUpstreamHeaders, textWire } from '../upstream/protocols/registry.js';
 import { proxyCall } from '../upstream/proxy.js';
 import type { ModelRoute, TextModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
@@ -61,7 +61,7 @@ export function textPoliced(
   mustFit = true,
 ): TextPoliced {
   const upstreamBody = JSON.stringify(rewrite.body);
-  const protocol = route.provider.protocol === 'anthropic' ? 'anthropic' : 'openai';
+  const protocol = textWire(route.provider);
   refuseUnpriced(protocol, rewrite.body, upstreamBody);
   const { inputBound, cacheWrite } = inputBounds({
     body: rewrite.body,
@@ -103,7 +103,7 @@ export function quoteText(p: TextPoliced, prices: PriceTable): Quoted {
 /** Forward a text call: the rewritten body to its upstream, the answer streamed back through a meter. */
 export function forwardText(call: Call, p: TextPoliced, reply: FastifyReply, ctx: ForwardContext): FastifyReply {
   const provider = p.route.provider;
-  const protocol = provider.protocol === 'anthropic' ? 'anthropic' : 'openai';
+  const protocol = textWire(provider);
   const dropUsageChunk = protocol === 'openai' && !p.rewrite.callerWantsUsage;
   return proxyCall(
     ctx.upstreams,
@@ -143,7 +143,7 @@ export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clie
   const meter = exchange?.meter;
   if (!meter || status < 200 || status >= 300) return ZERO_USAGE;
   const r = meter.reading;
-  const anthropic = p.route.provider.protocol === 'anthropic';
+  const anthropic = textWire(p.route.provider) === 'anthropic';
   const reported = r.usage ? reportedUsage(r.usage, anthropic, p.cacheWrite) : null;
   const whole = r.complete && !clientAborted && r.streamError === null;
   if (whole && reported) return reported;

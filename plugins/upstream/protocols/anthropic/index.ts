@@ -9,17 +9,22 @@ import { notServed, type ProviderProtocol } from '../protocol.js';
 const DEFAULT_VERSION = '2023-06-01';
 
 export const anthropic: ProviderProtocol = {
+  serves: ['messages', 'count_tokens'],
+
   url(endpoint, base) {
     if (endpoint === 'messages') return `${base}/v1/messages`;
     if (endpoint === 'count_tokens') return `${base}/v1/messages/count_tokens`;
     throw notServed('anthropic', endpoint);
   },
 
-  textHeaders(h, provider, incoming, betas) {
-    h['x-api-key'] = provider.key;
-    // SPEC names the date-valued version header `alpha-version`; real clients send `anthropic-version`.
-    const version = incoming['anthropic-version'] ?? incoming['alpha-version'];
-    h['anthropic-version'] = typeof version === 'string' ? version : DEFAULT_VERSION;
-    if (betas.length > 0) h['anthropic-beta'] = betas.join(',');
+  text: {
+    wire: 'anthropic',
+    headers(h, provider, incoming, betas) {
+      h['x-api-key'] = provider.key;
+      // SPEC names the date-valued version header `alpha-version`; real clients send `anthropic-version`.
+      const version = incoming['anthropic-version'] ?? incoming['alpha-version'];
+      h['anthropic-version'] = typeof version === 'string' ? version : DEFAULT_VERSION;
+      if (betas.length > 0) h['anthropic-beta'] = betas.join(',');
+    },
   },
 };

@@ -5,7 +5,7 @@
  * - POST {base}/models/{model}:generateContent with `x-goog-api-key`; the prompt as a text part, reference images
  *   as `inlineData` parts after it; `generationConfig.responseModalities` IMAGE alone (text would be output the
  *   image's price does not cover), `maxOutputTokens` from the model's config, one candidate,
- *   `imageConfig.aspectRatio` and `imageConfig.imageSize` (policies/image-sizes.ts).
+ *   `imageConfig.aspectRatio` and `imageConfig.imageSize` (image-sizes.ts).
  * - The image is the first `inlineData` part of the first candidate's content that is not a thought; text parts are
  *   read only for a refusal's reason.
  * - Refusals: `promptFeedback.blockReason` with no candidates (the prompt was blocked), or a candidate whose
@@ -21,7 +21,7 @@ import type { ImageModel, ModelRoute } from '../../../../policies/catalog.js';
 import { GatewayError } from '../../../../policies/errors.js';
 import type { ImageRequest } from '../../../../policies/image-request.js';
 import { IMAGE_MIME } from '../../../../policies/image-size.js';
-import { geminiImageConfig } from '../../../../policies/image-sizes.js';
+import { geminiImageConfig } from './image-sizes.js';
 import {
   ImageString,
   unknownField,

@@ -3,7 +3,7 @@
  * "The image generation response", error codes):
  * - generations: POST {base}/images/generations, JSON; edits: POST {base}/images/edits, multipart/form-data with the
  *   reference images as `image` (one) or repeated `image[]` parts (several), as the official SDK sends them.
- * - `size` is the nearest size the model accepts (policies/image-sizes.ts). GPT image models always answer base64
+ * - `size` is the nearest size the model accepts (image-sizes.ts). GPT image models always answer base64
  *   and take no `response_format`; `dall-e-*` models are asked for `b64_json` (their default is a URL).
  * - The answer is an ImagesResponse: `data[0].b64_json`, `created`, `usage` (GPT image models).
  * - A prompt or image the safety system blocks is a 400 with `code: moderation_blocked` (GPT image models) or
@@ -15,7 +15,7 @@ import type { ImageModel, ModelRoute } from '../../../../policies/catalog.js';
 import { GatewayError } from '../../../../policies/errors.js';
 import type { ImageRequest } from '../../../../policies/image-request.js';
 import { IMAGE_MIME } from '../../../../policies/image-size.js';
-import { openaiSize } from '../../../../policies/image-sizes.js';
+import { openaiSize } from './image-sizes.js';
 import {
   ImageString,
   unknownField,
