@@ -68,10 +68,11 @@ t.test('a model priced 0: the call runs, holds 0, is free, and the sweeper walks
     .withResponse();
   const rec = await finished(h, response.headers.get('x-request-id')!);
   t.match(rec, { held: 0n, priceAtomic: 0n, status: 'free' });
-  // A hold of 0 left to expire, and a priced hold behind it: one sweep releases both.
+  // A hold of 0 left to expire, and a priced hold behind it: one sweep two minutes on releases both. Their TTL of a
+  // minute keeps the harness gateway's own sweeper, on the clock of now, from releasing either first.
   const billing = new Billing(
     h.redis,
-    { retentionMs: 60_000, holdTtlMs: 10, instanceTimeoutMs: 60_000 },
+    { retentionMs: 600_000, holdTtlMs: 60_000, instanceTimeoutMs: 600_000 },
     createMetrics(),
     { error() {}, warn() {} },
   );
@@ -90,7 +91,7 @@ t.test('a model priced 0: the call runs, holds 0, is free, and the sweeper walks
     quote: { model: 'gamma-k3', amount: 1_000n },
   });
   t.ok(zero.result.placed && priced.result.placed);
-  const released = await billing.sweep((await redisNow(h.redis)) + 1_000);
+  const released = await billing.sweep((await redisNow(h.redis)) + 120_000);
   t.ok(released >= 2, `${released} released, the zero hold among them`);
   t.match(await getCallRecord(h.redis, zero.hold.requestId), { status: 'free', released: 'expired' });
   t.match(await getCallRecord(h.redis, priced.hold.requestId), { status: 'free', released: 'expired' });
