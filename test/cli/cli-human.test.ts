@@ -6,7 +6,10 @@
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
+import { realpathSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { delimiter, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { AddressInfo } from 'node:net';
 import { createAccount, createKey, hashKey, revokeKey, touchKey } from '../../plugins/accounts/accounts.js';
 import { debitHold, placeHold } from '../../plugins/billing/wallets.js';
@@ -18,11 +21,15 @@ import { setSyncedBalance } from '../helpers/money.js';
 import { testRedis } from '../helpers/harness.js';
 import { builtAfterSources, cliHere } from '../helpers/wait.js';
 
+const root = fileURLToPath(new URL('../../', import.meta.url));
 const { redis, prefix } = await testRedis(t);
 const env = { FAREBOX_REDIS_PREFIX: prefix, FAREBOX_CONFIG: '' };
 const farebox = (...args: string[]) => cliHere(args, env);
 
-/** Run bin/farebox.js as `farebox` runs: its exit code, its wall time and the CPU it used (user + system, ms). */
+/** The command as README says to run it in a checkout: node_modules/.bin on PATH (npm ci links it there). */
+const linked = join(root, 'node_modules/.bin');
+
+/** Run node_modules/.bin/farebox as `farebox` runs: its exit code, its wall time and the CPU it used (user + system, ms). */
 function timed(args: string[]): Promise<{ code: number | null; stdout: string; wallMs: number; cpuMs: number }> {
   // The child reports its own CPU at exit on fd 3, so the count is the command's alone.
   const report = `import { writeSync } from 'node:fs'; process.on('exit', () => { const u = process.cpuUsage(); writeSync(3, String((u.user + u.system) / 1000)); });`;
@@ -30,7 +37,7 @@ function timed(args: string[]): Promise<{ code: number | null; stdout: string; w
     const started = process.hrtime.bigint();
     const child = spawn(
       process.execPath,
-      ['--import', `data:text/javascript,${encodeURIComponent(report)}`, 'bin/farebox.js', ...args],
+      ['--import', `data:text/javascript,${encodeURIComponent(report)}`, join(linked, 'farebox'), ...args],
       // Without tap's NODE_OPTIONS (its process-info hook): the command as a user's shell starts it.
       { env: { ...process.env, NODE_OPTIONS: '', ...env }, stdio: ['ignore', 'pipe', 'inherit', 'pipe'] },
     );
@@ -63,6 +70,26 @@ t.test(
       const wall = Math.min(...runs.map((r) => r.wallMs));
       t.ok(wall < 3_000, `${what}: ${Math.round(wall)} ms wall`);
     }
+  },
+);
+
+t.test(
+  'the documented way: `farebox` with node_modules/.bin on PATH runs this checkout',
+  { skip: !builtAfterSources('dist/bin/cli.js') && 'dist/ is older than the sources: npm run build' },
+  async (t) => {
+    const r = await new Promise<{ code: number | null; stdout: string }>((resolve, reject) => {
+      const child = spawn('farebox', ['key', 'list', '--help'], {
+        env: { ...process.env, NODE_OPTIONS: '', PATH: `${linked}${delimiter}${process.env.PATH ?? ''}` },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let stdout = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, stdout }));
+    });
+    t.equal(r.code, 0);
+    t.match(r.stdout, /^usage: farebox <command>/);
+    t.equal(realpathSync(join(linked, 'farebox')), join(root, 'bin/farebox.js'), "the checkout's own bin/farebox.js");
   },
 );
 
