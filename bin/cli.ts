@@ -1,14 +1,16 @@
 /**
  * The `farebox` command (DESIGN "Operator contract"). It works on the same Redis as the server (REDIS_URL,
- * FAREBOX_REDIS_PREFIX, or the redis section of FAREBOX_CONFIG). With --json it prints one JSON document and
- * nothing else on stdout. Every command answers bad input (a missing or malformed flag) with a one-line error and
- * exit code 2, the usage-error convention; any other failure (no such account, Redis away) with exit code 1.
+ * FAREBOX_REDIS_PREFIX, or the redis section of FAREBOX_CONFIG). Without --json it prints for a person (listings as
+ * tables under a header); with --json one JSON document and nothing else on stdout. Every command answers bad input
+ * (a missing or malformed flag) with a one-line error and exit code 2, the usage-error convention; any other failure
+ * (no such account, Redis away) with one line naming what failed and what to do, and exit code 1.
  */
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Redis } from 'ioredis';
 // Light at load (no viem, zod or ioredis): every other module is imported by the command that needs it, so `farebox
-// help`, `prices` and `key list` start in a fraction of a second; test/cli/cli-human.test.ts times them.
+// help` and `prices` start in a fraction of a second (test/cli/cli-human.test.ts times them), and a Redis command
+// such as `key list` loads the Redis client and its own modules, not the gateway's.
 import { ACCOUNT_STATUSES, isAddress, keyName, type AccountStatus } from '../plugins/accounts/accounts.js';
 import type { ChainName, ChainsConfig } from '../plugins/chains/config.js';
 
