@@ -1,31 +1,18 @@
 /**
  * The `farebox` command (DESIGN "Operator contract"). It works on the same Redis as the server (REDIS_URL,
- * FAREBOX_REDIS_PREFIX, or the redis section of FAREBOX_CONFIG). With --json it prints one JSON document and
- * nothing else on stdout. Every command answers bad input (a missing or malformed flag) with a one-line error and
- * exit code 2, the usage-error convention; any other failure (no such account, Redis away) with exit code 1.
+ * FAREBOX_REDIS_PREFIX, or the redis section of FAREBOX_CONFIG). Without --json it prints for a person (listings as
+ * tables under a header); with --json one JSON document and nothing else on stdout. Every command answers bad input
+ * (a missing or malformed flag) with a one-line error and exit code 2, the usage-error convention; any other failure
+ * (no such account, Redis away) with one line naming what failed and what to do, and exit code 1.
  */
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { Redis } from 'ioredis';
-import {
-  ACCOUNT_STATUSES,
-  createAccount,
-  createKey,
-  getAccount,
-  isAddress,
-  keyName,
-  revokeKey,
-  setAccountStatus,
-  setDefaultChain,
-  type AccountStatus,
-} from '../plugins/accounts/accounts.js';
-import { CHAIN_NAMES, chainsConfigSchema, type ChainName, type ChainsConfig } from '../plugins/chains/config.js';
-import { connectRedis } from '../plugins/store/redis.js';
-import { listUsage } from '../plugins/billing/call-records.js';
-import { readWallet } from '../plugins/billing/wallets.js';
-import { readAnomalies } from '../plugins/settlement/apply-events.js';
-import { endAllSessions } from '../plugins/dashboard/sessions.js';
-import { buildPriceTable, formatUsd, parseUsd, publishPrices } from '../pricing/index.js';
+// Light at load (no viem, zod or ioredis): every other module is imported by the command that needs it, so `farebox
+// help` and `prices` start in a fraction of a second (test/cli/cli-human.test.ts times them), and a Redis command
+// such as `key list` loads the Redis client and its own modules, not the gateway's.
+import { ACCOUNT_STATUSES, isAddress, keyName, type AccountStatus } from '../plugins/accounts/accounts.js';
+import type { ChainName, ChainsConfig } from '../plugins/chains/config.js';
 
 /** Bad input (a missing or malformed flag, an unknown command): printed as one line, exit code 2. */
 export class UsageError extends Error {}
@@ -45,7 +32,7 @@ export function parseArgs(argv: string[]): { words: string[]; flags: Flags } {
     const eq = a.indexOf('=');
     if (eq > 0) {
       flags[a.slice(2, eq)] = a.slice(eq + 1);
-    } else if (a === '--json' || i + 1 >= argv.length || argv[i + 1].startsWith('--')) {
+    } else if (a === '--json' || a === '--help' || i + 1 >= argv.length || argv[i + 1].startsWith('--')) {
       flags[a.slice(2)] = true;
     } else {
       flags[a.slice(2)] = argv[++i];
@@ -66,42 +53,71 @@ function str(flags: Flags, name: string, required = false): string | undefined {
   return v;
 }
 
-/** Redis settings of the CLI: the environment over FAREBOX_CONFIG's redis section. */
-function openRedis(env: NodeJS.ProcessEnv): Redis {
+/** Where the CLI's Redis is: the environment over FAREBOX_CONFIG's redis section. */
+function redisSettings(env: NodeJS.ProcessEnv): { url: string; prefix: string } {
   let url = 'redis://127.0.0.1:6379';
   let prefix = 'farebox:';
-  if (env.FAREBOX_CONFIG) {
-    const file = JSON.parse(readFileSync(env.FAREBOX_CONFIG, 'utf8')) as { redis?: { url?: string; prefix?: string } };
-    url = file.redis?.url ?? url;
-    prefix = file.redis?.prefix ?? prefix;
+  const file = configFile(env) as { redis?: { url?: string; prefix?: string } } | undefined;
+  url = file?.redis?.url ?? url;
+  prefix = file?.redis?.prefix ?? prefix;
+  return { url: env.REDIS_URL ?? url, prefix: env.FAREBOX_REDIS_PREFIX ?? prefix };
+}
+
+/** A URL as it may be printed: without a password. */
+export function shownUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.href.replace(/\/$/, '');
+  } catch {
+    return url;
   }
-  return connectRedis({ url: env.REDIS_URL ?? url, prefix: env.FAREBOX_REDIS_PREFIX ?? prefix, failFast: true });
 }
 
 /** The FAREBOX_CONFIG file as JSON, or undefined on the embedded default. */
 function configFile(env: NodeJS.ProcessEnv): Record<string, unknown> | undefined {
   if (!env.FAREBOX_CONFIG) return undefined;
-  return JSON.parse(readFileSync(env.FAREBOX_CONFIG, 'utf8')) as Record<string, unknown>;
+  let text: string;
+  try {
+    text = readFileSync(env.FAREBOX_CONFIG, 'utf8');
+  } catch (e) {
+    throw new Error(`cannot read FAREBOX_CONFIG ${env.FAREBOX_CONFIG}: ${(e as NodeJS.ErrnoException).code ?? e}`);
+  }
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch (e) {
+    throw new Error(`FAREBOX_CONFIG ${env.FAREBOX_CONFIG} is not JSON: ${(e as Error).message}`);
+  }
 }
 
 /** The chains the gateway runs on: from FAREBOX_CONFIG, or the dev chains the embedded default published in Redis. */
 async function chainsOf(env: NodeJS.ProcessEnv, redis: Redis): Promise<ChainsConfig> {
   const file = configFile(env);
   if (file) {
+    const { chainsConfigSchema } = await import('../plugins/chains/config.js');
     const parsed = chainsConfigSchema.safeParse(file.chains);
-    if (!parsed.success) throw new Error('FAREBOX_CONFIG has no valid chains section');
+    if (!parsed.success) throw new Error(`FAREBOX_CONFIG ${env.FAREBOX_CONFIG} has no valid chains section`);
     return parsed.data;
   }
-  const { DEV_CHAINS_KEY } = await import('../plugins/serve.js');
-  const raw = await redis.get(DEV_CHAINS_KEY);
-  if (!raw) throw new Error('no gateway on the embedded default has started on this Redis: run npm start first');
+  // keys.devChains: what plugins/embedded.ts publishes (DEV_CHAINS_KEY), named without loading it.
+  const { keys } = await import('../plugins/store/keys.js');
+  const raw = await redis.get(keys.devChains);
+  if (!raw)
+    throw new Error(
+      "no gateway on the embedded default has started on this Redis, so there are no dev chains yet: start one with `npm start` (or set FAREBOX_CONFIG to your gateway's config)",
+    );
   return JSON.parse(raw) as ChainsConfig;
 }
 
-function chainArg(flags: Flags): ChainName {
+/** The four chain names (chains/config.ts, which loads viem: only for the commands that name a chain). */
+async function chainNames(): Promise<readonly ChainName[]> {
+  return (await import('../plugins/chains/config.js')).CHAIN_NAMES;
+}
+
+async function chainArg(flags: Flags): Promise<ChainName> {
   const chain = str(flags, 'chain', true);
-  if (!(CHAIN_NAMES as readonly string[]).includes(chain))
-    throw new UsageError(`--chain must be one of ${CHAIN_NAMES.join(', ')}`);
+  const names = await chainNames();
+  if (!(names as readonly string[]).includes(chain)) throw new UsageError(`--chain must be one of ${names.join(', ')}`);
   return chain as ChainName;
 }
 
@@ -117,6 +133,46 @@ function addressArg(flags: Flags, name: string, required = false): string | unde
 
 function accountArg(flags: Flags): string {
   return addressArg(flags, 'account', true);
+}
+
+/**
+ * Rows as lines of a table under `header`, columns two spaces apart, each as wide as its widest cell; columns whose
+ * index is in `right` (amounts, counts) align right. Cells are one-line strings (key names hold no control characters).
+ */
+export function table(
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+  right: readonly number[] = [],
+): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((c, i) => (right.includes(i) ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), ...rows.map(line)];
+}
+
+/** A time of the CLI's tables: ISO 8601 to the second, UTC. */
+function when(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** Whether `url` answers a JSON-RPC call: null when it does, else what went wrong (ECONNREFUSED, HTTP 502, ...). */
+async function rpcFault(url: string): Promise<string | null> {
+  try {
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] }),
+      signal: AbortSignal.timeout(5_000),
+    });
+    await res.body?.cancel();
+    return res.ok ? null : `HTTP ${res.status}`;
+  } catch (e) {
+    const err = e as Error & { cause?: { code?: string; message?: string } };
+    return err.cause?.code ?? err.cause?.message ?? err.message;
+  }
 }
 
 /** A progress line for the steps of a long command. */
@@ -158,22 +214,36 @@ export function statusLine(stream: NodeJS.WriteStream = process.stderr, opts: { 
   };
 }
 
-const HELP = `usage: farebox <command> [options]
+const HELP = `usage: farebox <command> [options]      (--json: one JSON document on stdout, for scripts)
   serve                                   run the gateway (PORT, HOST, METRICS_PORT, REDIS_URL, FAREBOX_CONFIG)
   sim [--port N]                          run the simulated upstream providers alone (HOST; FAREBOX_SIM_INSPECT_TOKEN
                                           serves its request log at /__sim/requests to that bearer)
   settle [--metrics-port N] [--json]      settle debits onchain and watch the chains, with no gateway in the process
   account create [--address 0x..] [--status active|pending|suspended] [--json]
-  account status --account 0x.. --set active|pending|suspended
+  account status --account 0x.. --set active|pending|suspended [--json]
   account sign-out --account 0x.. [--json]   end every dashboard session of the account, on every instance
-  key create --account 0x.. [--name NAME] [--json]
-  key revoke --id ID
+  key create --account 0x.. [--name NAME] [--json]   the key is shown only here
+  key list --account 0x.. [--json]        the account's keys: id, name, created, last used, status
+  key revoke --id ID [--json]
   chains [--json]                         the chains: chain id, RPC URL, stablecoin, escrow, events not applied
   fund --account 0x.. --chain chain_a --amount 2.5 [--json]   (dev chains only) mint and deposit test stablecoin
-  balance --account 0x.. [--json]         synced escrow balance, held, pending and available per chain
-  default-chain --account 0x.. --chain chain_b
+  balance --account 0x.. [--json]         synced escrow balance, held, pending and available per chain (USD)
+  default-chain --account 0x.. --chain chain_b [--json]
   prices [--json]                         the live price table (USD; text per 1,000,000 tokens)
-  usage --account 0x.. [--limit N] [--json]   the account's calls, newest first`;
+  usage --account 0x.. [--limit N] [--json]   the account's calls, newest first, with their token counts
+  help                                    this text
+Redis: REDIS_URL, FAREBOX_REDIS_PREFIX, or FAREBOX_CONFIG's redis section (default redis://127.0.0.1:6379).`;
+
+/** Column titles of the usage counts in `farebox usage`, in USAGE_FIELDS order. */
+const USAGE_COLUMNS: Record<string, string> = {
+  input_tokens: 'input',
+  output_tokens: 'output',
+  cache_read_tokens: 'cache read',
+  cache_write_5m_tokens: 'cache write 5m',
+  cache_write_1h_tokens: 'cache write 1h',
+  images: 'images',
+  video_seconds: 'video s',
+};
 
 /** Run one command; returns the exit code. Output goes through `out` (stdout) and `err` (stderr). */
 export async function main(
@@ -184,9 +254,30 @@ export async function main(
 ): Promise<number> {
   const { words, flags } = parseArgs(argv);
   const json = flags.json === true;
+  if (flags.help !== undefined || words.includes('-h')) {
+    out(HELP);
+    return 0;
+  }
   const cmd = words.join(' ');
   let redis: Redis | undefined;
-  const db = () => (redis ??= openRedis(env));
+  let opening: Promise<Redis> | undefined;
+  let redisAt = '';
+  let redisFault: Error | undefined;
+  // One connection, opened by the first step that needs it (steps may ask at once).
+  const db = (): Promise<Redis> =>
+    (opening ??= import('../plugins/store/redis.js').then(({ connectRedis }) => {
+      const at = redisSettings(env);
+      redisAt = shownUrl(at.url);
+      redis = connectRedis({ url: at.url, prefix: at.prefix, failFast: true });
+      // Kept for the error line (and no "[ioredis] Unhandled error event" on stderr while it retries).
+      redis.on('error', (e: Error) => (redisFault = e));
+      return redis;
+    }));
+  const closeDb = async () => {
+    await redis?.quit();
+    redis = undefined;
+    opening = undefined;
+  };
   try {
     switch (cmd) {
       case 'serve': {
@@ -196,7 +287,7 @@ export async function main(
         const status = statusLine(process.stderr, { lines: true });
         const server = await serve(env, { onProgress: (s) => (s === null ? status.clear() : status.show(s)) });
         if (server.config.embedded) {
-          const r = db();
+          const r = await db();
           let greeting: string[];
           try {
             greeting = await demoGreeting(r, server.url, server.config.chains!, server.metricsUrl, status.show);
@@ -204,8 +295,7 @@ export async function main(
             status.clear();
           }
           for (const line of greeting) out(line);
-          await r.quit();
-          redis = undefined;
+          await closeDb();
         }
         const stop = () => void server.close().then(() => process.exit(0));
         process.once('SIGINT', stop);
@@ -247,9 +337,8 @@ export async function main(
           config = loadConfig({ ...env, ...unused });
         } else {
           const { embeddedSettleConfig } = await import('../plugins/serve.js');
-          ({ config, env: runEnv } = embeddedSettleConfig(await chainsOf(env, db()), env));
-          await db().quit();
-          redis = undefined;
+          ({ config, env: runEnv } = embeddedSettleConfig(await chainsOf(env, await db()), env));
+          await closeDb();
         }
         const settle = await startSettleProcess(config, runEnv, { metricsPort: port });
         out(
@@ -266,7 +355,9 @@ export async function main(
         const status = str(flags, 'status') as AccountStatus | undefined;
         if (status !== undefined && !ACCOUNT_STATUSES.includes(status))
           throw new UsageError(`--status must be one of ${ACCOUNT_STATUSES.join(', ')}`);
-        const account = await createAccount(db(), { address: addressArg(flags, 'address'), status });
+        const address = addressArg(flags, 'address');
+        const { createAccount } = await import('../plugins/accounts/accounts.js');
+        const account = await createAccount(await db(), { address, status });
         out(json ? JSON.stringify({ account: account.address }) : `account ${account.address} (${account.status})`);
         return 0;
       }
@@ -275,13 +366,15 @@ export async function main(
         if (!ACCOUNT_STATUSES.includes(status))
           throw new UsageError(`--set must be one of ${ACCOUNT_STATUSES.join(', ')}`);
         const account = accountArg(flags);
-        await setAccountStatus(db(), account, status);
+        const { setAccountStatus } = await import('../plugins/accounts/accounts.js');
+        await setAccountStatus(await db(), account, status);
         out(json ? JSON.stringify({ account, status }) : `account ${account} is ${status}`);
         return 0;
       }
       case 'account sign-out': {
         const account = accountArg(flags);
-        const ended = await endAllSessions(db(), account);
+        const { endAllSessions } = await import('../plugins/dashboard/sessions.js');
+        const ended = await endAllSessions(await db(), account);
         out(
           json
             ? JSON.stringify({ account, sessions_ended: ended })
@@ -297,22 +390,50 @@ export async function main(
         } catch (e) {
           throw new UsageError(`--name: ${(e as Error).message}`);
         }
-        const k = await createKey(db(), account, { name });
-        out(json ? JSON.stringify(k) : `key ${k.id} for ${k.account} (shown once): ${k.key}`);
+        const { createKey } = await import('../plugins/accounts/accounts.js');
+        const k = await createKey(await db(), account, { name });
+        if (json) out(JSON.stringify(k));
+        else {
+          out(`key ${k.id} for ${k.account}; the key, shown only this once:`);
+          out(k.key);
+        }
+        return 0;
+      }
+      case 'key list': {
+        const account = accountArg(flags);
+        const { getAccount, listKeys } = await import('../plugins/accounts/accounts.js');
+        const r = await db();
+        if (!(await getAccount(r, account))) throw new Error(`no account ${account}`);
+        const list = await listKeys(r, account);
+        // The dashboard's key list, as its API gives it (times in ms since the epoch, null when none).
+        if (json) out(JSON.stringify({ account, keys: list }));
+        else {
+          const rows = list.map((k) => [
+            k.id,
+            k.name || '-',
+            when(k.created_at),
+            k.last_used_at === null ? '-' : when(k.last_used_at),
+            k.revoked_at === null ? 'active' : `revoked ${when(k.revoked_at)}`,
+          ]);
+          for (const line of table(['id', 'name', 'created', 'last used', 'status'], rows)) out(line);
+        }
         return 0;
       }
       case 'key revoke': {
         const id = str(flags, 'id', true);
-        await revokeKey(db(), id);
+        const { revokeKey } = await import('../plugins/accounts/accounts.js');
+        await revokeKey(await db(), id);
         out(json ? JSON.stringify({ id, revoked: true }) : `key ${id} revoked`);
         return 0;
       }
       case 'chains': {
-        const chains = await chainsOf(env, db());
+        const names = await chainNames();
+        const chains = await chainsOf(env, await db());
         // Events the watcher could not apply (FareboxChainAnomaly), each with its transaction, to settle by hand.
-        const anomalies = await Promise.all(CHAIN_NAMES.map((n) => readAnomalies(db(), n)));
+        const { readAnomalies } = await import('../plugins/settlement/apply-events.js');
+        const anomalies = await Promise.all(names.map(async (n) => readAnomalies(await db(), n)));
         const doc = Object.fromEntries(
-          CHAIN_NAMES.map((n, i) => [
+          names.map((n, i) => [
             n,
             {
               chain_id: chains[n].chain_id,
@@ -325,18 +446,25 @@ export async function main(
         );
         if (json) out(JSON.stringify(doc));
         else {
-          for (const [n, c] of Object.entries(doc)) {
-            out(
-              `${n}  chain id ${c.chain_id}  ${c.rpc_url}  stablecoin ${c.stablecoin}  escrow ${c.escrow}${c.anomalies.length ? `  anomalies ${c.anomalies.length}` : ''}`,
-            );
-          }
+          const rows = Object.entries(doc).map(([n, c]) => [
+            n,
+            String(c.chain_id),
+            shownUrl(c.rpc_url),
+            c.stablecoin,
+            c.escrow,
+            String(c.anomalies.length),
+          ]);
+          for (const line of table(['chain', 'chain id', 'RPC URL', 'stablecoin', 'escrow', 'anomalies'], rows, [1, 5]))
+            out(line);
+          if (anomalies.some((a) => a.length)) out('anomalies: events not applied; `farebox chains --json` lists them');
         }
         return 0;
       }
       case 'fund': {
         const account = accountArg(flags);
-        const chain = chainArg(flags);
+        const chain = await chainArg(flags);
         const rawAmount = str(flags, 'amount', true);
+        const { formatUsd, parseUsd } = await import('../pricing/money.js');
         let amount: bigint;
         try {
           amount = parseUsd(rawAmount);
@@ -345,17 +473,28 @@ export async function main(
         }
         if (amount <= 0n) throw new UsageError('--amount must be positive');
         const { DEV_CHAIN_IDS } = await import('../plugins/chains/dev-chains.js');
-        const chains = await chainsOf(env, db());
+        const chains = await chainsOf(env, await db());
         if (chains[chain].chain_id !== DEV_CHAIN_IDS[chain]) {
           throw new Error(
             `${chain} is a configured chain (chain id ${chains[chain].chain_id}): fund mints test stablecoin on the embedded dev chains only`,
           );
         }
+        // The dev chains run inside the gateway: a stopped one leaves their URLs in Redis and nothing behind them.
+        const rpc = chains[chain].rpc_url;
+        const stopped = (fault: string) =>
+          new Error(
+            `fund: ${chain}'s RPC at ${shownUrl(rpc)} does not answer (${fault}); the dev chains run inside the gateway: start it with \`npm start\` (or \`farebox serve\`), then run fund again`,
+          );
+        const before = await rpcFault(rpc);
+        if (before) throw stopped(before);
         const { fundOnDevChain } = await import('../plugins/serve.js');
         const status = statusLine();
         let balance: bigint;
         try {
-          balance = await fundOnDevChain(db(), chains, chain, account, amount, { onProgress: status.show });
+          balance = await fundOnDevChain(await db(), chains, chain, account, amount, { onProgress: status.show });
+        } catch (e) {
+          const fault = await rpcFault(rpc);
+          throw fault ? stopped(fault) : e;
         } finally {
           status.clear();
         }
@@ -368,11 +507,14 @@ export async function main(
       }
       case 'balance': {
         const account = accountArg(flags);
-        const acct = await getAccount(db(), account);
+        const { getAccount } = await import('../plugins/accounts/accounts.js');
+        const { readWallet } = await import('../plugins/billing/wallets.js');
+        const { formatUsd } = await import('../pricing/money.js');
+        const acct = await getAccount(await db(), account);
         if (!acct) throw new Error(`no account ${account}`);
         const chains: Record<string, Record<string, string>> = {};
-        for (const n of CHAIN_NAMES) {
-          const w = await readWallet(db(), account, n);
+        for (const n of await chainNames()) {
+          const w = await readWallet(await db(), account, n);
           chains[n] = {
             balance: formatUsd(w.synced),
             held: formatUsd(w.held),
@@ -380,42 +522,102 @@ export async function main(
             available: formatUsd(w.available < 0n ? 0n : w.available),
           };
         }
-        const doc = { account, default_chain: acct?.default_chain ?? 'chain_a', chains };
+        const doc = { account, default_chain: acct.default_chain ?? 'chain_a', chains };
         if (json) out(JSON.stringify(doc));
-        else
-          for (const [n, c] of Object.entries(chains))
-            out(
-              `${n}${n === doc.default_chain ? '*' : ' '} balance ${c.balance}  held ${c.held}  pending ${c.pending}  available ${c.available}`,
-            );
+        else {
+          const rows = Object.entries(chains).map(([n, c]) => [
+            n === doc.default_chain ? `${n} *` : n,
+            c.balance,
+            c.held,
+            c.pending,
+            c.available,
+          ]);
+          out(`account ${account}, USD (* the default chain)`);
+          for (const line of table(['chain', 'balance', 'held', 'pending', 'available'], rows, [1, 2, 3, 4])) out(line);
+        }
         return 0;
       }
       case 'default-chain': {
         const account = accountArg(flags);
-        const chain = chainArg(flags);
-        await setDefaultChain(db(), account, chain);
+        const chain = await chainArg(flags);
+        const { setDefaultChain } = await import('../plugins/accounts/accounts.js');
+        await setDefaultChain(await db(), account, chain);
         out(json ? JSON.stringify({ account, default_chain: chain }) : `${account} bills on ${chain} by default`);
         return 0;
       }
       case 'prices': {
         const file = configFile(env);
-        const { videoFamilies } = await import('../plugins/config.js');
-        const doc = publishPrices(
-          buildPriceTable(file?.prices ?? {}, 'prices', videoFamilies(Array.isArray(file?.models) ? file.models : [])),
-        );
-        out(json ? JSON.stringify(doc) : JSON.stringify(doc, null, 2));
+        const { buildPriceTable, publishPrices } = await import('../pricing/index.js');
+        // The config module (zod, the whole catalogue) only for a config whose models may name video families.
+        const models = Array.isArray(file?.models) ? file.models : [];
+        const families = models.length ? (await import('../plugins/config.js')).videoFamilies(models) : {};
+        const doc = publishPrices(buildPriceTable(file?.prices ?? {}, 'prices', families));
+        if (json) out(JSON.stringify(doc));
+        else {
+          const sections: [string, string[], string[][]][] = [
+            [
+              'text models, USD per 1,000,000 tokens (cache writes: 1.25x input for 5 minutes, 2x for 1 hour)',
+              ['model', 'input', 'output', 'cache read'],
+              Object.entries(doc.text).map(([m, r]) => [m, r.input, r.output, r.cache_read]),
+            ],
+            [
+              'image models, USD per image',
+              ['model', '1K', '2K', '4K'],
+              Object.entries(doc.image).map(([m, r]) => [m, r['1K'], r['2K'], r['4K']]),
+            ],
+            [
+              'video models, USD per clip',
+              ['model', 'seconds', 'price'],
+              Object.entries(doc.video).flatMap(([m, clips]) => Object.entries(clips).map(([s, p]) => [m, s, p])),
+            ],
+          ];
+          sections.forEach(([title, header, rows], i) => {
+            if (i > 0) out('');
+            out(title);
+            for (const line of table(header, rows, header.map((_, j) => j).slice(1))) out(line);
+          });
+        }
         return 0;
       }
       case 'usage': {
         const account = accountArg(flags);
         const limit = flags.limit === undefined ? 100 : Number(str(flags, 'limit'));
         if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a positive whole number');
-        const records = await listUsage(db(), account, limit);
+        const { listUsage } = await import('../plugins/billing/call-records.js');
+        const records = await listUsage(await db(), account, limit);
         if (json) out(JSON.stringify(records));
-        else
-          for (const r of records)
-            out(
-              `${r.time}  ${r.call_id}  ${r.model}  ${r.chain}  ${r.price} USD  ${r.status}${r.tx ? `  ${r.tx}` : ''}`,
-            );
+        else {
+          // The counts any listed call has (input and output always): a text-only list shows no image column.
+          const counts = Object.keys(USAGE_COLUMNS).filter(
+            (f) => f === 'input_tokens' || f === 'output_tokens' || records.some((r) => (r.usage[f] ?? 0) > 0),
+          );
+          const sized = records.some((r) => r.size);
+          const header = [
+            'time',
+            'call',
+            'model',
+            'chain',
+            ...counts.map((f) => USAGE_COLUMNS[f]!),
+            ...(sized ? ['size'] : []),
+            'price USD',
+            'status',
+            'tx',
+          ];
+          const rows = records.map((r) => [
+            r.time.replace(/\.\d{3}Z$/, 'Z'),
+            r.call_id,
+            r.model || '-',
+            r.chain,
+            ...counts.map((f) => String(r.usage[f] ?? 0)),
+            ...(sized ? [r.size ?? '-'] : []),
+            r.price,
+            r.rebuilt ? `${r.status} (rebuilt)` : r.status,
+            r.tx ?? '-',
+          ]);
+          const right = [...counts.keys()].map((i) => i + 4);
+          right.push(4 + counts.length + (sized ? 1 : 0));
+          for (const line of table(header, rows, right)) out(line);
+        }
         return 0;
       }
       case '':
@@ -423,14 +625,24 @@ export async function main(
         out(HELP);
         return cmd === '' ? 2 : 0;
       default:
-        throw new UsageError(`unknown command: ${cmd}`);
+        throw new UsageError(`unknown command: ${cmd} (\`farebox help\` lists the commands)`);
     }
   } catch (e) {
-    err(`farebox: ${(e as Error).message.split('\n')[0]}`);
+    err(`farebox: ${errorLine(e as Error, redisFault, redisAt)}`);
     return e instanceof UsageError ? 2 : 1;
   } finally {
     if (redis) await redis.quit().catch(() => {});
   }
+}
+
+/** The one line a failure prints: what failed and what to do, for the failures a new user meets first. */
+function errorLine(e: Error, redisFault: Error | undefined, redisAt: string): string {
+  // ioredis gives up with "Reached the max retries per request limit" and names no server.
+  if (redisFault && (e.name === 'MaxRetriesPerRequestError' || /Connection is closed/.test(e.message))) {
+    const why = (redisFault as NodeJS.ErrnoException).code ?? redisFault.message.split('\n')[0];
+    return `cannot reach Redis at ${redisAt} (${why}): start Redis there, or point REDIS_URL (or FAREBOX_CONFIG's redis.url) at yours`;
+  }
+  return e.message.split('\n')[0]!;
 }
 
 /** Resolves once everything written to `stream` so far has been handed to the OS (or the stream has failed). */

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// The `farebox` command: runs the compiled CLI (npm run build, done by npm ci / npm install).
+// The `farebox` command: runs the compiled CLI (npm run build, done by npm ci / npm install). npm ci links it as
+// node_modules/.bin/farebox (bin/link-self.js).
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 

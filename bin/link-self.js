@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Makes `npx farebox ...` run this checkout's own command: npm exec looks the package up in node_modules and its
-// bin in node_modules/.bin, and links neither for the package itself. Run by `npm run prepare` (npm ci / install).
+// Links this checkout's own command as node_modules/.bin/farebox (the documented way to run it in a checkout: that
+// folder on PATH, README "The `farebox` command") and the package as node_modules/farebox. npm 11's `npx farebox`
+// does not use them in the checkout: it installs a copy into its npx cache. Run by `npm run prepare` (npm ci / install).
 import { chmodSync, existsSync, lstatSync, mkdirSync, symlinkSync, unlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
