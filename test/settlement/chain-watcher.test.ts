@@ -952,6 +952,7 @@ t.test(
     const log = {
       error: (_o: object, m: string) => void logged.push(['error', m]),
       warn: (_o: object, m: string) => void logged.push(['warn', m]),
+      info: (_o: object, m: string) => void logged.push(['info', m]),
     };
     const { w, metrics } = s.watcher({ chain_a: chainA }, 'w-odd', undefined, {}, log);
     const x = randomAccount();
@@ -986,6 +987,20 @@ t.test(
       'a proposal is logged as an error',
     );
     t.ok(logged.some(([l, m]) => l === 'error' && /not applied/.test(m)));
+    t.same(
+      logged.filter(([, m]) => m === 'escrow deployed with this role'),
+      [
+        ['info', 'escrow deployed with this role'],
+        ['info', 'escrow deployed with this role'],
+        ['info', 'escrow deployed with this role'],
+        ['info', 'escrow deployed with this role'],
+      ],
+      "the constructor's owner, treasury, charge cap and settler: info, no action needed",
+    );
+    t.ok(
+      logged.some(([l, m]) => l === 'warn' && m === 'escrow role event'),
+      'a later role event (the cancellation) stays a warn',
+    );
     t.equal(await w.reconcile('chain_a', chainA), 0, 'a balance beyond 2^53 fails its own reconciliation only');
   },
 );
