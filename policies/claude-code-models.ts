@@ -10,7 +10,7 @@
 /** Each alias's model on the embedded default: the ones Claude Code is tested with (test/routes/claude-code.test.ts). */
 const PREFERRED = {
   sonnet: 'alpha-sonnet-4-6',
-  opus: 'alpha-opus-4-6',
+  opus: 'alpha-opus-5',
   haiku: 'alpha-haiku-4-5',
   fable: 'alpha-fable-5',
 } as const;

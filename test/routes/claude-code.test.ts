@@ -227,6 +227,23 @@ t.test("the same request passes with Claude Code's headers and is refused with o
   t.equal(h.sim.received.length, n, 'never upstream');
 });
 
+t.test("each model alias (/model, --model) runs on the model the README's variable gives it", async (t) => {
+  const vars = Object.fromEntries(readmeVars);
+  for (const alias of ['opus', 'haiku', 'fable']) {
+    const name = `ANTHROPIC_DEFAULT_${alias.toUpperCase()}_MODEL`;
+    const from = seen.length;
+    const r = await claude(['-p', 'Say hello #sim:tokens=3', '--model', alias, '--output-format', 'json']);
+    t.equal(r.code, 0, `--model ${alias}: exit 0; stderr: ${r.stderr}`);
+    const asked = seen.slice(from).filter((s) => /^\/v1\/messages(\?|$)/.test(s.url));
+    t.ok(asked.length >= 1);
+    for (const c of asked) t.ok(c.status < 400, `${(c.body as { model: string }).model} -> ${c.status}`);
+    t.ok(
+      asked.some((c) => (c.body as { model: string }).model === vars[name]),
+      `--model ${alias} asked for ${name}, ${vars[name]}`,
+    );
+  }
+});
+
 t.test('on a suspended account it shows the gateway 403 message, exits 1, and does not retry', async (t) => {
   const account = await createAccount(h.redis, { status: 'suspended' });
   const { key } = await createKey(h.redis, account.address);
