@@ -98,6 +98,20 @@ function deploymentEvents(admin: readonly EscrowAdminEvent[]): Set<EscrowAdminEv
   );
 }
 
+/** The deployment's roles on one log line: its transaction, owner, treasury, charge cap and settler. */
+function deploymentSummary(events: Set<EscrowAdminEvent>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const e of events) {
+    out.blockNumber = e.blockNumber;
+    out.txHash = e.txHash;
+    if (e.kind === 'ownership_transferred') out.owner = e.owner;
+    else if (e.kind === 'treasury_updated') out.treasury = e.treasury;
+    else if (e.kind === 'max_charge_updated') out.maxCharge = e.maxCharge;
+    else if (e.kind === 'settler_updated') out.settler = e.settler;
+  }
+  return out;
+}
+
 /** What resumeChain did. */
 export interface ResumeReport {
   halt: ChainHalt;
@@ -332,12 +346,12 @@ export class ChainWatcher {
         this.log.warn({ chain: name, ...stringified(u) }, msg);
       }
       const deployment = deploymentEvents(scan.admin);
+      if (deployment.size > 0)
+        this.log.info?.({ chain: name, ...stringified(deploymentSummary(deployment)) }, 'escrow deployed');
       for (const e of scan.admin) {
         this.metrics.escrowAdminEvents.inc({ chain: name, kind: e.kind });
         if (PROPOSALS.has(e.kind)) this.log.error({ chain: name, ...stringified(e) }, 'escrow role change announced');
-        else if (deployment.has(e))
-          this.log.info?.({ chain: name, ...stringified(e) }, 'escrow deployed with this role');
-        else this.log.warn({ chain: name, ...stringified(e) }, 'escrow role event');
+        else if (!deployment.has(e)) this.log.warn({ chain: name, ...stringified(e) }, 'escrow role event');
       }
       await execAll(
         this.r
