@@ -4,7 +4,8 @@
  * every session fails with 400 "Unknown model". Claude Code 2.x reads the main model from ANTHROPIC_MODEL, each
  * alias (fable, opus, sonnet, haiku: `/model`, subagents, fallbacks) from ANTHROPIC_DEFAULT_<ALIAS>_MODEL and its
  * small fast model from ANTHROPIC_SMALL_FAST_MODEL; subagents inherit the main model unless CLAUDE_CODE_SUBAGENT_MODEL
- * says otherwise. The README's Claude Code line and the dashboard's Keys page both come from here.
+ * says otherwise. The dashboard's Keys page shows these; the README's Claude Code command must equal them for the
+ * embedded default (test/routes/claude-code.test.ts).
  */
 
 /** Each alias's model on the embedded default: the ones Claude Code is tested with (test/routes/claude-code.test.ts). */
