@@ -196,6 +196,12 @@ const dashboardSchema = z.strictObject({
   explorers: z.partialRecord(z.enum(CHAIN_NAMES), z.url({ protocol: /^https?$/ })).default({}),
 });
 
+/** The dashboard's public URL, from its first configured origin and its path; undefined without origins or when off. */
+export function dashboardUrlOf(config: Pick<FareboxConfig, 'dashboard'>): string | undefined {
+  const d = config.dashboard;
+  return d.enabled && d.origins ? `${d.origins[0]}${d.path}/` : undefined;
+}
+
 const imagesSchema = z.strictObject({
   /** How long a `response_format: url` image stays served (its URL's life), ms. One hour, as OpenAI's image URLs. */
   url_ttl_ms: z

@@ -22,7 +22,15 @@ import { Billing } from './billing/billing.js';
 import { RateLimiter } from './billing/rate-limit.js';
 import type { Call } from './call.js';
 import { CHAIN_NAMES } from './chains/config.js';
-import { buildConfig, ConfigError, isBuiltConfig, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import {
+  buildConfig,
+  ConfigError,
+  dashboardUrlOf,
+  isBuiltConfig,
+  loadConfig,
+  type ConfigEnv,
+  type FareboxConfig,
+} from './config.js';
 import { startEmbedded } from './embedded.js';
 import { VideoJobs } from './jobs/video-jobs.js';
 import { bodyError, parseJsonBody } from './intake/json-body.js';
@@ -228,6 +236,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     {
       stopRatio: config.billing.backlog_stop_ratio,
       checkMs: config.billing.backlog_check_ms,
+      dashboardUrl: dashboardUrlOf(config),
     },
     metrics,
   );

@@ -2,4 +2,6 @@
 export interface Log {
   error(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
+  /** What needs no action (an escrow's own deployment roles); a Log without it drops those. */
+  info?(obj: object, msg: string): void;
 }

@@ -167,6 +167,16 @@ t.test('serve prints the demo account, its key and a curl line that works as pas
   t.ok(completion.choices[0].message.content.length > 0);
 });
 
+t.test('a quiet start: no warn or error line before the greeting (the dev escrows deploying are info)', async (t) => {
+  const before = first.stdout.slice(0, first.stdout.indexOf('farebox: embedded default at'));
+  const loud = [...before.split('\n'), ...first.stderr().split('\n')].filter((line) => {
+    if (!line.startsWith('{')) return line.trim() !== '';
+    return (JSON.parse(line) as { level: number }).level >= 40;
+  });
+  t.same(loud, [], 'nothing at warn or above, and nothing but JSON log lines');
+  t.ok(first.stdout.includes('farebox: embedded default at'), 'the greeting printed');
+});
+
 t.test('farebox fund then farebox balance on the same Redis show the deposit, equal to balanceOf', async (t) => {
   const funded = await farebox(['fund', '--account', demo, '--chain', 'chain_c', '--amount', '1.5', '--json']);
   t.equal(funded.code, 0, funded.stderr);

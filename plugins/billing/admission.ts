@@ -86,6 +86,12 @@ export interface BacklogSettings {
   checkMs?: number;
 }
 
+/** Admission's settings: the backlog stop, and where a caller refused for funds is sent. */
+export interface AdmissionSettings extends BacklogSettings {
+  /** The dashboard's URL, named in a 402 as where to fund the wallet; absent when none is configured. */
+  dashboardUrl?: string;
+}
+
 /** A chain that takes no new calls: its oldest debit's age and its escrow's delay at the last check. */
 interface Behind {
   ageMs: number;
@@ -104,6 +110,7 @@ export class Admission {
   /** Chains that take no new calls (see the head of this file), as of the last check. */
   private readonly behind = new Map<ChainName, Behind>();
   private readonly stopRatio: number;
+  private readonly dashboardUrl: string | undefined;
   private readonly checkMs: number;
   private timer: NodeJS.Timeout | undefined;
 
@@ -112,9 +119,10 @@ export class Admission {
     readonly billing: Billing | undefined,
     private readonly log: Log,
     private readonly redis?: Redis,
-    backlog: BacklogSettings = {},
+    backlog: AdmissionSettings = {},
     private readonly metrics?: Metrics,
   ) {
+    this.dashboardUrl = backlog.dashboardUrl;
     this.stopRatio = backlog.stopRatio ?? 0.5;
     this.checkMs = backlog.checkMs ?? 1_000;
   }
@@ -238,8 +246,13 @@ export class Admission {
     if (!result.placed && result.rateLimited) throw rateLimitedError(decision, req.protocol);
     if (!result.placed) {
       const available = result.available < 0n ? 0n : result.available;
+      // What to do, not only what is missing: where to fund, and (a token-priced call) how to hold less.
+      const where = this.dashboardUrl ? ` (at ${this.dashboardUrl})` : '';
+      const lower = req.tokens > 0 ? ' A lower max_tokens lowers what the call holds.' : '';
       throw new GatewayError('insufficient_funds', {
-        message: `The wallet on ${chain} does not cover this call: it needs up to ${formatUsd(req.quote.amount)} USD at worst, ${formatUsd(available)} USD is available.`,
+        message:
+          `The wallet on ${chain} does not cover this call: it needs up to ${formatUsd(req.quote.amount)} USD at worst, ${formatUsd(available)} USD is available. ` +
+          `Deposit USD to the escrow on ${chain}${where}, or bill a funded chain with x-gw-billing-chain.${lower}`,
         headers: { 'x-gw-billing-chain': chain },
       });
     }

@@ -5,7 +5,15 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from '../chains/config.js';
-import { buildConfig, isBuiltConfig, loadConfig, originSchema, type FareboxConfig } from '../config.js';
+import { claudeCodeModelEnv } from '../../policies/claude-code-models.js';
+import {
+  buildConfig,
+  embeddedDefault,
+  isBuiltConfig,
+  loadConfig,
+  originSchema,
+  type FareboxConfig,
+} from '../config.js';
 import { DEFAULT_PRICE_TABLE, type PriceTable } from '../../pricing/index.js';
 import { keys } from '../store/keys.js';
 import type { RedisOptions } from '../store/redis.js';
@@ -49,6 +57,8 @@ export interface DashboardSettings {
   secureCookie: boolean;
   sessionTtlMs: number;
   gatewayUrl: string | undefined;
+  /** Claude Code's model variables for the models the gateway serves, shown with its snippet. */
+  claudeModels: readonly (readonly [string, string])[];
   explorers: Readonly<Partial<Record<ChainName, string>>>;
   devFund: boolean;
 }
@@ -160,6 +170,10 @@ export function resolveOptions(input: unknown): DashboardSettings {
     secureCookie: o.secureCookie ?? section?.secure_cookie ?? !embedded,
     sessionTtlMs: o.sessionTtlMs ?? Math.round((section?.session_ttl_hours ?? 24) * 3_600_000),
     gatewayUrl: o.gatewayUrl ?? section?.gateway_url?.replace(/\/+$/, ''),
+    // Only ids matter here; the embedded default's address is not used.
+    claudeModels: claudeCodeModelEnv(
+      (config?.models ?? (embeddedDefault('http://127.0.0.1').models as { id: string }[])).map((m) => m.id),
+    ),
     explorers: Object.freeze({ ...stripSlashes(section?.explorers ?? {}), ...(o.explorers ?? {}) }),
     devFund: o.devFund ?? embedded,
   };

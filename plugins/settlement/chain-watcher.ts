@@ -69,6 +69,49 @@ const PROPOSALS = new Set<EscrowAdminEvent['kind']>([
   'ownership_transfer_started',
 ]);
 
+const ZERO_ADDRESS = /^0x0{40}$/i;
+
+/**
+ * The escrow's constructor announcing its first roles (Escrow.sol): ownership taken from the zero address, and the
+ * treasury, the charge cap and the settler set in that same transaction. They need no action (every start of the
+ * embedded default deploys four escrows); any other role event does, and is a warn.
+ */
+function deploymentEvents(admin: readonly EscrowAdminEvent[]): Set<EscrowAdminEvent> {
+  const txs = new Set(
+    admin.filter((e) => e.kind === 'ownership_transferred' && ZERO_ADDRESS.test(e.previous)).map((e) => e.txHash),
+  );
+  return new Set(
+    admin.filter((e) => {
+      if (!txs.has(e.txHash)) return false;
+      switch (e.kind) {
+        case 'ownership_transferred':
+        case 'treasury_updated':
+          return ZERO_ADDRESS.test(e.previous);
+        case 'max_charge_updated':
+          return e.previous === 0n;
+        case 'settler_updated':
+          return e.enabled;
+        default:
+          return false;
+      }
+    }),
+  );
+}
+
+/** The deployment's roles on one log line: its transaction, owner, treasury, charge cap and settler. */
+function deploymentSummary(events: Set<EscrowAdminEvent>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const e of events) {
+    out.blockNumber = e.blockNumber;
+    out.txHash = e.txHash;
+    if (e.kind === 'ownership_transferred') out.owner = e.owner;
+    else if (e.kind === 'treasury_updated') out.treasury = e.treasury;
+    else if (e.kind === 'max_charge_updated') out.maxCharge = e.maxCharge;
+    else if (e.kind === 'settler_updated') out.settler = e.settler;
+  }
+  return out;
+}
+
 /** What resumeChain did. */
 export interface ResumeReport {
   halt: ChainHalt;
@@ -302,11 +345,13 @@ export class ChainWatcher {
           : 'charge outcome without a pending call record';
         this.log.warn({ chain: name, ...stringified(u) }, msg);
       }
+      const deployment = deploymentEvents(scan.admin);
+      if (deployment.size > 0)
+        this.log.info?.({ chain: name, ...stringified(deploymentSummary(deployment)) }, 'escrow deployed');
       for (const e of scan.admin) {
         this.metrics.escrowAdminEvents.inc({ chain: name, kind: e.kind });
-        const msg = PROPOSALS.has(e.kind) ? 'escrow role change announced' : 'escrow role event';
-        if (PROPOSALS.has(e.kind)) this.log.error({ chain: name, ...stringified(e) }, msg);
-        else this.log.warn({ chain: name, ...stringified(e) }, msg);
+        if (PROPOSALS.has(e.kind)) this.log.error({ chain: name, ...stringified(e) }, 'escrow role change announced');
+        else if (!deployment.has(e)) this.log.warn({ chain: name, ...stringified(e) }, 'escrow role event');
       }
       await execAll(
         this.r

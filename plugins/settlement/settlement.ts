@@ -99,6 +99,7 @@ export interface SettleProcess {
 const stderrLog: Log = {
   error: (obj, msg) => process.stderr.write(JSON.stringify({ level: 'error', msg, ...serializable(obj) }) + '\n'),
   warn: (obj, msg) => process.stderr.write(JSON.stringify({ level: 'warn', msg, ...serializable(obj) }) + '\n'),
+  info: (obj, msg) => process.stderr.write(JSON.stringify({ level: 'info', msg, ...serializable(obj) }) + '\n'),
 };
 
 function serializable(obj: object): object {

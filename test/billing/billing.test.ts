@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { createEvmChain } from '../../plugins/chains/evm.js';
@@ -122,6 +122,50 @@ t.test('the SDKs see the 402 as their typed error, in each protocol', async (t) 
   t.ok(ae instanceof Anthropic.APIError);
   t.equal(ae.status, 402);
   t.equal(ae.error.error.type, 'billing_error');
+});
+
+/** A 402's message, as each SDK shows it: the chain, the remedy, and the dashboard when `dashboard` is given. */
+function saysHowToFund(t: Test, message: string, chain: string, dashboard: string | undefined) {
+  t.match(message, `The wallet on ${chain} does not cover this call`, 'what is missing');
+  t.match(message, `Deposit USD to the escrow on ${chain}`, 'the chain to fund');
+  t.match(message, 'or bill a funded chain with x-gw-billing-chain', 'or another chain');
+  t.match(message, 'A lower max_tokens lowers what the call holds.', 'or hold less');
+  if (dashboard) t.match(message, `on ${chain} (at ${dashboard})`, 'where: the dashboard');
+  else t.notMatch(message, '(at ', 'no dashboard named when none is configured');
+}
+
+t.test('a 402 says how to fund: the chain, the dashboard when configured, a lower max_tokens', async (t) => {
+  const dashboard = 'https://pay.example.com/dashboard/';
+  const configured = await startHarness({
+    chains: true,
+    edit: (c) => {
+      c.dashboard = { ...c.dashboard, origins: ['https://pay.example.com'] };
+    },
+  });
+  t.teardown(() => configured.close());
+  // h's wallet is funded on chain_a only: its 402s are chain_b's, with no dashboard configured.
+  for (const [gw, chain, url] of [
+    [configured, 'chain_a', dashboard],
+    [h, 'chain_b', undefined],
+  ] as const) {
+    const headers = { 'x-gw-billing-chain': chain };
+    const o = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.key, maxRetries: 0, defaultHeaders: headers });
+    const e = await o.chat.completions
+      .create({ model: 'gamma-k3', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] })
+      .catch((x) => x);
+    t.ok(e instanceof OpenAI.APIError);
+    t.equal(e.status, 402);
+    t.match(e.error, { code: 'insufficient_funds', type: 'billing_error', param: null });
+    saysHowToFund(t, e.error.message, chain, url);
+    const a = new Anthropic({ baseURL: gw.url, apiKey: gw.key, maxRetries: 0, defaultHeaders: headers });
+    const ae = await a.messages
+      .create({ model: 'alpha-haiku-4-5', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] })
+      .catch((x) => x);
+    t.ok(ae instanceof Anthropic.APIError);
+    t.equal(ae.status, 402);
+    t.match(ae.error, { type: 'error', error: { type: 'billing_error', code: 'insufficient_funds' } });
+    saysHowToFund(t, ae.error.error.message, chain, url);
+  }
 });
 
 t.test(

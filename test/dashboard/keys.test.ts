@@ -8,6 +8,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createKey, listKeys } from '../../plugins/accounts/accounts.js';
 import { DEV_CHAIN_IDS } from '../../plugins/chains/dev-chains.js';
 import { startHarness } from '../helpers/harness.js';
+import { readmeClaudeVariables } from '../helpers/readme-claude.js';
 import { until } from '../helpers/wait.js';
 import { csrfOf, send, signIn, type TestBrowser } from './browser-session.js';
 import { startDashboardGateway } from './dashboard-gateway.js';
@@ -60,6 +61,25 @@ t.test('a named key: shown once with the snippets, listed with its dates, workin
   t.match(made.text, new RegExp(`new OpenAI\\(\\{ baseURL: &#39;${h.url}/v1&#39;, apiKey: &#39;${key}&#39; \\}\\)`));
   t.match(made.text, new RegExp(`new Anthropic\\(\\{ baseURL: &#39;${h.url}&#39;`));
   t.match(made.text, new RegExp(`export ANTHROPIC_BASE_URL=${h.url}\\nexport ANTHROPIC_AUTH_TOKEN=${key}`));
+  // Claude Code's snippet: the README's command as exports, this gateway's address and the new key in it.
+  const claude = /<pre id="snippet-claude">([^<]*)<\/pre>/.exec(made.text)?.[1];
+  const readme = readmeClaudeVariables().map(([k, v]) => [
+    k,
+    v.replace('http://127.0.0.1:8080', h.url).replace('$FAREBOX_KEY', key),
+  ]);
+  t.same(
+    claude?.split('\n'),
+    readme.map(([k, v]) => `export ${k}=${v}`),
+    'the same variables as the README',
+  );
+  t.equal(
+    /<code data-snippet="claude-models">([^<]*)<\/code>/.exec(made.text)?.[1],
+    readme
+      .slice(2)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' '),
+    'its models under "Connect a client" too',
+  );
   const page = await send(alice.b, 'GET', '/keys');
   t.notOk(page.text.includes(key), 'not shown again');
   t.match(page.text, new RegExp(`<tr data-key-id="${id}"><td data-label="Name">laptop &lt;b&gt;</td>`));

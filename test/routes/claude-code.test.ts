@@ -1,5 +1,6 @@
 // The real Claude Code CLI, headless, against a billed gateway (SPEC Authentication 5, Versioning 3: its base URL
-// is the service origin without /v1). It must run, be recognised as the recommended coding agent, and be billed.
+// is the service origin without /v1). Run with exactly the README's variables and no --model flag, it must run, be
+// recognised as the recommended coding agent, ask only for served models, and be billed.
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -9,6 +10,8 @@ import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
 import { listUsage } from '../../plugins/billing/call-records.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
+import { claudeCodeModelEnv } from '../../policies/claude-code-models.js';
+import { readmeClaudeVariables } from '../helpers/readme-claude.js';
 
 const CLAUDE = new URL('../../node_modules/.bin/claude', import.meta.url).pathname;
 const TIMEOUT_MS = 60_000;
@@ -63,24 +66,23 @@ interface Run {
   stderr: string;
 }
 
-/** Run `claude` with only the variables the gateway's docs name (no inherited ANTHROPIC_* or CLAUDE* ones). */
+const readmeVars = readmeClaudeVariables();
+const readmeModel = Object.fromEntries(readmeVars).ANTHROPIC_MODEL;
+
+/** Run `claude` with only the README's variables (no inherited ANTHROPIC_* or CLAUDE* ones), on this gateway. */
 function claude(args: string[], key = h.key): Promise<Run> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
     // NODE_OPTIONS carries tap's loader, meant for node, not for the CLI.
     if (v !== undefined && !/^(ANTHROPIC_|CLAUDE|NODE_OPTIONS$)/i.test(k)) env[k] = v;
   }
+  for (const [k, v] of readmeVars) env[k] = v.replace('http://127.0.0.1:8080', h.url).replace('$FAREBOX_KEY', key);
   Object.assign(env, {
     HOME: home,
-    ANTHROPIC_BASE_URL: h.url,
-    ANTHROPIC_AUTH_TOKEN: key,
     DISABLE_TELEMETRY: '1',
     DISABLE_AUTOUPDATER: '1',
     // Also stops the preconnect HEAD /api/hello, error reporting and the update check.
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
-    // Should it want its small fast model (titles, summaries), it asks for one the gateway serves.
-    ANTHROPIC_DEFAULT_HAIKU_MODEL: 'alpha-haiku-4-5',
-    ANTHROPIC_SMALL_FAST_MODEL: 'alpha-haiku-4-5',
   });
   return new Promise((resolve) => {
     const child = spawn(CLAUDE, args, { env, cwd: home, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -110,9 +112,33 @@ async function settledRecord(requestId: string): Promise<CallRecord | null> {
   }
 }
 
-const run = await claude(['-p', 'Say hello #sim:tokens=5', '--model', 'alpha-sonnet-4-6', '--output-format', 'json']);
+const run = await claude(['-p', 'Say hello #sim:tokens=5', '--output-format', 'json']);
 const calls = seen.filter((s) => s.url.startsWith('/v1/'));
 const messages = calls.filter((s) => /^\/v1\/messages(\?|$)/.test(s.url));
+
+t.test(
+  "the README's Claude Code variables: base URL, key, and each model variable the served model policy gives",
+  async (t) => {
+    const names = readmeVars.map(([k]) => k);
+    t.same(names.slice(0, 2), ['ANTHROPIC_BASE_URL', 'ANTHROPIC_AUTH_TOKEN']);
+    t.same(readmeVars.slice(0, 2), [
+      ['ANTHROPIC_BASE_URL', 'http://127.0.0.1:8080'],
+      ['ANTHROPIC_AUTH_TOKEN', '$FAREBOX_KEY'],
+    ]);
+    const served = h.config.models.map((m) => m.id);
+    t.same(readmeVars.slice(2), claudeCodeModelEnv(served), 'the models the dashboard shows too (Keys page)');
+    for (const name of [
+      'ANTHROPIC_MODEL',
+      'ANTHROPIC_DEFAULT_FABLE_MODEL',
+      'ANTHROPIC_DEFAULT_OPUS_MODEL',
+      'ANTHROPIC_DEFAULT_SONNET_MODEL',
+      'ANTHROPIC_DEFAULT_HAIKU_MODEL',
+      'ANTHROPIC_SMALL_FAST_MODEL',
+    ])
+      t.ok(names.includes(name), `${name} set`);
+    for (const [k, v] of readmeVars.slice(2)) t.ok(served.includes(v), `${k}=${v} is served`);
+  },
+);
 
 t.test('claude -p runs headless against the gateway and prints the simulated answer', async (t) => {
   t.notOk(run.timedOut, `finished within ${TIMEOUT_MS / 1000} s`);
@@ -135,8 +161,8 @@ t.test('every request it made was recognised as the coding agent and served', as
     t.equal(c.client, 'claude-code', `${c.method} ${c.url} classified claude-code`);
     t.ok(c.status < 400, `${c.method} ${c.url} -> ${c.status}`);
   }
-  const main = messages.find((m) => (m.body as { model?: string }).model === 'alpha-sonnet-4-6');
-  t.ok(main, 'the main turn asked for alpha-sonnet-4-6');
+  const main = messages.find((m) => (m.body as { model?: string }).model === readmeModel);
+  t.ok(main, `the main turn asked for ANTHROPIC_MODEL, ${readmeModel}`);
   const redacted = { ...main?.headers, authorization: 'Bearer <key>' };
   t.comment(`Claude Code request headers (${main?.method} ${main?.url}): ${JSON.stringify(redacted)}`);
   // What recognition rests on (policies/clients.ts rule 3), as the real CLI sends it.
@@ -201,11 +227,28 @@ t.test("the same request passes with Claude Code's headers and is refused with o
   t.equal(h.sim.received.length, n, 'never upstream');
 });
 
+t.test("each model alias (/model, --model) runs on the model the README's variable gives it", async (t) => {
+  const vars = Object.fromEntries(readmeVars);
+  for (const alias of ['opus', 'haiku', 'fable']) {
+    const name = `ANTHROPIC_DEFAULT_${alias.toUpperCase()}_MODEL`;
+    const from = seen.length;
+    const r = await claude(['-p', 'Say hello #sim:tokens=3', '--model', alias, '--output-format', 'json']);
+    t.equal(r.code, 0, `--model ${alias}: exit 0; stderr: ${r.stderr}`);
+    const asked = seen.slice(from).filter((s) => /^\/v1\/messages(\?|$)/.test(s.url));
+    t.ok(asked.length >= 1);
+    for (const c of asked) t.ok(c.status < 400, `${(c.body as { model: string }).model} -> ${c.status}`);
+    t.ok(
+      asked.some((c) => (c.body as { model: string }).model === vars[name]),
+      `--model ${alias} asked for ${name}, ${vars[name]}`,
+    );
+  }
+});
+
 t.test('on a suspended account it shows the gateway 403 message, exits 1, and does not retry', async (t) => {
   const account = await createAccount(h.redis, { status: 'suspended' });
   const { key } = await createKey(h.redis, account.address);
   const from = seen.length;
-  const r = await claude(['-p', 'Say hello', '--model', 'alpha-sonnet-4-6', '--output-format', 'json'], key);
+  const r = await claude(['-p', 'Say hello', '--output-format', 'json'], key);
   t.notOk(r.timedOut);
   t.equal(r.code, 1);
   const out = JSON.parse(r.stdout) as { is_error: boolean; result: string; api_error_status: number | null };

@@ -949,9 +949,14 @@ t.test(
   async (t) => {
     const s = session(t);
     const logged: [string, string][] = [];
+    const infos: object[] = [];
     const log = {
       error: (_o: object, m: string) => void logged.push(['error', m]),
       warn: (_o: object, m: string) => void logged.push(['warn', m]),
+      info: (o: object, m: string) => {
+        logged.push(['info', m]);
+        infos.push(o);
+      },
     };
     const { w, metrics } = s.watcher({ chain_a: chainA }, 'w-odd', undefined, {}, log);
     const x = randomAccount();
@@ -986,6 +991,22 @@ t.test(
       'a proposal is logged as an error',
     );
     t.ok(logged.some(([l, m]) => l === 'error' && /not applied/.test(m)));
+    t.same(
+      logged.filter(([, m]) => /deployed/.test(m)),
+      [['info', 'escrow deployed']],
+      "the constructor's owner, treasury, charge cap and settler: one info line, no action needed",
+    );
+    t.match(infos.at(0), {
+      chain: 'chain_a',
+      owner: new RegExp(`^${DEV_KEYS.deployer.address}$`, 'i'),
+      treasury: new RegExp(`^${DEV_KEYS.treasury.address}$`, 'i'),
+      settler: new RegExp(`^${DEV_KEYS.settler.address}$`, 'i'),
+      maxCharge: /^[1-9]\d*$/,
+    });
+    t.ok(
+      logged.some(([l, m]) => l === 'warn' && m === 'escrow role event'),
+      'a later role event (the cancellation) stays a warn',
+    );
     t.equal(await w.reconcile('chain_a', chainA), 0, 'a balance beyond 2^53 fails its own reconciliation only');
   },
 );

@@ -19,6 +19,8 @@ export interface KeysView {
   created: CreatedKey | null;
   /** The gateway's base URL, without /v1. */
   gatewayUrl: string;
+  /** Claude Code's model variables for the models this gateway serves (policies/claude-code-models.ts). */
+  claudeModels: readonly (readonly [string, string])[];
 }
 
 function copyable(id: string, text: string, label: string): SafeHtml {
@@ -36,7 +38,7 @@ ${copyable('snippet-openai', `import OpenAI from 'openai';\nconst client = new O
 <h3>Anthropic SDK</h3>
 ${copyable('snippet-anthropic', `import Anthropic from '@anthropic-ai/sdk';\nconst client = new Anthropic({ baseURL: '${gw}', apiKey: '${c.key}' });`, 'the Anthropic SDK snippet')}
 <h3>Claude Code</h3>
-${copyable('snippet-claude', `export ANTHROPIC_BASE_URL=${gw}\nexport ANTHROPIC_AUTH_TOKEN=${c.key}`, 'the Claude Code variables')}
+${copyable('snippet-claude', [`export ANTHROPIC_BASE_URL=${gw}`, `export ANTHROPIC_AUTH_TOKEN=${c.key}`, ...v.claudeModels.map(([k, m]) => `export ${k}=${m}`)].join('\n'), 'the Claude Code variables')}
 </section>`;
 }
 
@@ -64,7 +66,7 @@ export function keysBody(v: KeysView): SafeHtml {
 <dl>
 <dt>OpenAI SDK <code>baseURL</code></dt><dd><code data-snippet="openai-base">${gw}/v1</code></dd>
 <dt>Anthropic SDK <code>baseURL</code></dt><dd><code data-snippet="anthropic-base">${gw}</code></dd>
-<dt>Claude Code</dt><dd><code>ANTHROPIC_BASE_URL=${gw}</code> and <code>ANTHROPIC_AUTH_TOKEN=</code>your key</dd>
+<dt>Claude Code</dt><dd><code>ANTHROPIC_BASE_URL=${gw}</code> and <code>ANTHROPIC_AUTH_TOKEN=</code>your key, with its models: <code data-snippet="claude-models">${v.claudeModels.map(([k, m]) => `${k}=${m}`).join(' ')}</code></dd>
 </dl>
 <h2>Your keys</h2>
 ${

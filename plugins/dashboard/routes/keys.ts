@@ -38,6 +38,7 @@ async function renderKeys(
         keys: await listKeys(d.redis, session.account),
         created,
         gatewayUrl: d.settings.gatewayUrl ?? pageOrigin(d, request),
+        claudeModels: d.settings.claudeModels,
       }),
     },
     status,
