@@ -273,8 +273,8 @@ export async function demoGreeting(
   const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n, { onProgress });
   const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
   const wallet = `  Demo wallet key (a well-known dev key: dev chains only, never real money), to import in a browser wallet: ${DEMO_KEY.privateKey}`;
-  const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with that wallet; it offers to add the dev chains)`;
-  const tail = metricsUrl ? [`  Metrics: ${metricsUrl} (Prometheus)`, wallet, board] : [wallet, board];
+  const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with the demo wallet key above, or a wallet of your own; it offers to add the dev chains)`;
+  const tail = metricsUrl ? [wallet, `  Metrics: ${metricsUrl} (Prometheus)`, board] : [wallet, board];
   if (!first) {
     return [head, `  A new key for it: npx farebox key create --account ${address}`, ...tail];
   }
