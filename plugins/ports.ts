@@ -21,8 +21,8 @@ export const METRICS_PORT_USE: PortUse = {
 };
 /** The embedded default's four dev chains (FAREBOX_DEV_CHAIN_PORT, the first of four; 8545 unless set). */
 export const DEV_CHAIN_PORTS: PortUse = {
-  purpose: 'the dev chains, on it and the three after chain_a',
-  movedBy: 'FAREBOX_DEV_CHAIN_PORT (the base of four)',
+  purpose: 'dev chain JSON-RPC, chain_a..chain_d on four ports in a row',
+  movedBy: "FAREBOX_DEV_CHAIN_PORT (chain_a's; the others take the next three)",
 };
 
 /** `err` if it is not a port taken; else the one-line error saying which port, what for, and what moves it. */

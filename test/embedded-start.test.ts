@@ -72,7 +72,7 @@ t.test('serve: a port taken is one line naming it, what it is for and the variab
     ['METRICS_PORT', /^127\.0\.0\.1:(\d+) is in use \(Prometheus metrics\): set METRICS_PORT \(config metrics\.port\)/],
     [
       'FAREBOX_DEV_CHAIN_PORT',
-      /^127\.0\.0\.1:(\d+) is in use \(the dev chains, [^)]*\): set FAREBOX_DEV_CHAIN_PORT \(the base of four\)/,
+      /^127\.0\.0\.1:(\d+) is in use \(dev chain JSON-RPC[^)]*\): set FAREBOX_DEV_CHAIN_PORT \(chain_a's; the others take the next three\)/,
     ],
   ] as const;
   for (const [name, want] of cases) {
@@ -86,20 +86,31 @@ t.test('serve: a port taken is one line naming it, what it is for and the variab
   }
 });
 
-t.test('the plugin: its metrics port taken is the same line; nothing left in Redis', async (t) => {
-  const port = await occupy(t);
-  const app = Fastify({ logger: false });
-  t.teardown(() => app.close());
-  const message = await refusal(t, app.register(farebox, { env: { ...env, METRICS_PORT: String(port) } }).ready());
-  t.match(message, new RegExp(`^127\\.0\\.0\\.1:${port} is in use \\(Prometheus metrics\\): set METRICS_PORT`));
-  t.same(await leftovers(), [], 'no dev-chains record, no mark');
+t.test('the plugin: its metrics port or dev chain port taken is the same line; nothing left in Redis', async (t) => {
+  for (const [name, use] of [
+    ['METRICS_PORT', 'Prometheus metrics'],
+    ['FAREBOX_DEV_CHAIN_PORT', 'dev chain JSON-RPC'],
+  ] as const) {
+    const port = await occupy(t);
+    const app = Fastify({ logger: false });
+    t.teardown(() => app.close());
+    const message = await refusal(t, app.register(farebox, { env: { ...env, [name]: String(port) } }).ready());
+    t.match(message, new RegExp(`^127\\.0\\.0\\.1:\\d+ is in use \\(${use}[^)]*\\): set ${name} `), name);
+    t.same(await leftovers(), [], `${name}: no dev-chains record, no mark`);
+  }
 });
 
 t.test('a REDIS_URL database the server lacks stops the start, naming REDIS_URL and the index', async (t) => {
+  // An embedded default's dev state in database 0, under the same prefix: what ioredis would fall back on.
+  const wallet = 'wallet:0x00000000000000000000000000000000000000bb:chain_b';
+  await redis.set(EMBEDDED_MARK_KEY, EMBEDDED_MARK);
+  await redis.hset(wallet, { synced: '7000000', locked: '0', pending: '0', held: '0' });
   // Far above any server's `databases` (16 by default).
   const message = await refusal(t, serve({ ...env, REDIS_URL: `${REDIS_URL}/9999` }, { logger: false }));
   t.match(message, /^REDIS_URL \(config redis\.url\) names database 9999, which redis:\/\/[^ ]+ does not have/);
-  t.same(await leftovers(), [], 'nothing written in database 0 instead');
+  t.equal(await redis.hget(wallet, 'synced'), '7000000', "database 0's dev state is not reset");
+  t.equal(await redis.get(DEV_CHAINS_KEY), null, 'nor published there');
+  await redis.del(wallet, EMBEDDED_MARK_KEY);
 
   const app = Fastify({ logger: false });
   t.teardown(() => app.close());
