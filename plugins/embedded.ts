@@ -77,10 +77,11 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
     } while (cursor !== '0');
     await deleteKeys(redis, CHAIN_STATE_PATTERNS);
     // Balances start at nothing on every chain: a default chain chosen for its balance would bill where none is.
-    for (const address of await redis.smembers(keys.accounts)) {
-      if (await redis.exists(keys.account(address)))
-        await redis.hset(keys.account(address), 'default_chain', 'chain_a');
-    }
+    const accounts = await redis.smembers(keys.accounts);
+    const live = await Promise.all(accounts.map((a) => redis.exists(keys.account(a))));
+    await Promise.all(
+      accounts.map((a, i) => (live[i] ? redis.hset(keys.account(a), 'default_chain', 'chain_a') : null)),
+    );
   } finally {
     await closeRedis(raw);
   }
@@ -139,7 +140,7 @@ export interface Embedded {
   devChains: DevChains;
   /** Stop the simulator and the dev chains, and withdraw their dev-chains record (once; again: nothing). */
   close(): Promise<void>;
-  /** For a start that failed after this one: close, and remove the mark too if this start set it. */
+  /** For a start that failed after this one: close, and remove the mark this start set if no chain state came since. */
   abandon(): Promise<void>;
 }
 
@@ -162,7 +163,8 @@ export async function startEmbedded(env: ConfigEnv): Promise<Embedded> {
     const redis = connectRedis({ ...config.redis, failFast: true });
     try {
       if (published && (await redis.get(DEV_CHAINS_KEY)) === published) await redis.del(DEV_CHAINS_KEY);
-      if (markToo && marked) await redis.del(EMBEDDED_MARK_KEY);
+      // Unless the gateway wrote chain state meanwhile: that prefix is the embedded default's.
+      if (markToo && marked && (await resettableKey(redis)) === null) await redis.del(EMBEDDED_MARK_KEY);
     } finally {
       await closeRedis(redis);
     }

@@ -57,6 +57,8 @@ export class RedisDatabaseMissing extends Error {
  * start, before any key is read or written.
  */
 export async function checkDatabase(redis: Redis): Promise<void> {
+  // Database 0 is never selected: nothing to check, and no wait on a Redis out of reach.
+  if (!redis.options.db) return;
   try {
     await redis.ping();
   } catch (err) {
