@@ -4,18 +4,27 @@
  *
  * Dev chains keep nothing across restarts. Accounts, keys and usage records live in Redis and survive; the synced
  * balances, cursors, holds and debit queues of the old chains are cleared at start (resyncDevChains), and the watcher
- * rebuilds them from the new chains' events.
+ * rebuilds them from the new chains' events. Each account's default chain goes back to chain_a with them: its
+ * balances are gone, and the demo account is funded on chain_a again.
+ *
+ * It resets only a prefix it made: one holding its mark (keys.embeddedMark), or one where the reset would touch
+ * nothing, where it sets the mark (claimPrefix). Chain state or call records under its prefix without the mark are
+ * another deployment's, and it refuses to start there.
  */
 import type { Redis } from 'ioredis';
 import { CHAIN_NAMES, type ChainName, type ChainsConfig } from './chains/config.js';
 import { DEV_KEYS, DEV_SETTLER_KEY_ENV, startDevChains, type DevChains } from './chains/dev-chains.js';
 import { buildConfig, embeddedDefault, withEnvironment, type ConfigEnv, type FareboxConfig } from './config.js';
 import { startSimulator, type Simulator } from './simulator/index.js';
+import { DEV_CHAIN_PORTS, portInUse } from './ports.js';
 import { CHAIN_STATE_PATTERNS, keys } from './store/keys.js';
-import { closeRedis, connectRedis, deleteKeys } from './store/redis.js';
+import { checkDatabase, closeRedis, connectRedis, deleteKeys, redisIdentity } from './store/redis.js';
 
 /** Redis key where the embedded default publishes its dev chains for the CLI (`farebox chains`, `farebox fund`). */
 export const DEV_CHAINS_KEY = keys.devChains;
+/** Redis key marking a prefix as the embedded default's, and its value. */
+export const EMBEDDED_MARK_KEY = keys.embeddedMark;
+export const EMBEDDED_MARK = 'farebox embedded default';
 
 /**
  * Dev chains as a config section. The watcher polls them every 500 ms: a deposit shows within that, and the settler's
@@ -67,9 +76,59 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
       );
     } while (cursor !== '0');
     await deleteKeys(redis, CHAIN_STATE_PATTERNS);
+    // Balances start at nothing on every chain: a default chain chosen for its balance would bill where none is.
+    const accounts = await redis.smembers(keys.accounts);
+    const live = await Promise.all(accounts.map((a) => redis.exists(keys.account(a))));
+    await Promise.all(
+      accounts.map((a, i) => (live[i] ? redis.hset(keys.account(a), 'default_chain', 'chain_a') : null)),
+    );
   } finally {
     await closeRedis(raw);
   }
+}
+
+/** Keys resyncDevChains resets, as SCAN patterns under the prefix: the chains' state and the call records. */
+const RESET_PATTERNS = [...CHAIN_STATE_PATTERNS, 'call:*'];
+
+/** A key under the connection's prefix that resyncDevChains would reset, or null (one SCAN, never KEYS). */
+async function resettableKey(redis: Redis): Promise<string | null> {
+  const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
+  const resets = (key: string) =>
+    RESET_PATTERNS.some((p) => (p.endsWith('*') ? key.startsWith(p.slice(0, -1)) : key === p));
+  const raw = redis.duplicate({ keyPrefix: '' });
+  try {
+    let cursor = '0';
+    do {
+      const [next, found] = await raw.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+      cursor = next;
+      const hit = found.map((k) => k.slice(prefix.length)).find(resets);
+      if (hit !== undefined) return hit;
+    } while (cursor !== '0');
+    return null;
+  } finally {
+    await closeRedis(raw);
+  }
+}
+
+/**
+ * Make sure the connection's prefix is the embedded default's before anything there is reset: its mark, else (a
+ * prefix from before the mark) its dev-chains record, else no key the reset would touch (accounts and keys made
+ * before the first start are kept), where the mark is set. Returns whether this call set the mark; throws, naming
+ * the place and a key found, on another deployment's prefix.
+ */
+export async function claimPrefix(redis: Redis): Promise<boolean> {
+  const mark = await redis.get(EMBEDDED_MARK_KEY);
+  if (mark === EMBEDDED_MARK) return false;
+  if (mark === null && (await redis.exists(DEV_CHAINS_KEY))) {
+    await redis.set(EMBEDDED_MARK_KEY, EMBEDDED_MARK);
+    return false;
+  }
+  const found = mark === null ? await resettableKey(redis) : EMBEDDED_MARK_KEY;
+  if (found === null && (await redis.set(EMBEDDED_MARK_KEY, EMBEDDED_MARK, 'NX')) === 'OK') return true;
+  const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
+  throw new Error(
+    `${redisIdentity(redis)} prefix "${prefix}" holds keys the embedded default did not make (${found ?? EMBEDDED_MARK_KEY}), which it would reset: set FAREBOX_REDIS_PREFIX or REDIS_URL to a place of its own, or FAREBOX_CONFIG to run that deployment`,
+  );
 }
 
 /** The embedded default, running. */
@@ -79,47 +138,76 @@ export interface Embedded {
   env: ConfigEnv;
   simulator: Simulator;
   devChains: DevChains;
+  /** Stop the simulator and the dev chains, and withdraw their dev-chains record (once; again: nothing). */
   close(): Promise<void>;
+  /** For a start that failed after this one: close, and remove the mark this start set if no chain state came since. */
+  abandon(): Promise<void>;
 }
 
 /**
  * Start the simulator and the dev chains (FAREBOX_DEV_CHAIN_PORT moves them; 0: ephemeral ports), build their config
- * with the environment over it (PORT, HOST, REDIS_URL), clear the old dev chains' state in Redis and publish the new
- * ones for the CLI.
+ * with the environment over it (PORT, HOST, REDIS_URL), check that Redis has the URL's database and that the prefix
+ * is the embedded default's (claimPrefix), clear the old dev chains' state there and publish the new ones for the
+ * CLI. A start that fails leaves nothing in Redis it wrote.
  */
 export async function startEmbedded(env: ConfigEnv): Promise<Embedded> {
   let simulator: Simulator | undefined;
   let devChains: DevChains | undefined;
-  const close = async () => {
+  let config: FareboxConfig | undefined;
+  let published: string | undefined;
+  let marked = false;
+  let closed: Promise<void> | undefined;
+  // The record names chains that are gone once they stop: it goes with them, unless a newer start replaced it.
+  const withdraw = async (markToo: boolean) => {
+    if (!config || (!published && !(markToo && marked))) return;
+    const redis = connectRedis({ ...config.redis, failFast: true });
+    try {
+      if (published && (await redis.get(DEV_CHAINS_KEY)) === published) await redis.del(DEV_CHAINS_KEY);
+      // Unless the gateway wrote chain state meanwhile: that prefix is the embedded default's.
+      if (markToo && marked && (await resettableKey(redis)) === null) await redis.del(EMBEDDED_MARK_KEY);
+    } finally {
+      await closeRedis(redis);
+    }
+  };
+  const stop = async (markToo: boolean) => {
     await simulator?.close();
     await devChains?.close();
+    await withdraw(markToo).catch(() => {});
   };
+  const close = () => (closed ??= stop(false));
+  const abandon = () => (closed ??= stop(true));
   try {
     simulator = await startSimulator({ host: '127.0.0.1', port: 0 });
     devChains = await startDevChains({
       host: '127.0.0.1',
       basePort: env.FAREBOX_DEV_CHAIN_PORT ? Number(env.FAREBOX_DEV_CHAIN_PORT) : undefined,
+    }).catch((err: unknown) => {
+      throw portInUse(err, DEV_CHAIN_PORTS);
     });
     const runEnv: ConfigEnv = {
       ...env,
       FAREBOX_SIM_KEY: 'sim-key',
       [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey,
     };
-    const config = buildConfig(
+    config = buildConfig(
       withEnvironment({ ...embeddedDefault(simulator.url), chains: devChainsConfig(devChains) }, env),
       runEnv,
       true,
     );
     const redis = connectRedis({ ...config.redis, failFast: true });
     try {
+      await checkDatabase(redis);
+      marked = await claimPrefix(redis);
       await resyncDevChains(redis);
-      await redis.set(DEV_CHAINS_KEY, JSON.stringify(config.chains));
+      const record = JSON.stringify(config.chains);
+      await redis.set(DEV_CHAINS_KEY, record);
+      published = record;
     } finally {
       await closeRedis(redis);
     }
-    return { config, env: runEnv, simulator, devChains, close };
+    return { config, env: runEnv, simulator, devChains, close, abandon };
   } catch (err) {
-    await close();
+    await abandon();
     throw err;
   }
 }

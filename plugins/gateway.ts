@@ -31,7 +31,7 @@ import {
   type ConfigEnv,
   type FareboxConfig,
 } from './config.js';
-import { startEmbedded } from './embedded.js';
+import { startEmbedded, type Embedded } from './embedded.js';
 import { VideoJobs } from './jobs/video-jobs.js';
 import { bodyError, parseJsonBody } from './intake/json-body.js';
 import { closeUnreadUpload, isMultipartRequest, registerMultipart } from './intake/multipart.js';
@@ -56,7 +56,14 @@ import {
 } from './routes/index.js';
 import { Settlement } from './settlement/settlement.js';
 import { ImageStore } from './store/image-store.js';
-import { closeRedis, connectRedis, logRedisErrors, redisUnavailable } from './store/redis.js';
+import {
+  checkDatabase,
+  closeRedis,
+  connectRedis,
+  logRedisErrors,
+  RedisDatabaseMissing,
+  redisUnavailable,
+} from './store/redis.js';
 import { Upstreams } from './upstream/pools.js';
 import { catalogUpstream } from './upstream/protocols/registry.js';
 import { ModelCatalog } from '../policies/catalog.js';
@@ -152,7 +159,7 @@ async function configOf(
   app: FastifyInstance,
   opts: FareboxOptions,
   env: ConfigEnv,
-): Promise<{ config: FareboxConfig; env: ConfigEnv }> {
+): Promise<{ config: FareboxConfig; env: ConfigEnv; embedded?: Embedded }> {
   if (opts.config !== undefined) {
     const config = isBuiltConfig(opts.config) ? opts.config : buildConfig(opts.config, env);
     return { config, env };
@@ -160,20 +167,42 @@ async function configOf(
   if (env.FAREBOX_CONFIG) return { config: loadConfig(env), env };
   const embedded = await startEmbedded(env);
   app.addHook('onClose', () => embedded.close());
-  return { config: embedded.config, env: embedded.env };
+  return { config: embedded.config, env: embedded.env, embedded };
 }
 
 const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   const opts = checkOptions(options);
-  const { config, env } = await configOf(app, opts, opts.env ?? process.env);
-  const redis = opts.redis ?? connectRedis({ ...config.redis, failFast: true });
-  if (!opts.redis) logRedisErrors(redis, (err) => app.log.error({ err }, 'redis connection'));
+  const { config, env, embedded } = await configOf(app, opts, opts.env ?? process.env);
+  const metrics = opts.metrics ?? createMetrics();
+  let redis: Redis;
+  let closeMetrics: (() => Promise<void>) | undefined;
+  try {
+    // Its port of its own first: taken, the registration fails before a connection of ours is open.
+    if (config.metrics.enabled)
+      closeMetrics = await serveMetrics(app, metrics, { ...config.metrics, host: config.server.host }, env);
+    redis = opts.redis ?? connectRedis({ ...config.redis, failFast: true });
+    if (!opts.redis) {
+      logRedisErrors(redis, (err) => app.log.error({ err }, 'redis connection'));
+      // A database the server lacks stops the registration; a Redis out of reach does not (calls get 503s until
+      // it is back).
+      await checkDatabase(redis).catch((err: unknown) => {
+        if (err instanceof RedisDatabaseMissing) {
+          redis.disconnect();
+          throw err;
+        }
+      });
+    }
+  } catch (err) {
+    // What the embedded default wrote for this start goes with it (its dev-chains record, a mark it set).
+    await closeMetrics?.();
+    await embedded?.abandon();
+    throw err;
+  }
   // An Expect Node cannot meet gets our 417, with a request id, instead of Node's bare one (unless the host app
   // answers it itself).
   if (app.server.listenerCount('checkExpectation') === 0) app.server.on('checkExpectation', answerExpectation);
   const log = app.log;
   const catalog = new ModelCatalog(config, catalogUpstream);
-  const metrics = opts.metrics ?? createMetrics();
   const upstreams = new Upstreams();
   const images = {
     store: new ImageStore(redis, { ttlMs: config.images.url_ttl_ms, maxBytes: config.images.store_max_bytes }),
@@ -266,8 +295,6 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
     await upstreams.close();
     if (!opts.redis) await closeRedis(redis);
   });
-
-  if (config.metrics.enabled) await serveMetrics(app, metrics, { ...config.metrics, host: config.server.host }, env);
 
   await app.register(
     async (v1: FastifyInstance) => {

@@ -1,7 +1,7 @@
 /**
  * `farebox serve`: the plugin in a Fastify app of its own. Without FAREBOX_CONFIG it runs the embedded default
- * (embedded.ts), with a demo account whose key is printed once, on first start, and which is funded on chain_a at
- * every start.
+ * (embedded.ts), with a demo account (DEMO_KEY, a dev wallet the dashboard signs in) whose API key is printed once,
+ * on first start, and which is funded on chain_a at every start.
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import type { ServerOptions } from 'node:http';
@@ -12,13 +12,20 @@ import dashboard from './dashboard/index.js';
 import { listeningOrigins } from './dashboard/context.js';
 import { readWallet } from './billing/wallets.js';
 import type { ChainName, ChainsConfig } from './chains/config.js';
-import type { DevChains } from './chains/dev-chains.js';
+import { DEV_KEYS, type DevChains } from './chains/dev-chains.js';
 import { mintAndDeposit } from './chains/dev-fund.js';
-import { DEFAULT_DASHBOARD_PATH, loadConfig, type ConfigEnv, type FareboxConfig } from './config.js';
+import {
+  DEFAULT_DASHBOARD_PATH,
+  DEFAULT_METRICS_PORT,
+  loadConfig,
+  type ConfigEnv,
+  type FareboxConfig,
+} from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
 import { fareboxServerOptions } from './phases/client-errors.js';
 import { createMetrics } from './metrics/metrics.js';
+import { API_PORT, METRICS_PORT_USE, checkPortFree, portInUse } from './ports.js';
 import type { Simulator } from './simulator/index.js';
 import { keys } from './store/keys.js';
 import { formatUsd } from '../pricing/index.js';
@@ -113,6 +120,19 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     let config: FareboxConfig;
     let runEnv: ConfigEnv = env;
     if (!env.FAREBOX_CONFIG) {
+      // Its fixed ports first, before the dev chains start and Redis is touched: a port taken stops it with nothing
+      // written (the config's defaults: 8080, and 9464 unless the API port is ephemeral).
+      // A port that is no port is left to the config's check, which names it.
+      const host = env.HOST ?? '127.0.0.1';
+      const apiPort = env.PORT !== undefined ? Number(env.PORT) : 8080;
+      const metricsPort =
+        env.METRICS_PORT !== undefined ? Number(env.METRICS_PORT) : apiPort === 0 ? 0 : DEFAULT_METRICS_PORT;
+      for (const [port, use] of [
+        [apiPort, API_PORT],
+        [metricsPort, METRICS_PORT_USE],
+      ] as const) {
+        if (Number.isInteger(port) && port >= 0 && port <= 65535) await checkPortFree(host, port, use);
+      }
       opts.onProgress?.('starting the simulated upstreams and four dev chains');
       try {
         embedded = await startEmbedded(env);
@@ -147,7 +167,9 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     const metrics = createMetrics();
     await app.register(farebox, { config, env: runEnv, metrics });
     if (config.dashboard.enabled) await app.register(dashboard, { prefix: config.dashboard.path, config, env: runEnv });
-    await app.listen({ port: config.server.port, host: config.server.host });
+    await app.listen({ port: config.server.port, host: config.server.host }).catch((err: unknown) => {
+      throw portInUse(err, API_PORT);
+    });
     // The dev chains answer web pages of the dashboard's origins alone (dev-rpc-server.ts).
     if (config.dashboard.enabled) embedded?.devChains.allowOrigins(config.dashboard.origins ?? listeningOrigins(app));
     const address = app.server.address();
@@ -182,7 +204,7 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     };
   } catch (err) {
     await app?.close().catch(() => {});
-    await embedded?.close();
+    await embedded?.abandon();
     throw err;
   }
 }
@@ -227,8 +249,16 @@ export async function fundOnDevChain(
 }
 
 /**
- * On the embedded default: make the demo account on first start and return the lines to print (where metrics are
- * scraped, then the dashboard's URL, last).
+ * The demo account of the embedded default: dev caller #0 of the dev chains' well-known keys (DEV_KEYS), so that a
+ * browser wallet can import its key and sign in to the dashboard as it. A public key on dev chains alone: it holds
+ * test USD, never money.
+ */
+export const DEMO_KEY = DEV_KEYS.callers[0];
+
+/**
+ * On the embedded default: make the demo account (DEMO_KEY) on first start, fund it on chain_a, and return the lines
+ * to print (its wallet key, where metrics are scraped, then the dashboard's URL, last). A demo account of an older
+ * start that is not DEMO_KEY's (nobody holds its key) stays an ordinary account; DEMO_KEY's becomes the demo one.
  */
 export async function demoGreeting(
   redis: Redis,
@@ -237,14 +267,15 @@ export async function demoGreeting(
   metricsUrl?: string,
   onProgress?: (status: string) => void,
 ): Promise<string[]> {
-  const marker = await redis.get(keys.demoAccount);
-  const existing = marker ? await getAccount(redis, marker) : null;
-  const address = existing ? existing.address : (await createAccount(redis, {})).address;
+  const address = DEMO_KEY.address.toLowerCase();
+  const first = (await redis.get(keys.demoAccount)) !== address;
+  if (!(await getAccount(redis, address))) await createAccount(redis, { address });
   const funded = await fundOnDevChain(redis, chains, 'chain_a', address, 10_000_000n, { onProgress });
   const head = `farebox: embedded default at ${url} (simulated upstreams, dev chains). Demo account ${address}, ${Number(funded) / 1e6} USD on chain_a.`;
-  const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with a browser wallet; it offers to add the dev chains)`;
-  const tail = metricsUrl ? [`  Metrics: ${metricsUrl} (Prometheus)`, board] : [board];
-  if (existing) {
+  const wallet = `  Demo wallet key (a well-known dev key: dev chains only, never real money), to import in a browser wallet: ${DEMO_KEY.privateKey}`;
+  const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with the demo wallet key above, or a wallet of your own; it offers to add the dev chains)`;
+  const tail = metricsUrl ? [wallet, `  Metrics: ${metricsUrl} (Prometheus)`, board] : [wallet, board];
+  if (!first) {
     return [head, `  A new key for it: npx farebox key create --account ${address}`, ...tail];
   }
   await redis.set(keys.demoAccount, address);

@@ -122,6 +122,10 @@ const head =
   );
 const demo = head?.[2] as Address;
 const demoKey = /^ {2}export FAREBOX_KEY=(sk_[A-Za-z0-9_-]+)$/m.exec(first.stdout)?.[1] ?? '';
+const walletKey =
+  /^ {2}Demo wallet key \(a well-known dev key: dev chains only, never real money\), to import in a browser wallet: (0x[0-9a-f]{64})$/m.exec(
+    first.stdout,
+  )?.[1] as `0x${string}` | undefined;
 
 t.test("serve's heap tuning: flags this node's V8 knows, each set unless the operator set it", async (t) => {
   // setFlagsFromString ignores unknown flags silently: make sure this Node's V8 still has them.
@@ -155,6 +159,8 @@ t.test('serve prints the demo account, its key and a curl line that works as pas
   t.equal(head?.[1], url, 'the URL it listens on');
   t.match(demoKey, /^sk_/);
   t.equal(await redis.get('demo:account'), demo);
+  t.ok(walletKey, 'the demo wallet key printed');
+  t.equal(privateKeyToAccount(walletKey!).address.toLowerCase(), demo, "the demo account is that key's address");
   // The lines from `export` to the end of the curl command, run by a shell as a user would paste them.
   const script = /^ {2}export FAREBOX_KEY=[^\n]*\n {2}curl [^\n]*\\\n[^\n]*\n/m.exec(first.stdout)?.[0];
   t.ok(script, 'export and curl lines');
@@ -246,7 +252,7 @@ t.test("the dev chains answer web pages of the dashboard's origins alone", async
 });
 
 t.test(
-  "serve's dev chains refuse hardhat_setCode, from the dashboard's origin too: nobody signs in as the demo account",
+  "serve's dev chains refuse hardhat_setCode, from the dashboard's origin too: only the printed demo wallet key signs in as the demo account",
   async (t) => {
     const chainA = (await published()).chain_a;
     const rpc = (method: string, params: unknown[]) =>
@@ -259,28 +265,40 @@ t.test(
     const setCode = await rpc('hardhat_setCode', [demo, '0x631626ba7e60e01b60005260206000f3']);
     t.equal(setCode.error?.code, -32601, 'refused: method not found');
     t.equal((await rpc('eth_getCode', [demo, 'latest'])).result, '0x', 'the demo account has no code');
-    // The dashboard's sign-in, as a stranger's browser would try it for the demo account.
+    // The dashboard's sign-in for the demo account, its message signed by `signer` (each try a message of its own:
+    // one is used up when presented).
     const board = `${url}/dashboard`;
-    const nonce = await fetch(`${board}/auth/nonce`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json', origin: url },
-      body: JSON.stringify({ address: demo, chainId: chainA.chain_id }),
-    });
-    t.equal(nonce.status, 200);
-    const { message } = (await nonce.json()) as { message: string };
-    const cookie = nonce.headers
-      .getSetCookie()
-      .map((c) => c.split(';')[0])
-      .join('; ');
-    const stranger = privateKeyToAccount(generatePrivateKey());
-    const verify = await fetch(`${board}/auth/verify`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json', origin: url, cookie },
-      body: JSON.stringify({ message, signature: await stranger.signMessage({ message }) }),
-    });
-    t.equal(verify.status, 401, 'a signature not of the demo key signs nobody in');
-    t.equal(verify.headers.getSetCookie().filter((c) => c.startsWith('farebox_session=')).length, 0, 'no session');
-    await verify.arrayBuffer();
+    const signIn = async (signer: ReturnType<typeof privateKeyToAccount>) => {
+      const nonce = await fetch(`${board}/auth/nonce`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json', origin: url },
+        body: JSON.stringify({ address: demo, chainId: chainA.chain_id }),
+      });
+      t.equal(nonce.status, 200);
+      const { message } = (await nonce.json()) as { message: string };
+      const cookie = nonce.headers
+        .getSetCookie()
+        .map((c) => c.split(';')[0])
+        .join('; ');
+      const verify = await fetch(`${board}/auth/verify`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json', origin: url, cookie },
+        body: JSON.stringify({ message, signature: await signer.signMessage({ message }) }),
+      });
+      await verify.arrayBuffer();
+      return {
+        status: verify.status,
+        sessions: verify.headers.getSetCookie().filter((c) => c.startsWith('farebox_session=')).length,
+      };
+    };
+    // As a stranger's browser would try it.
+    const stranger = await signIn(privateKeyToAccount(generatePrivateKey()));
+    t.equal(stranger.status, 401, 'a signature not of the demo key signs nobody in');
+    t.equal(stranger.sessions, 0, 'no session');
+    // The printed key, imported in a wallet: the demo account's dashboard.
+    const own = await signIn(privateKeyToAccount(walletKey!));
+    t.equal(own.status, 200, 'the demo wallet key signs in');
+    t.equal(own.sessions, 1, 'a session');
   },
 );
 
@@ -288,6 +306,9 @@ t.test(
   'restart on the same Redis: account and key survive, funds re-deposited on the new chains, nothing stale',
   async (t) => {
     const oldChains = await published();
+    // A default chain chosen for a balance the restart wipes: it goes back to chain_a, where the demo is refunded.
+    const chosen = await farebox(['default-chain', '--account', demo, '--chain', 'chain_c']);
+    t.equal(chosen.code, 0, chosen.stderr);
     // A call in flight on a keep-alive connection (as the SDKs make them) while the server stops.
     const agent = new Agent();
     const inFlight = request(`${url}/v1/chat/completions`, {
@@ -312,6 +333,12 @@ t.test(
     const url2 = `http://127.0.0.1:${port2}`;
     t.match(second.stdout, new RegExp(`Demo account ${demo}, 10 USD on chain_a\\.`), 'the same demo account');
     t.match(second.stdout, new RegExp(`A new key for it: npx farebox key create --account ${demo}\\n`));
+    t.match(second.stdout, `to import in a browser wallet: ${walletKey}\n`, 'the demo wallet key, again');
+    t.equal(
+      await redis.hget(`account:${demo}`, 'default_chain'),
+      'chain_a',
+      'the default chain reset with the balances',
+    );
     t.notMatch(second.stdout, /FAREBOX_KEY=/, 'the old key is not shown again');
 
     const chains = await published();

@@ -7,6 +7,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import { DEFAULT_METRICS_PORT } from '../config.js';
+import { METRICS_PORT_USE, portInUse } from '../ports.js';
 import type { Metrics } from './metrics.js';
 
 /** Where and how /metrics is served (config metrics, with server.host). */
@@ -36,13 +37,13 @@ function tokenCheck(
   return (auth) => auth !== undefined && timingSafeEqual(digest(auth), want);
 }
 
-/** Serve the registry of `metrics` as configured. */
+/** Serve the registry of `metrics` as configured; returns how to close the port of its own, if one was opened. */
 export async function serveMetrics(
   app: FastifyInstance,
   metrics: Metrics,
   opts: MetricsServing,
   env: Record<string, string | undefined>,
-): Promise<void> {
+): Promise<(() => Promise<void>) | undefined> {
   if (opts.on_api_port) {
     if (!opts.token_env)
       throw new Error('metrics.token_env: required with metrics.on_api_port (the API port is public)');
@@ -52,10 +53,15 @@ export async function serveMetrics(
       reply.header('content-type', metrics.registry.contentType);
       return metrics.registry.metrics();
     });
-    return;
+    return undefined;
   }
-  const server = await startMetricsServer(metrics, { ...opts, port: opts.port ?? DEFAULT_METRICS_PORT }, env);
+  const server = await startMetricsServer(metrics, { ...opts, port: opts.port ?? DEFAULT_METRICS_PORT }, env).catch(
+    (err: unknown) => {
+      throw portInUse(err, METRICS_PORT_USE);
+    },
+  );
   app.addHook('onClose', () => server.close());
+  return () => server.close();
 }
 
 /** GET /metrics on a port of its own (0 = ephemeral); behind a bearer token when `opts.token_env` names one. */

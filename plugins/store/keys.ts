@@ -63,6 +63,7 @@
  * Embedded default (plugins/serve.ts)
  *   dev-chains               string  the dev chains' config, for the CLI
  *   demo:account             string  the demo account's address
+ *   embedded-default         string  the mark of a prefix the embedded default made (its name): it resets only those
  */
 
 /** Key names, relative to the connection's prefix. */
@@ -117,6 +118,7 @@ export const keys = {
 
   devChains: 'dev-chains',
   demoAccount: 'demo:account',
+  embeddedMark: 'embedded-default',
 } as const;
 
 /** The same names as Lua expressions, for scripts that build keys from their arguments (`prefix` in scope). */

@@ -21,7 +21,54 @@ export function connectRedis(opts: RedisOptions): Redis {
     lazyConnect: false,
   });
   coalesceWrites(redis);
+  return guardDatabase(redis);
+}
+
+/** Connections closed because the server has no database of their index: the server's refusal. */
+const missingDatabase = new WeakMap<Redis, Error>();
+
+/**
+ * ioredis selects the URL's database when it connects and, if the server refuses (an index it lacks: `/11` on a
+ * server of 2 databases), only emits an error and goes on in database 0: another deployment's keys. A connection
+ * from connectRedis (and its duplicates) is closed instead, before any command is sent; checkDatabase says why.
+ */
+function guardDatabase(redis: Redis): Redis {
+  const select = redis.select.bind(redis) as (db: number | string) => Promise<'OK'>;
+  (redis as { select: unknown }).select = (db: number | string) =>
+    select(db).catch((err: Error) => {
+      if (!/DB index|invalid DB/i.test(err.message)) throw err;
+      missingDatabase.set(redis, err);
+      redis.disconnect();
+      return 'OK';
+    });
+  const duplicate = redis.duplicate.bind(redis);
+  redis.duplicate = (override) => guardDatabase(duplicate(override));
   return redis;
+}
+
+/** The server has no database of the connection's index (checkDatabase). */
+export class RedisDatabaseMissing extends Error {
+  override readonly name = 'RedisDatabaseMissing';
+}
+
+/**
+ * Resolve once the connection answers on its URL's database; reject with one line naming REDIS_URL and the index
+ * (RedisDatabaseMissing) when the server has no such database, or with the error of a Redis out of reach. Run at
+ * start, before any key is read or written.
+ */
+export async function checkDatabase(redis: Redis): Promise<void> {
+  // Database 0 is never selected: nothing to check, and no wait on a Redis out of reach.
+  if (!redis.options.db) return;
+  try {
+    await redis.ping();
+  } catch (err) {
+    const refused = missingDatabase.get(redis);
+    if (!refused) throw err;
+    const db = redis.options.db ?? 0;
+    throw new RedisDatabaseMissing(
+      `REDIS_URL (config redis.url) names database ${db}, which ${redisIdentity(redis).replace(/\/\d+$/, '')} does not have (${refused.message}): use an index the server has`,
+    );
+  }
 }
 
 /** A cluster or sentinel seed as ioredis takes it: `{ host, port }`, a URL, `"host:port"` or a port. */
