@@ -276,7 +276,7 @@ export async function demoGreeting(
   const board = `  Dashboard: ${url}${DEFAULT_DASHBOARD_PATH}/ (sign in with the demo wallet key above, or a wallet of your own; it offers to add the dev chains)`;
   const tail = metricsUrl ? [wallet, `  Metrics: ${metricsUrl} (Prometheus)`, board] : [wallet, board];
   if (!first) {
-    return [head, `  A new key for it: npx farebox key create --account ${address}`, ...tail];
+    return [head, `  A new key for it: node_modules/.bin/farebox key create --account ${address}`, ...tail];
   }
   await redis.set(keys.demoAccount, address);
   const { key } = await createKey(redis, address);

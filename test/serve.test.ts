@@ -332,7 +332,7 @@ t.test(
     const second = await serve(port2);
     const url2 = `http://127.0.0.1:${port2}`;
     t.match(second.stdout, new RegExp(`Demo account ${demo}, 10 USD on chain_a\\.`), 'the same demo account');
-    t.match(second.stdout, new RegExp(`A new key for it: npx farebox key create --account ${demo}\\n`));
+    t.match(second.stdout, new RegExp(`A new key for it: node_modules/.bin/farebox key create --account ${demo}\\n`));
     t.match(second.stdout, `to import in a browser wallet: ${walletKey}\n`, 'the demo wallet key, again');
     t.equal(
       await redis.hget(`account:${demo}`, 'default_chain'),
