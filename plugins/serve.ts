@@ -106,7 +106,10 @@ export function serverTimeouts(
 
 /** Options of serve(). */
 export interface ServeOptions {
-  /** false: no log at all. Default: JSON logs at LOG_LEVEL (info). */
+  /**
+   * false: no log at all. Default: JSON logs at LOG_LEVEL: info with a config, warn on the embedded default (its
+   * greeting says where everything is; what needs action is a warn).
+   */
   logger?: boolean;
   /** Told what a slow start is doing (the embedded default's dev chains), then null before the server logs. */
   onProgress?: (status: string | null) => void;
@@ -145,7 +148,7 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     }
     const timeouts = serverTimeouts(config.server);
     app = Fastify({
-      logger: opts.logger === false ? false : { level: env.LOG_LEVEL ?? 'info' },
+      logger: opts.logger === false ? false : { level: env.LOG_LEVEL ?? (embedded ? 'warn' : 'info') },
       // Per-request log lines cost CPU on every call: off unless LOG_REQUESTS=1.
       logController: new LogController({ disableRequestLogging: env.LOG_REQUESTS !== '1' }),
       // The gateway answers 404s under /v1 itself; the router should not split hairs about slashes.
