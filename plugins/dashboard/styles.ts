@@ -50,6 +50,11 @@ button.secondary { background: var(--bg); color: var(--accent); }
 button.danger { background: var(--bg); color: var(--bad); border-color: var(--bad); }
 button:disabled { opacity: 0.6; cursor: progress; }
 .status { min-height: 1.5rem; margin: 0.5rem 0; }
+/* Error text can hold a wallet's long hex: it wraps anywhere rather than widen the page. */
+.status, .notice { overflow-wrap: anywhere; word-break: break-word; }
+.status details { color: var(--fg); font-size: 0.875rem; margin-top: 0.25rem; }
+.status summary { cursor: pointer; color: var(--muted); }
+.status details pre { max-height: 12rem; overflow: auto; }
 .status.bad { color: var(--bad); }
 .status.ok { color: var(--ok); }
 .tag { display: inline-block; padding: 0 0.4rem; border-radius: 999px; font-size: 0.8rem; border: 1px solid var(--line); background: var(--panel); }

@@ -4,10 +4,31 @@
  * transaction, depositWithAuthorization: no approve), the approve-and-deposit pair for a token without EIP-3009,
  * and the withdrawal request, withdrawal and cancellation.
  */
-import { encodeFunctionData, isHex, parseSignature, recoverTypedDataAddress, type Hex } from 'viem';
+import {
+  encodeFunctionData,
+  isHex,
+  keccak256,
+  parseSignature,
+  recoverTypedDataAddress,
+  slice,
+  toBytes,
+  type Hex,
+} from 'viem';
 import { escrowAbi, RECEIVE_WITH_AUTHORIZATION_TYPES, testStablecoinAbi } from '../chains/abi.js';
 import type { Address } from '../chains/config.js';
 import { DashboardError } from './errors.js';
+
+type AbiItem = (typeof escrowAbi)[number] | (typeof testStablecoinAbi)[number];
+
+/**
+ * The escrow's and the stablecoin's custom errors by selector, for the page's script to name a revert (it carries no
+ * ABI decoder). Both contracts' InsufficientBalance and ZeroAddress share a selector, hence a name.
+ */
+export const REVERT_ERRORS: Readonly<Record<Hex, string>> = Object.fromEntries(
+  [...escrowAbi, ...testStablecoinAbi]
+    .filter((item): item is Extract<AbiItem, { type: 'error' }> => item.type === 'error')
+    .map((e) => [slice(keccak256(toBytes(`${e.name}(${e.inputs.map((i) => i.type).join(',')})`)), 0, 4), e.name]),
+);
 
 /** A transaction for the wallet to send: no value, gas left to the wallet. */
 export interface TxRequest {

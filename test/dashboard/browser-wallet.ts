@@ -2,6 +2,8 @@
  * A browser wallet for tests: an EIP-1193 `window.ethereum` in the page whose requests run in the test's process,
  * signed by a viem local account and sent to the dev chains' JSON-RPC. It starts on a chain the gateway does not
  * bill on (chain id 1), so a page must ask it to switch; `refuseSwitch` makes it decline as a person would (4001).
+ * Its errors reach the page as a wallet's do: the node's JSON-RPC code and revert data (`{code: 3, data}` for a
+ * revert), under viem's whole, long message.
  */
 import type { BrowserContext } from 'playwright-core';
 import { createWalletClient, http, type Hex } from 'viem';
@@ -18,16 +20,23 @@ export interface TestWallet {
   calls: string[];
   /** Hashes of the transactions it sent. */
   sent: Hex[];
+  /** Runs before each request the page makes; what it throws is the wallet's answer. */
+  before?: (method: string, params: unknown[]) => Promise<void>;
 }
 
-// EIP-1193 errors carry a numeric code; a function exposed to the page can only return values, so the page side
-// turns {error} back into a thrown error with its code.
+// EIP-1193 errors carry a numeric code (and data); a function exposed to the page can only return values, so the
+// page side turns {error} back into a thrown error with its code and data.
 const PROVIDER = `
 window.ethereum = {
   isFareboxTestWallet: true,
   async request({ method, params }) {
     const r = await window.__fareboxTestWallet(method, params ?? []);
-    if (r.error) { const e = new Error(r.error.message); e.code = r.error.code; throw e; }
+    if (r.error) {
+      const e = new Error(r.error.message);
+      e.code = r.error.code;
+      if (r.error.data !== undefined) e.data = r.error.data;
+      throw e;
+    }
     return r.result;
   },
   on() {},
@@ -97,10 +106,18 @@ export async function installWallet(
   await context.exposeFunction('__fareboxTestWallet', async (method: string, params: unknown[]) => {
     w.calls.push(method);
     try {
+      await w.before?.(method, params);
       return { result: await handle(method, params) };
     } catch (err) {
-      const e = err as { code?: number; message?: string };
-      return { error: { code: typeof e.code === 'number' ? e.code : -32603, message: e.message ?? String(err) } };
+      // viem wraps the node's error (code, data) in its own; the innermost code and data are the node's.
+      let code: number | undefined;
+      let data: unknown;
+      for (let e = err as { code?: unknown; data?: unknown; cause?: unknown } | undefined; e; e = e.cause as never) {
+        if (typeof e.code === 'number') code = e.code;
+        if (e.data !== undefined) data = e.data;
+      }
+      const message = (err as { message?: string }).message ?? String(err);
+      return { error: { code: code ?? -32603, message, ...(data === undefined ? {} : { data }) } };
     }
   });
   await context.addInitScript({ content: PROVIDER });

@@ -2,10 +2,12 @@
  * The dashboard in a real browser (Debian's chromium, driven by playwright-core) on `farebox serve`'s embedded
  * default: a person signs in with a browser wallet, makes a key and uses it with the openai SDK, funds and deposits
  * on the dev chains, picks the default chain, requests a withdrawal, sees the call in Usage with its price and
- * settlement, revokes the key (the SDK then gets 401) and signs out. Writes a screenshot of every page: to a temporary
+ * settlement, revokes the key (the SDK then gets 401) and signs out. At phone width (390 px), a deposit above the
+ * wallet's balance is refused before the wallet is asked to sign, a revert and a wallet's long error show one short
+ * sentence, and no page is wider than the phone. Writes a screenshot of every page: to a temporary
  * folder, or with FAREBOX_SCREENSHOTS=1 to docs/screenshots/, the README's (a run changes times and keys in them).
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,12 +15,12 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import sharp from 'sharp';
-import { createPublicClient, createWalletClient, http } from 'viem';
+import { createPublicClient, createWalletClient, http, type Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { getAccount, listKeys } from '../../plugins/accounts/accounts.js';
 import { listUsage } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
-import { testStablecoinAbi } from '../../plugins/chains/abi.js';
+import { escrowAbi, testStablecoinAbi } from '../../plugins/chains/abi.js';
 import { DEV_KEYS, devViemChain } from '../../plugins/chains/dev-chains.js';
 import { serve } from '../../plugins/serve.js';
 import { connectRedis } from '../../plugins/store/redis.js';
@@ -85,31 +87,35 @@ t.teardown(async () => {
 const caller = DEV_KEYS.callers[3];
 const wallet = await installWallet(context, caller.privateKey, chains);
 const account = caller.address.toLowerCase();
-{
-  const c = chains.chain_b;
-  const chain = devViemChain('chain_b', c.chain_id, c.rpc_url);
-  const minter = createWalletClient({
-    account: privateKeyToAccount(DEV_KEYS.deployer.privateKey),
-    chain,
-    transport: http(c.rpc_url),
-  });
-  const hash = await minter.writeContract({
-    address: c.stablecoin,
+const chainB = devViemChain('chain_b', chains.chain_b.chain_id, chains.chain_b.rpc_url);
+const chainBPublic = createPublicClient({ chain: chainB, transport: http(chains.chain_b.rpc_url) });
+/** A wallet on chain_b outside the page (as another tab or app would be). */
+const chainBWallet = (key: Hex) =>
+  createWalletClient({ account: privateKeyToAccount(key), chain: chainB, transport: http(chains.chain_b.rpc_url) });
+async function mined(hash: Hex): Promise<void> {
+  const { status } = await chainBPublic.waitForTransactionReceipt({ hash });
+  if (status !== 'success') throw new Error(`transaction ${hash} reverted`);
+}
+await mined(
+  await chainBWallet(DEV_KEYS.deployer.privateKey).writeContract({
+    address: chains.chain_b.stablecoin,
     abi: testStablecoinAbi,
     functionName: 'mint',
     args: [caller.address, 5_000_000n],
-  });
-  await createPublicClient({ chain, transport: http(c.rpc_url) }).waitForTransactionReceipt({ hash });
-}
+  }),
+);
 
 const page: Page = context.pages()[0] ?? (await context.newPage());
 page.setDefaultTimeout(15_000);
 const errors: string[] = [];
 page.on('pageerror', (e) => errors.push(e.message));
-// Script errors and CSP refusals; the refusal pages this test opens on purpose (403) are not errors of the page.
+// Script errors and CSP refusals; the refusals this test asks for on purpose are not errors of the page: the refusal
+// pages (403) and the deposit above the wallet's balance (400 from deposit/prepare).
 page.on('console', (m) => {
-  if (m.type() === 'error' && !/^Failed to load resource: the server responded with a status of 403/.test(m.text()))
-    errors.push(m.text());
+  if (m.type() !== 'error') return;
+  const refused = /^Failed to load resource: the server responded with a status of (\d+)/.exec(m.text())?.[1];
+  if (refused === '403' || (refused === '400' && m.location().url.endsWith('/wallets/deposit/prepare'))) return;
+  errors.push(m.text());
 });
 
 /** A screenshot for the README, as a palette PNG: a quarter of the size, and text stays sharp. */
@@ -117,6 +123,33 @@ async function shot(name: string, fullPage = true): Promise<void> {
   await sharp(await page.screenshot({ fullPage }))
     .png({ palette: true, compressionLevel: 9 })
     .toFile(join(shots, name));
+}
+
+/** Fails unless the page is at most 390 px wide: no error text widens it at phone width. */
+async function fitsPhone(t: Test, what: string): Promise<void> {
+  const width = Number(await page.evaluate('document.documentElement.scrollWidth'));
+  t.ok(width <= 390, `${what}: ${width} px wide at a 390 px viewport`);
+}
+
+/**
+ * The sentence of a status line once it shows an error (another than `previous`), and its folded details' text ('' when
+ * it has none).
+ */
+async function errorSentence(
+  selector: string,
+  previous?: string,
+): Promise<{ sentence: string; details: string; open: boolean }> {
+  const status = page.locator(`${selector}.bad`, previous ? { hasNotText: previous } : {});
+  await status.waitFor();
+  const all = (await status.textContent()) ?? '';
+  const details = status.locator('details');
+  if ((await details.count()) === 0) return { sentence: all, details: '', open: false };
+  const folded = (await details.textContent()) ?? '';
+  return {
+    sentence: all.slice(0, all.length - folded.length),
+    details: folded,
+    open: (await details.getAttribute('open')) !== null,
+  };
 }
 
 /** Text of a status line once it shows an error. */
@@ -275,6 +308,84 @@ t.test(
   },
 );
 
+t.test(
+  'at 390 px: a deposit above the wallet balance asks for no signature, a revert is one sentence, no page widens',
+  async (t) => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    t.teardown(() => page.setViewportSize({ width: 1000, height: 760 }));
+    await page.goto(`${board}/wallets`);
+    await fitsPhone(t, 'Wallets');
+
+    // The wallet holds 2 test USD on chain_b: 50 is refused before the wallet is asked for anything.
+    const callsBefore = wallet.calls.length;
+    await page.selectOption('#deposit-chain', 'chain_b');
+    await page.fill('#deposit-amount', '50');
+    await page.click('form[data-form="deposit"] button[type="submit"]');
+    const over = await errorSentence('[data-status="deposit"]');
+    t.equal(
+      over.sentence,
+      `Your wallet holds 2.000000 USD on chain_b (chain id ${chains.chain_b.chain_id}), less than the 50.000000 USD to deposit: enter at most 2.000000.`,
+    );
+    t.same(wallet.calls.slice(callsBefore), [], 'no request to the wallet: no signature, no chain switch');
+    await fitsPhone(t, 'Wallets after a deposit above the balance');
+
+    // Another app spends 1.5 of the 2 while the wallet signs: the escrow's call reverts in the token
+    // (InsufficientBalance); the wallet's long text with the revert data stays folded.
+    const sentBefore = wallet.sent.length;
+    wallet.before = async (method) => {
+      if (method !== 'eth_sendTransaction') return;
+      wallet.before = undefined;
+      await mined(
+        await chainBWallet(caller.privateKey).writeContract({
+          address: chains.chain_b.stablecoin,
+          abi: testStablecoinAbi,
+          functionName: 'transfer',
+          args: [DEV_KEYS.deployer.address, 1_500_000n],
+        }),
+      );
+    };
+    await page.fill('#deposit-amount', '1');
+    await page.click('form[data-form="deposit"] button[type="submit"]');
+    const reverted = await errorSentence('[data-status="deposit"]', over.sentence);
+    t.equal(reverted.sentence, 'The transaction reverted (InsufficientBalance): the balance is below the amount.');
+    t.notOk(reverted.open, 'the details are folded');
+    t.match(reverted.details, /0x[0-9a-f]{8}/, "the details keep the wallet's text and revert data");
+    t.equal(wallet.sent.length, sentBefore, 'nothing was sent');
+    t.equal((await readWallet(redis, account, 'chain_b')).synced, 3_000_000n, 'the deposit is unchanged');
+    await fitsPhone(t, 'Wallets after a revert');
+
+    // A stale page: the withdrawal request was cancelled elsewhere, so its "Cancel" reverts (NoWithdrawalRequested).
+    await mined(
+      await chainBWallet(caller.privateKey).writeContract({
+        address: chains.chain_b.escrow,
+        abi: escrowAbi,
+        functionName: 'cancelWithdrawal',
+      }),
+    );
+    await page.click('[data-withdrawal="chain_b"] button[data-op="cancel"]');
+    const stale = await errorSentence('[data-status="withdrawal"]');
+    t.equal(
+      stale.sentence,
+      'The transaction reverted (NoWithdrawalRequested): no withdrawal is requested on this chain; reload the page.',
+    );
+    await fitsPhone(t, 'Wallets after a reverted withdrawal step');
+
+    for (const path of ['keys', 'usage', 'prices', 'wallets']) {
+      await page.goto(`${board}/${path}`);
+      await fitsPhone(t, path);
+    }
+    // A refused form's page.
+    await page.goto(`${board}/keys`);
+    await page
+      .locator('form[action="/dashboard/keys"] input[name="_csrf"]')
+      .evaluate((el) => el.setAttribute('value', 'stale'));
+    await page.fill('#key-name', 'stale form');
+    await page.click('button:has-text("Create key")');
+    await page.waitForSelector('[role="alert"]');
+    await fitsPhone(t, 'a refused form');
+  },
+);
+
 t.test('a call with the key bills on the default chain and shows in Usage with its price and settlement', async (t) => {
   const openai = new OpenAI({ baseURL: openaiBase, apiKey: key, maxRetries: 0 });
   const { data, response } = await openai.chat.completions
@@ -344,6 +455,27 @@ t.test('sign out ends the session on the server: the old cookie opens nothing', 
   });
   t.equal(replay.status, 303);
   t.equal(replay.headers.get('location'), '/dashboard/sign-in');
+});
+
+t.test("at 390 px: a wallet's error of 5,000 hex digits at sign-in is one short line", async (t) => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  t.teardown(() => page.setViewportSize({ width: 1000, height: 760 }));
+  await page.goto(`${board}/sign-in`);
+  const hex = `0x${'ab'.repeat(2_500)}`;
+  wallet.before = async (method) => {
+    if (method !== 'personal_sign') return;
+    wallet.before = undefined;
+    throw Object.assign(new Error(`Internal JSON-RPC error: ${hex}`), { code: -32603 });
+  };
+  await page.click('button[data-action="sign-in"]');
+  const failed = await errorSentence('[data-status]');
+  t.match(failed.sentence, /^Your wallet refused: Internal JSON-RPC error: 0xabab[ab]*…$/);
+  t.ok(failed.sentence.length < 160, 'the sentence is short');
+  t.ok(failed.details.includes(hex), 'the whole text is under Details');
+  await fitsPhone(t, 'sign-in after a long wallet error');
+  await page.goto(`${board}/signup-closed`);
+  await fitsPhone(t, 'sign-ups closed');
+  t.equal(await getAccount(redis, account).then((a) => a?.status), 'active', 'the account is as it was');
 });
 
 t.test('the sign-ups-closed page explains the refusal', async (t) => {

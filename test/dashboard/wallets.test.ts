@@ -213,18 +213,25 @@ t.test(
   },
 );
 
-t.test('bad amounts and chains on the deposit form are refused', async (t) => {
+t.test('bad amounts and chains, or more than the wallet holds, on the deposit form are refused', async (t) => {
   for (const [body, message] of [
     [{ chain: 'chain_b', amount: 'ten' }, /Give the amount in USD/],
     [{ chain: 'chain_b', amount: '0' }, /more than zero/],
     [{ chain: 'chain_b', amount: '1.0000001' }, /at most 6 decimals/],
     [{ chain: 'chain_b', amount: '1e3' }, /Give the amount in USD/],
     [{ chain: 'mainnet', amount: '1' }, /Choose a chain/],
+    // The wallet keeps 2.5 of its 5 test USD after the deposit above: more is refused before anything is signed.
+    [
+      { chain: 'chain_b', amount: '2.500001' },
+      /^Your wallet holds 2\.500000 USD on chain_b \(chain id 31337002\), less than the 2\.500001 USD to deposit: enter at most 2\.500000\.$/,
+    ],
   ] as const) {
     const r = await json('/wallets/deposit/prepare', body);
     t.equal(r.status, 400, JSON.stringify(body));
     t.match(r.json.error.message, message);
   }
+  const all = await json('/wallets/deposit/prepare', { chain: 'chain_b', amount: '2.5' });
+  t.equal(all.status, 200, 'all the wallet holds is a deposit it can make');
 });
 
 t.test('withdrawal: the request locks the amount and shows its timelock; cancel gives it back', async (t) => {

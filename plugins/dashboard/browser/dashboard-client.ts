@@ -3,7 +3,8 @@
  * (EIP-1193 `window.ethereum`) and the copy buttons. Sign-in: the wallet's address and chain, then a personal_sign
  * of the message the server wrote. Deposit: an eth_signTypedData_v4 of the EIP-3009 authorization the server wrote,
  * then the escrow transaction it returns (or approve then deposit). Withdrawal: the escrow transaction. Everything
- * else on the pages is plain HTML forms that work without it.
+ * else on the pages is plain HTML forms that work without it. An error shows as one short sentence (a revert by the
+ * contract's error name); the wallet's own text, often long and full of hex, only under a closed "Details".
  */
 
 // The page's globals this script uses. The project's type check runs without the DOM library, whose globals would
@@ -14,6 +15,7 @@ interface Elem {
   textContent: string | null;
   className: string;
   disabled: boolean;
+  append(...nodes: Elem[]): void;
   addEventListener(type: string, listener: (event: { preventDefault(): void }) => void): void;
   querySelectorAll(selector: string): ArrayLike<Elem>;
 }
@@ -24,6 +26,7 @@ declare const document: {
   getElementById(id: string): Elem | null;
   querySelector(selector: string): Elem | null;
   querySelectorAll(selector: string): ArrayLike<Elem>;
+  createElement(tag: string): Elem;
 };
 declare const window: { ethereum?: Eip1193; location: { assign(url: string): void; reload(): void } };
 declare const navigator: { clipboard?: { writeText(text: string): Promise<void> } };
@@ -38,6 +41,8 @@ interface PageData {
   csrf: string | null;
   account: string | null;
   chains?: ChainInfo[];
+  /** The escrow's and stablecoin's custom errors by 4-byte selector (the Wallets page). */
+  revert_errors?: Record<string, string>;
 }
 interface Tx {
   to: string;
@@ -56,10 +61,19 @@ class Shown extends Error {
   }
 }
 
-function say(status: Elem | null, text: string, kind: '' | 'ok' | 'bad' = ''): void {
+/** Show `text` in a status line; `detail` goes under a closed "Details" beneath it. */
+function say(status: Elem | null, text: string, kind: '' | 'ok' | 'bad' = '', detail?: string): void {
   if (!status) return;
   status.textContent = text;
   status.className = `status ${kind}`.trim();
+  if (!detail) return;
+  const details = document.createElement('details');
+  const summary = document.createElement('summary');
+  summary.textContent = 'Details';
+  const pre = document.createElement('pre');
+  pre.textContent = detail;
+  details.append(summary, pre);
+  status.append(details);
 }
 
 function errorCode(err: unknown): number | undefined {
@@ -67,12 +81,89 @@ function errorCode(err: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
-/** The words for an error: the dashboard's own, or the wallet's (EIP-1193 4001: the person declined). */
-function describe(err: unknown): string {
-  if (err instanceof Shown) return err.message;
-  if (errorCode(err) === 4001) return 'You declined in your wallet; nothing was changed.';
-  const m = (err as { message?: unknown })?.message;
-  return `Your wallet refused: ${typeof m === 'string' && m ? m : 'no reason given'}.`;
+/** An error and the errors it wraps, as wallets nest them (data, error, cause, data.originalError). */
+function nested(err: unknown): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  const queue: unknown[] = [err];
+  while (queue.length && out.length < 12) {
+    const e = queue.shift();
+    if (typeof e !== 'object' || e === null || out.includes(e as Record<string, unknown>)) continue;
+    const o = e as Record<string, unknown>;
+    out.push(o);
+    queue.push(o.data, o.error, o.cause, o.originalError);
+  }
+  return out;
+}
+
+const HEX_DATA = /^0x(?:[0-9a-fA-F]{2}){4,}$/;
+
+/** The revert data (selector and arguments) in a wallet's error, if it carries any. */
+function revertData(errs: Record<string, unknown>[]): string | undefined {
+  for (const e of errs) if (typeof e.data === 'string' && HEX_DATA.test(e.data)) return e.data.toLowerCase();
+  return undefined;
+}
+
+/** Why a contract reverts, for the person who sent the transaction. */
+const REVERT_HINTS: Record<string, string> = {
+  InsufficientBalance: 'the balance is below the amount',
+  InsufficientAllowance: 'the escrow is not approved for the amount on the token',
+  AuthorizationExpired: 'the authorization expired; start the deposit again',
+  AuthorizationAlreadyUsed: 'the authorization was already used; start the deposit again',
+  AuthorizationNotYetValid: 'the authorization is not valid yet',
+  InvalidSignature: 'the signature does not match the authorization',
+  TokenCallFailed: 'the token refused the transfer',
+  ZeroAmount: 'the amount is zero',
+  NoWithdrawalRequested: 'no withdrawal is requested on this chain; reload the page',
+  WithdrawalNotReady: 'the timelock has not passed yet',
+};
+
+function clip(text: string, max: number): string {
+  const one = text.replace(/\s+/g, ' ').trim();
+  return one.length > max ? `${one.slice(0, max - 1)}…` : one;
+}
+
+/** The reason string of a Solidity Error(string) revert, ABI-encoded after its selector. */
+function errorString(data: string): string | undefined {
+  try {
+    const body = data.slice(10);
+    const length = Number.parseInt(body.slice(64, 128), 16);
+    const hex = body.slice(128, 128 + length * 2);
+    if (!length || hex.length !== length * 2) return undefined;
+    return new TextDecoder().decode(new Uint8Array(hex.match(/../g)!.map((b) => Number.parseInt(b, 16))));
+  } catch {
+    return undefined;
+  }
+}
+
+/** One sentence for a revert: the contract's error by name where the page knows it. */
+function revertSentence(data: string | undefined): string {
+  const selector = data?.slice(0, 10);
+  if (selector === '0x08c379a0') {
+    const reason = errorString(data!);
+    if (reason) return `The transaction reverted: "${clip(reason, 100)}".`;
+  }
+  const name = selector ? page.revert_errors?.[selector] : undefined;
+  if (name) return `The transaction reverted (${name})${REVERT_HINTS[name] ? `: ${REVERT_HINTS[name]}` : ''}.`;
+  return 'The transaction reverted.';
+}
+
+/**
+ * The words for an error: the dashboard's own, the person's refusal (EIP-1193 4001), a revert (JSON-RPC 3, revert
+ * data, or a message that says so), or the wallet's first words. The wallet's whole text becomes the detail.
+ */
+function describe(err: unknown): { text: string; detail?: string } {
+  if (err instanceof Shown) return { text: err.message };
+  if (errorCode(err) === 4001) return { text: 'You declined in your wallet; nothing was changed.' };
+  const errs = nested(err);
+  const messages = errs.map((e) => e.message).filter((m): m is string => typeof m === 'string' && m !== '');
+  let detail = messages.join('\n\n');
+  const data = revertData(errs);
+  if (data && !detail.includes(data)) detail += `${detail ? '\n\n' : ''}Revert data: ${data}`;
+  const reverted = data !== undefined || errs.some((e) => e.code === 3) || messages.some((m) => /revert/i.test(m));
+  if (reverted) return { text: revertSentence(data), detail: detail || undefined };
+  const first = messages[0] ? clip(messages[0].split('\n')[0]!, 120) : 'no reason given';
+  const text = `Your wallet refused: ${first}${/[.…]$/.test(first) ? '' : '.'}`;
+  return { text, detail: detail && detail !== first ? detail : undefined };
 }
 
 /** POST JSON to a dashboard route, with the session's CSRF token; a refusal becomes a Shown error. */
@@ -111,7 +202,7 @@ async function ensureChain(eth: Eip1193, chainId: number): Promise<void> {
     await eth.request({ method: 'wallet_switchEthereumChain', params: [{ chainId: hexOf(chainId) }] });
   } catch (err) {
     if (errorCode(err) !== 4902 || !chain)
-      throw new Shown(`Switch your wallet to ${label}, then try again. (${describe(err)})`);
+      throw new Shown(`Switch your wallet to ${label}, then try again. (${describe(err).text})`);
     await eth.request({
       method: 'wallet_addEthereumChain',
       params: [
@@ -243,6 +334,7 @@ async function withdrawal(chain: string, op: string, amount: string, status: Ele
 /** Run an action with its control disabled; its error is shown, and a refused sign-up goes to its page. */
 async function run(control: Elem, status: Elem | null, action: () => Promise<void>): Promise<void> {
   control.disabled = true;
+  say(status, '');
   try {
     await action();
   } catch (err) {
@@ -250,7 +342,9 @@ async function run(control: Elem, status: Elem | null, action: () => Promise<voi
       window.location.assign(err.redirect);
       return;
     }
-    say(status, describe(err), 'bad');
+    const { text, detail } = describe(err);
+    say(status, text, 'bad', detail);
+    if (detail) console.warn(detail);
   } finally {
     control.disabled = false;
   }

@@ -18,7 +18,7 @@ ${
     ? html`<div class="row"><button type="button" data-action="sign-in">Connect wallet and sign in</button></div>`
     : html`<p class="notice bad">The gateway has not published its chains yet, so no sign-in can name one: start the gateway (npm start) and reload.</p>`
 }
-<p class="status" data-status role="status" aria-live="polite"></p>
+<div class="status" data-status role="status" aria-live="polite"></div>
 <noscript><p class="notice bad">Signing in needs JavaScript: the page asks your browser wallet for a signature.</p></noscript>
 <p class="muted">The prices of every model are public: <a href="${p.base}/prices">see the prices</a>.</p>`;
 }

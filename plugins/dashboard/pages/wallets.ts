@@ -89,7 +89,7 @@ ${unknown.length ? html`<p class="muted">Withdrawal requests on ${unknown.join('
 <label for="withdraw-amount">Amount (USD) <input id="withdraw-amount" name="amount" inputmode="decimal" required pattern="\\d+(\\.\\d{1,6})?" placeholder="1.00"></label>
 <button type="submit">Request withdrawal</button>
 </form>
-<p class="status" data-status="withdrawal" role="status" aria-live="polite"></p>`;
+<div class="status" data-status="withdrawal" role="status" aria-live="polite"></div>`;
 }
 
 /** The Wallets page's body. */
@@ -122,7 +122,7 @@ no separate approval), then sends one transaction. Where the token has no such a
 <label for="deposit-amount">Amount (USD) <input id="deposit-amount" name="amount" inputmode="decimal" required pattern="\\d+(\\.\\d{1,6})?" placeholder="5.00"></label>
 <button type="submit">Deposit</button>
 </form>
-<p class="status" data-status="deposit" role="status" aria-live="polite"></p>
+<div class="status" data-status="deposit" role="status" aria-live="polite"></div>
 <p>From elsewhere (another wallet, a script): call <code>deposit(amount)</code> on the escrow after approving it on the stablecoin,
 or <code>depositFor(account, amount)</code> to fund this account from another address. Amounts have 6 decimals.</p>
 <div class="grid">${v.rows.map(

@@ -27,6 +27,7 @@ import {
   depositWithAuthorizationTx,
   readAuthorization,
   requestWithdrawalTx,
+  REVERT_ERRORS,
   signedBy,
   withdrawTx,
   type TokenDomain,
@@ -153,6 +154,7 @@ export async function walletsPage(d: Dashboard, request: FastifyRequest, reply: 
     }),
     data: {
       chains: CHAIN_NAMES.map((name) => ({ name, chain_id: chains[name].chain_id, rpc_url: chains[name].rpc_url })),
+      revert_errors: REVERT_ERRORS,
     },
   });
 }
@@ -227,7 +229,9 @@ async function tokenDomain(chains: ChainsConfig, chain: ChainName): Promise<Toke
 
 /**
  * POST /wallets/deposit/prepare {chain, amount}: what the wallet signs (an EIP-3009 authorization to the escrow) or,
- * for a token without EIP-3009, the approve and deposit transactions.
+ * for a token without EIP-3009, the approve and deposit transactions. An amount above the stablecoin the wallet
+ * holds is refused here, before the wallet is asked for anything; when the chain does not answer in time, the
+ * chain itself refuses it later.
  */
 export async function prepareDeposit(d: Dashboard, request: FastifyRequest, reply: FastifyReply) {
   const session = await requireStateChange(d, request);
@@ -236,9 +240,16 @@ export async function prepareDeposit(d: Dashboard, request: FastifyRequest, repl
   const amount = amountOf(body.amount);
   const chains = await requireChains(d);
   const c = chains[chain];
+  const reader = chainReader(chains);
+  const held = await withTimeout(reader.tokenBalance(chain, session.account as Address), READ_TIMEOUT_MS);
+  if (held !== undefined && amount > held) {
+    throw new DashboardError('invalid_input', {
+      message: `Your wallet holds ${formatUsd(held)} USD on ${chain} (chain id ${c.chain_id}), less than the ${formatUsd(amount)} USD to deposit: enter at most ${formatUsd(held)}.`,
+    });
+  }
   let eip3009: boolean;
   try {
-    eip3009 = await chainReader(chains).supportsAuthorization(chain);
+    eip3009 = await reader.supportsAuthorization(chain);
   } catch (err) {
     throw new DashboardError('chain_unavailable', { cause: err });
   }
