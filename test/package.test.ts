@@ -86,7 +86,7 @@ const redis = connectRedis({ url: REDIS_URL, prefix: 'farebox-package-test:' });
 const prefixes = [testPrefix(), testPrefix()];
 const work = mkdtempSync(join(tmpdir(), 'farebox-package-'));
 const children: ChildProcess[] = [];
-// Whatever happens to this file (a failed top-level await included), no server or temporary folder outlives it.
+// Whatever happens to this file (a failed install included), no server or temporary folder outlives it.
 process.on('exit', () => {
   for (const c of children) c.kill('SIGKILL');
   rmSync(work, { recursive: true, force: true });
