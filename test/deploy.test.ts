@@ -249,7 +249,7 @@ t.test(
 
 // ---- compose.yaml, prometheus.yml, redis.conf, k8s.yaml ----
 
-/** The overlay script of a command (`node -e '...' && exec node bin/farebox.js ...`). */
+/** The overlay script of a command (`node -e '...' && exec farebox ...`). */
 function overlayScript(command: unknown): string | undefined {
   const text = Array.isArray(command) ? command.join(' ') : String(command ?? '');
   return /node -e '([^']*)'/.exec(text)?.[1];
@@ -358,7 +358,7 @@ t.test(
     for (const [name, s] of farebox) {
       const env = s.environment ?? {};
       const settle = !gateways.some(([g]) => g === name);
-      t.match(String(s.command), /exec node bin\/farebox\.js \$\$FAREBOX_RUN$/, `${name}: runs farebox $FAREBOX_RUN`);
+      t.match(String(s.command), /exec farebox \$\$FAREBOX_RUN$/, `${name}: runs farebox $FAREBOX_RUN`);
       t.equal(env.REDIS_URL, 'redis://redis:6379', `${name}: the one Redis`);
       t.ok(
         s.volumes?.some((v) => v.startsWith('./farebox.example.json:')),
@@ -486,7 +486,7 @@ t.test('k8s.yaml: workloads, Services and a ConfigMap that agree', async (t) => 
     const ref = c.env.find((e) => e.name === 'FAREBOX_OVERLAY')?.valueFrom?.configMapKeyRef;
     t.equal(ref?.name, roles.metadata.name, `${dep.metadata.name}: overlay from the ConfigMap`);
     const config = configFor(overlayScript(c.command)!, roles.data![ref!.key]);
-    const run = /exec node bin\/farebox\.js (serve|settle --metrics-port (\d+))$/.exec(c.command.join(' '));
+    const run = /exec farebox (serve|settle --metrics-port (\d+))$/.exec(c.command.join(' '));
     t.ok(run, `${dep.metadata.name}: runs farebox serve or settle`);
     const settle = run?.[1]?.startsWith('settle') ?? false;
     const metricsPort = settle ? Number(run![2]) : config.metrics.port;
@@ -522,7 +522,7 @@ t.test('k8s.yaml: workloads, Services and a ConfigMap that agree', async (t) => 
     const selected = Object.entries(callSelector).every(([k, v]) => labels[k] === v);
     const settle = (dep.spec as DeploymentSpec).template.spec.containers[0].command
       .join(' ')
-      .includes('farebox.js settle');
+      .includes('exec farebox settle');
     t.equal(selected, !settle, `${dep.metadata.name}: ${settle ? 'not ' : ''}behind the calls' Service`);
   }
   t.same(
