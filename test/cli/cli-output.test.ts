@@ -60,7 +60,13 @@ function slowlyRead(
       if (!child.stdout.readableEnded) setTimeout(readOne, everyMs);
     };
     setTimeout(readOne, startMs);
-    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(chunks).toString('utf8'), stderr }));
+    // Done when the child has exited and the reader has taken the pipe's last byte ('end' comes only after
+    // read() has emptied the stream's buffer, which may still hold output after the child closed its end).
+    const exited = new Promise<number | null>((done) => child.on('close', done));
+    const ended = new Promise<void>((done) => child.stdout.once('end', done));
+    void Promise.all([exited, ended]).then(([code]) =>
+      resolve({ code, stdout: Buffer.concat(chunks).toString('utf8'), stderr }),
+    );
   });
 }
 
