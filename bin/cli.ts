@@ -104,7 +104,7 @@ async function chainsOf(env: NodeJS.ProcessEnv, redis: Redis): Promise<ChainsCon
   const raw = await redis.get(keys.devChains);
   if (!raw)
     throw new Error(
-      "no gateway on the embedded default has started on this Redis, so there are no dev chains yet: start one with `npm start` (or set FAREBOX_CONFIG to your gateway's config)",
+      "no gateway on the embedded default is running on this Redis, so there are no dev chains: start one with `npm start` (or set FAREBOX_CONFIG to your gateway's config)",
     );
   return JSON.parse(raw) as ChainsConfig;
 }

@@ -53,8 +53,12 @@ export function embeddedSettleConfig(chains: ChainsConfig, env: ConfigEnv): { co
   };
 }
 
-/** Clear what Redis knows of the previous dev chains: they start empty, so their balances and debits are gone. */
-export async function resyncDevChains(redis: Redis): Promise<void> {
+/**
+ * Clear what Redis knows of the previous dev chains: they start empty, so their balances and debits are gone, and
+ * (`defaultChains`, on a prefix the embedded default had made before this start) every account's default chain is
+ * chain_a again.
+ */
+export async function resyncDevChains(redis: Redis, opts: { defaultChains?: boolean } = {}): Promise<void> {
   const prefix = (redis.options.keyPrefix as string | undefined) ?? '';
   const raw = redis.duplicate({ keyPrefix: '' });
   try {
@@ -77,6 +81,7 @@ export async function resyncDevChains(redis: Redis): Promise<void> {
     } while (cursor !== '0');
     await deleteKeys(redis, CHAIN_STATE_PATTERNS);
     // Balances start at nothing on every chain: a default chain chosen for its balance would bill where none is.
+    if (opts.defaultChains === false) return;
     const accounts = await redis.smembers(keys.accounts);
     const live = await Promise.all(accounts.map((a) => redis.exists(keys.account(a))));
     await Promise.all(
@@ -169,10 +174,12 @@ export async function startEmbedded(env: ConfigEnv): Promise<Embedded> {
       await closeRedis(redis);
     }
   };
+  // Each part stopped whatever another's close does; what failed is thrown after.
   const stop = async (markToo: boolean) => {
-    await simulator?.close();
-    await devChains?.close();
+    const results = await Promise.allSettled([simulator?.close(), devChains?.close()]);
     await withdraw(markToo).catch(() => {});
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
   };
   const close = () => (closed ??= stop(false));
   const abandon = () => (closed ??= stop(true));
@@ -198,7 +205,8 @@ export async function startEmbedded(env: ConfigEnv): Promise<Embedded> {
     try {
       await checkDatabase(redis);
       marked = await claimPrefix(redis);
-      await resyncDevChains(redis);
+      // A prefix claimed just now held no chain state: its accounts (made before the first start) keep their defaults.
+      await resyncDevChains(redis, { defaultChains: !marked });
       const record = JSON.stringify(config.chains);
       await redis.set(DEV_CHAINS_KEY, record);
       published = record;
@@ -207,7 +215,7 @@ export async function startEmbedded(env: ConfigEnv): Promise<Embedded> {
     }
     return { config, env: runEnv, simulator, devChains, close, abandon };
   } catch (err) {
-    await abandon();
+    await abandon().catch(() => {});
     throw err;
   }
 }

@@ -195,7 +195,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
   } catch (err) {
     // What the embedded default wrote for this start goes with it (its dev-chains record, a mark it set).
     await closeMetrics?.();
-    await embedded?.abandon();
+    await embedded?.abandon().catch(() => {});
     throw err;
   }
   // An Expect Node cannot meet gets our 417, with a request id, instead of Node's bare one (unless the host app

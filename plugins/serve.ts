@@ -207,7 +207,7 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
     };
   } catch (err) {
     await app?.close().catch(() => {});
-    await embedded?.abandon();
+    await embedded?.abandon().catch(() => {});
     throw err;
   }
 }

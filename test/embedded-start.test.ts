@@ -2,8 +2,10 @@ import t, { type Test } from 'tap';
 import Fastify from 'fastify';
 import { createServer, type Server } from 'node:net';
 import { DEV_CHAINS_KEY, EMBEDDED_MARK, EMBEDDED_MARK_KEY } from '../plugins/embedded.js';
+import { createAccount } from '../plugins/accounts/accounts.js';
 import farebox from '../plugins/gateway.js';
 import { serve } from '../plugins/serve.js';
+import { keys } from '../plugins/store/keys.js';
 import { closeRedis, connectRedis } from '../plugins/store/redis.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
 
@@ -137,6 +139,19 @@ t.test("another deployment's keys under its prefix: refused, and left as they we
   t.equal(await redis.get(EMBEDDED_MARK_KEY), null, 'not marked');
   t.equal(await redis.get(DEV_CHAINS_KEY), null, 'nothing published');
 });
+
+t.test(
+  'accounts made before the first start keep their default chain; at later starts it resets with the balances',
+  async (t) => {
+    const { address } = await createAccount(redis, { defaultChain: 'chain_b' });
+    const first = await serve(env, { logger: false });
+    t.equal(await redis.hget(keys.account(address), 'default_chain'), 'chain_b', 'a prefix claimed at this start');
+    await first.close();
+    const second = await serve(env, { logger: false });
+    await second.close();
+    t.equal(await redis.hget(keys.account(address), 'default_chain'), 'chain_a', 'its own prefix: reset');
+  },
+);
 
 t.test('a prefix it made: marked at the first start, run on again; the record withdrawn at close', async (t) => {
   const first = await serve(env, { logger: false });

@@ -24,21 +24,25 @@ export function connectRedis(opts: RedisOptions): Redis {
   return guardDatabase(redis);
 }
 
-/** Connections closed because the server has no database of their index: the server's refusal. */
+/** Connections closed because the server refused their database: the server's refusal. */
 const missingDatabase = new WeakMap<Redis, Error>();
 
 /**
  * ioredis selects the URL's database when it connects and, if the server refuses (an index it lacks: `/11` on a
- * server of 2 databases), only emits an error and goes on in database 0: another deployment's keys. A connection
- * from connectRedis (and its duplicates) is closed instead, before any command is sent; checkDatabase says why.
+ * server of 2 databases; an ACL without SELECT; a proxy that has no databases), only emits an error and goes on in
+ * database 0: another deployment's keys. A connection from connectRedis (and its duplicates) is closed instead,
+ * before any command is sent, and the refusal is emitted as its error (logged where errors are); checkDatabase says
+ * why at start.
  */
 function guardDatabase(redis: Redis): Redis {
   const select = redis.select.bind(redis) as (db: number | string) => Promise<'OK'>;
   (redis as { select: unknown }).select = (db: number | string) =>
     select(db).catch((err: Error) => {
-      if (!/DB index|invalid DB/i.test(err.message)) throw err;
+      // The server's answer (a ReplyError), not a connection lost meanwhile, which reconnects and selects again.
+      if (err.name !== 'ReplyError') throw err;
       missingDatabase.set(redis, err);
       redis.disconnect();
+      if (redis.listenerCount('error') > 0) redis.emit('error', err);
       return 'OK';
     });
   const duplicate = redis.duplicate.bind(redis);
@@ -66,7 +70,9 @@ export async function checkDatabase(redis: Redis): Promise<void> {
     if (!refused) throw err;
     const db = redis.options.db ?? 0;
     throw new RedisDatabaseMissing(
-      `REDIS_URL (config redis.url) names database ${db}, which ${redisIdentity(redis).replace(/\/\d+$/, '')} does not have (${refused.message}): use an index the server has`,
+      /DB index|invalid DB/i.test(refused.message)
+        ? `REDIS_URL (config redis.url) names database ${db}, which ${redisIdentity(redis).replace(/\/\d+$/, '')} does not have (${refused.message}): use an index the server has`
+        : `REDIS_URL (config redis.url) names database ${db}, which ${redisIdentity(redis).replace(/\/\d+$/, '')} refused (${refused.message}): use a database this connection may select, or 0`,
     );
   }
 }

@@ -90,7 +90,7 @@ t.test('SIGTERM stops it cleanly', async (t) => {
 t.test('on a Redis where no gateway published dev chains it says so and exits non-zero', async (t) => {
   const r = await runCli(['settle'], { FAREBOX_REDIS_PREFIX: testPrefix(), FAREBOX_CONFIG: '' });
   t.not(r.code, 0);
-  t.match(r.stderr, /no gateway on the embedded default has started on this Redis/);
+  t.match(r.stderr, /no gateway on the embedded default is running on this Redis/);
 });
 
 /** `farebox settle` on a config file of the embedded default's models with `edit` applied, no provider keys set. */
