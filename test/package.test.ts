@@ -16,7 +16,6 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,6 +23,7 @@ import { parse, parseAllDocuments } from 'yaml';
 import { connectRedis } from '../plugins/store/redis.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
 import { builtAfterSources } from './helpers/wait.js';
+import { freePort } from './helpers/ports.js';
 
 // One install from the registry (npm's cache first), two servers started from it.
 t.setTimeout(240_000);
@@ -116,14 +116,6 @@ function stop(child: ChildProcess, signal: NodeJS.Signals): Promise<number | nul
     child.once('exit', (code) => resolve(code));
     child.kill(signal);
   });
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
 }
 
 /** Start `cmd` in the installed folder; resolves with its output once `ready` matches it. */

@@ -4,7 +4,6 @@
 // without FAREBOX_SMOKE_NODE (`npm test`) it is skipped.
 import t, { type Test } from 'tap';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Anthropic from '@anthropic-ai/sdk';
@@ -14,20 +13,13 @@ import type { Address } from '../plugins/chains/config.js';
 import { connectRedis } from '../plugins/store/redis.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
 import { builtAfterSources, until } from './helpers/wait.js';
+import { freePort } from './helpers/ports.js';
 
 const NODE = process.env.FAREBOX_SMOKE_NODE;
 if (!NODE) {
   t.pass('FAREBOX_SMOKE_NODE unset: no other Node line to try (.ci/run sets it)');
 } else {
   t.test(`farebox serve on ${NODE}`, (t) => smoke(t, NODE));
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
 }
 
 async function smoke(t: Test, node: string): Promise<void> {

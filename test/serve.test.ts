@@ -1,6 +1,5 @@
 import t from 'tap';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { Agent, request } from 'undici';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import type { Address, ChainsConfig } from '../plugins/chains/config.js';
@@ -12,6 +11,7 @@ import { readWallet } from '../plugins/billing/wallets.js';
 import { formatUsd } from '../pricing/index.js';
 import { dropPrefix, testPrefix } from './helpers/harness.js';
 import { CLI, until } from './helpers/wait.js';
+import { freePort } from './helpers/ports.js';
 
 const prefix = testPrefix();
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -50,14 +50,6 @@ const env = {
 };
 // npm start's own log level: the quiet start below is the default's.
 delete (env as Record<string, string | undefined>).LOG_LEVEL;
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
-}
 
 /** `farebox serve` in a child process; resolves once it has printed its greeting. */
 function serve(port: number): Promise<{ child: ChildProcess; stdout: string; stderr: () => string }> {

@@ -217,7 +217,7 @@ t.test('failures name what failed and what to do, in one line, exit 1', async (t
 
   const noGateway = await farebox('chains');
   t.equal(noGateway.code, 1);
-  t.match(noGateway.stderr, /^farebox: no gateway on the embedded default has started.*`npm start`[^\n]*\n$/);
+  t.match(noGateway.stderr, /^farebox: no gateway on the embedded default is running.*`npm start`[^\n]*\n$/);
 
   // A gateway that ran and stopped: its dev chains' URLs are still in Redis, nothing answers at them.
   const rpc = `http://127.0.0.1:${port}`;
