@@ -54,6 +54,9 @@ function slowlyRead(
     let stderr = '';
     child.stderr.on('data', (d) => (stderr += d));
     child.stdout.pause();
+    // A 'readable' listener marks the stream as read: when the child exits, Node resumes (and so drops) the unread
+    // output of a stdio stream no one listens to, and a reader still behind would see the document cut.
+    child.stdout.on('readable', () => {});
     const readOne = () => {
       const chunk = child.stdout.read() as Buffer | null;
       if (chunk) chunks.push(chunk);
