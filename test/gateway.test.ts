@@ -155,7 +155,7 @@ t.test('bad options fail at registration, naming the option', async (t) => {
     [{ redis: {} }, /option redis/],
     [{ redis: 'redis://127.0.0.1:6379' }, /option redis/],
     [{ env: 'production' }, /option env/],
-    [{ env: { PORT: 8080 } }, /option env: PORT/],
+    [{ env: { PORT: 3000 } }, /option env: PORT/], // a number, not a string: refused before anything listens
     [{ metrics: {} }, /option metrics/],
     [{ observer: false }, /option observer: unknown option/],
     ['config', /options must be an object/],

@@ -282,6 +282,7 @@ t.test('metrics.port: the port of its own as configured; it closes with the gate
 t.test(
   'the metrics port defaults to 9464 (ephemeral beside an ephemeral API port); METRICS_PORT sets it for farebox serve',
   async (t) => {
+    // Config values only: nothing here listens, so a gateway beside the suite on 9464 is no matter.
     const env = { FAREBOX_SIM_KEY: 'k' };
     t.equal(DEFAULT_METRICS_PORT, 9464);
     t.equal(buildConfig(embeddedDefault('http://127.0.0.1:9'), env).metrics.port, 9464, 'server.port 8080 -> 9464');
@@ -321,7 +322,7 @@ t.test('metrics on the API port without a token are refused at config validation
   };
   refused({ on_api_port: true }, /metrics\.token_env: required with metrics\.on_api_port/);
   refused({ on_api_port: true, enabled: true }, /metrics\.token_env/);
-  refused({ on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN', port: 9464 }, /metrics\.port: .*exclude each other/);
+  refused({ on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN', port: 9100 }, /metrics\.port: .*exclude each other/);
   const ok = buildConfig(
     { ...embeddedDefault('http://127.0.0.1:9'), metrics: { on_api_port: true, token_env: 'FAREBOX_METRICS_TOKEN' } },
     env,
