@@ -12,6 +12,7 @@ import type { KeyIdentity } from './accounts/accounts.js';
 import type { Admitted } from './billing/admission.js';
 import type { Bill, Quote } from './billing/billing.js';
 import type { FareboxConfig } from './config.js';
+import type { JsonText } from './intake/json-body.js';
 import type { VideoJobs } from './jobs/video-jobs.js';
 import type { Metrics } from './metrics/metrics.js';
 import type { ImageStore } from './store/image-store.js';
@@ -36,6 +37,8 @@ export interface Call {
   readonly startedAt: bigint;
   /** Size of the request body as read (the JSON parser sets it). */
   bodyBytes: number;
+  /** A JSON body as it arrived (the JSON parser sets it): its text and top-level members, for forwarding. */
+  json?: JsonText;
   /** identify: the key's account. */
   identity?: KeyIdentity;
   /** police: the validated, routed, rewritten request. */

@@ -49,11 +49,14 @@ const unpriced = (param: string, why: string) =>
     message: `${param}: ${why}; the gateway's price table does not cover it.`,
   });
 
-/** Refuse body fields whose effect on the provider's bill the price table does not hold (400 unsupported_parameter). */
+/**
+ * Refuse body fields whose effect on the provider's bill the price table does not hold (400 unsupported_parameter).
+ * `text` is the body's JSON text (policies/text-bounds.ts BoundsInput.text).
+ */
 export function refuseUnpriced(
   protocol: 'anthropic' | 'openai',
   body: Readonly<Record<string, unknown>>,
-  serialized: string,
+  text: string,
 ): void {
   if (protocol === 'anthropic') {
     if (body.container !== undefined) throw unpriced('container', 'code-execution containers bill by the hour');
@@ -65,5 +68,5 @@ export function refuseUnpriced(
   }
   if (body.prediction !== undefined) throw unpriced('prediction', 'rejected prediction tokens bill beyond max_tokens');
   if (body.service_tier === 'priority') throw unpriced('service_tier', 'the priority tier bills above standard rates');
-  if (serialized.includes('"input_audio"')) throw unpriced('messages', 'input_audio parts bill at audio rates');
+  if (text.includes('"input_audio"')) throw unpriced('messages', 'input_audio parts bill at audio rates');
 }

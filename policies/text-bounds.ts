@@ -74,8 +74,13 @@ export interface InputBounds {
 /** A text request's upstream body and what its bounds depend on. */
 export interface BoundsInput {
   readonly body: Readonly<Record<string, unknown>>;
-  /** The body as sent upstream. */
-  readonly serialized: string;
+  /**
+   * The body's JSON text: as sent upstream, or the caller's text it was spliced from (routes/text.ts), which holds
+   * every member sent. The checks for media by reference, documents, inline images and cache tiers read it.
+   */
+  readonly text: string;
+  /** UTF-8 bytes of the body as sent upstream (default: of `text`). */
+  readonly bytes?: number;
   /** The upstream protocol. */
   readonly protocol: 'anthropic' | 'openai';
   readonly family: string;
@@ -152,8 +157,8 @@ function toolTokens(tools: unknown): number {
 
 /** The input bounds of a text request (see the file comment); throws 400 for what cannot be bounded or fit. */
 export function inputBounds(i: BoundsInput): InputBounds {
-  const cacheWrite = cacheWriteTier(i.protocol, i.serialized);
-  const bytes = Buffer.byteLength(i.serialized, 'utf8');
+  const cacheWrite = cacheWriteTier(i.protocol, i.text);
+  const bytes = i.bytes ?? Buffer.byteLength(i.text, 'utf8');
   let tools = 0;
   if (i.protocol === 'anthropic') {
     if (i.body.mcp_servers !== undefined) {
@@ -165,7 +170,7 @@ export function inputBounds(i: BoundsInput): InputBounds {
     tools = toolTokens(i.body.tools);
   }
   const images =
-    i.serialized.includes('"base64"') || i.serialized.includes('"data:')
+    i.text.includes('"base64"') || i.text.includes('"data:')
       ? inlineImages(i.body, i.family, i.maxImageTokens ?? MAX_IMAGE_TOKENS[i.family] ?? MAX_IMAGE_TOKENS.gamma!)
       : { tokens: 0, chars: 0 };
   if (i.mustFit !== false && bytes - images.chars > i.contextWindow * MAX_BYTES_PER_TOKEN) {
@@ -173,6 +178,6 @@ export function inputBounds(i: BoundsInput): InputBounds {
       message: `The request cannot fit the model's context window of ${i.contextWindow} tokens: its text alone is ${bytes - images.chars} bytes.`,
     });
   }
-  if (MEDIA_BY_REFERENCE.test(i.serialized)) return { inputBound: i.contextWindow, cacheWrite };
+  if (MEDIA_BY_REFERENCE.test(i.text)) return { inputBound: i.contextWindow, cacheWrite };
   return { inputBound: Math.min(i.contextWindow, bytes + FRAMING_TOKENS + images.tokens + tools), cacheWrite };
 }

@@ -15,7 +15,7 @@ export const chatCompletions: Endpoint<TextPoliced> = {
   police(request, ctx) {
     const parsed = parseBody(chatBody, request.body);
     const route = ctx.catalog.route('chat_completions', parsed.model) as ModelRoute<TextModel>;
-    return textPoliced(route, rewriteChat(parsed, route), request.headers, request.farebox.bodyBytes, parsed.n ?? 1);
+    return textPoliced(route, rewriteChat(parsed, route), request.headers, request.farebox, parsed.n ?? 1);
   },
   quote: quoteText,
   forward: forwardText,

@@ -21,7 +21,7 @@ export const countTokens: Endpoint<TextPoliced> = {
       callerWantsUsage: true,
     };
     // Counting runs nothing: a prompt too large for the window still gets its count.
-    return textPoliced(route, rewrite, request.headers, request.farebox.bodyBytes, 1, false);
+    return textPoliced(route, rewrite, request.headers, request.farebox, 1, false);
   },
   quote: () => ({ tokens: 0 }),
   forward: forwardText,

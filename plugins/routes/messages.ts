@@ -15,7 +15,7 @@ export const messages: Endpoint<TextPoliced> = {
   police(request, ctx) {
     const parsed = parseBody(messagesBody, request.body);
     const route = ctx.catalog.route('messages', parsed.model) as ModelRoute<TextModel>;
-    return textPoliced(route, rewriteMessages(parsed, route), request.headers, request.farebox.bodyBytes);
+    return textPoliced(route, rewriteMessages(parsed, route), request.headers, request.farebox);
   },
   quote: quoteText,
   forward: forwardText,

@@ -8,6 +8,7 @@ import type { FastifyReply } from 'fastify';
 import type { Bill } from '../billing/billing.js';
 import { FREE } from '../billing/billing.js';
 import type { Call, ForwardContext, Policed, Quoted } from '../call.js';
+import type { JsonMember, JsonText } from '../intake/json-body.js';
 import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
 import type { Exchange } from '../upstream/exchange.js';
 import { textUpstreamHeaders, textWire } from '../upstream/protocols/registry.js';
@@ -33,8 +34,8 @@ import {
 export interface TextPoliced extends Policed {
   readonly route: ModelRoute<TextModel>;
   readonly rewrite: RewriteResult;
-  /** The rewritten body as sent upstream (serialized once). */
-  readonly upstreamBody: string;
+  /** The rewritten body as sent upstream: serialized once, or spliced from the caller's bytes (upstreamBody). */
+  readonly upstreamBody: string | Buffer;
   readonly upstreamHeaders: Record<string, string>;
   /** Upper bound on the input-side tokens (policies/text-bounds.ts). */
   readonly inputBound: number;
@@ -51,21 +52,22 @@ const NO_BETAS: { readonly forwarded: readonly string[]; readonly dropped: reado
   dropped: Object.freeze([]),
 });
 
-/** The policed form of a rewritten text request. */
+/** The policed form of a rewritten text request; `body` is the call's request body as the JSON parser read it. */
 export function textPoliced(
   route: ModelRoute<TextModel>,
   rewrite: RewriteResult,
   incoming: IncomingHttpHeaders,
-  bodyBytes: number,
+  body: { readonly bodyBytes: number; readonly json?: JsonText },
   n = 1,
   mustFit = true,
 ): TextPoliced {
-  const upstreamBody = JSON.stringify(rewrite.body);
+  const upstream = upstreamBody(rewrite.body, body.json);
   const protocol = textWire(route.provider);
-  refuseUnpriced(protocol, rewrite.body, upstreamBody);
+  refuseUnpriced(protocol, rewrite.body, upstream.text);
   const { inputBound, cacheWrite } = inputBounds({
     body: rewrite.body,
-    serialized: upstreamBody,
+    text: upstream.text,
+    bytes: upstream.bytes,
     protocol,
     family: route.model.family,
     contextWindow: route.model.context_window,
@@ -79,15 +81,70 @@ export function textPoliced(
   return {
     route,
     rewrite,
-    upstreamBody,
+    upstreamBody: upstream.body,
     upstreamHeaders: textUpstreamHeaders(route.provider, incoming, rewrite.stream, betas.forwarded),
     inputBound,
     cacheWrite,
     n,
-    bodyBytes,
+    bodyBytes: body.bodyBytes,
     headers,
   };
 }
+
+/**
+ * Top-level members forwarded as the caller wrote them when the rewrite leaves them as they are (policies/rewrite.ts
+ * never changes them): the conversation, nearly all of an agent's megabyte. The price reads them only through the
+ * body's size, the checks on its text and the walk for inline images, all of which see the same content.
+ */
+const CALLER_MEMBERS: ReadonlySet<string> = new Set(['messages', 'system']);
+
+/** A text request's body as sent upstream, its size, and the text the checks on it read. */
+interface UpstreamBody {
+  readonly body: string | Buffer;
+  /** UTF-8 bytes of `body`. */
+  readonly bytes: number;
+  /** `body` itself, or the caller's text it was spliced from (every member it sends is in it, decoded alike). */
+  readonly text: string;
+}
+
+/**
+ * The upstream body: the rewritten body serialized, except the caller's messages and system, which are copied from
+ * its text (the last of each, as JSON.parse took it). Spliced only from a text whose every key and string reads as
+ * it decodes: a `\u` escape (which could spell a letter the checks look for) serializes the whole body instead, as
+ * does a body without members to splice.
+ */
+function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | undefined): UpstreamBody {
+  const kept = new Map<string, JsonMember>();
+  if (json?.members) for (const m of json.members) if (CALLER_MEMBERS.has(m.key)) kept.set(m.key, m);
+  if (kept.size === 0 || json!.text.includes('\\u')) {
+    const text = JSON.stringify(body);
+    return { body: text, bytes: Buffer.byteLength(text, 'utf8'), text };
+  }
+  const rest: Record<string, unknown> = {};
+  for (const k in body) if (!kept.has(k)) rest[k] = body[k];
+  const head = JSON.stringify(rest);
+  const open = head.length > 2 ? `${head.slice(0, -1)},` : '{';
+  const { text, bytes, ascii } = json!;
+  const spans = [...kept.values()];
+  if (!ascii) {
+    let out = open;
+    for (let i = 0; i < spans.length; i++) out += (i > 0 ? ',' : '') + text.slice(spans[i]!.start, spans[i]!.end);
+    out += '}';
+    return { body: out, bytes: Buffer.byteLength(out, 'utf8'), text };
+  }
+  // ASCII text: its indexes are the bytes' indexes, so the caller's members are copied as bytes.
+  const parts: Buffer[] = [Buffer.from(open, 'utf8')];
+  for (let i = 0; i < spans.length; i++) {
+    if (i > 0) parts.push(COMMA);
+    parts.push(bytes.subarray(spans[i]!.start, spans[i]!.end));
+  }
+  parts.push(CLOSE);
+  const out = Buffer.concat(parts);
+  return { body: out, bytes: out.length, text };
+}
+
+const COMMA = Buffer.from(',');
+const CLOSE = Buffer.from('}');
 
 /** The worst case of a text call and the tokens its limits count (input bound + max output). */
 export function quoteText(p: TextPoliced, prices: PriceTable): Quoted {

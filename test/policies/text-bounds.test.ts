@@ -16,7 +16,7 @@ import {
 const bounds = (body: Record<string, unknown>, o: Partial<BoundsInput> = {}) =>
   inputBounds({
     body,
-    serialized: JSON.stringify(body),
+    text: JSON.stringify(body),
     protocol: 'anthropic',
     family: 'alpha',
     contextWindow: 200_000,

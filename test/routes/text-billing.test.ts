@@ -12,7 +12,12 @@ const catalog = new ModelCatalog(buildConfig(embeddedDefault('http://127.0.0.1:1
 const policed = (stream: boolean) => {
   const body = { model: 'beta-5.6-mini', max_tokens: 100_000, stream, messages: [{ role: 'user', content: 'hi' }] };
   const route = catalog.route('chat_completions', body.model) as ModelRoute<TextModel>;
-  return textPoliced(route, rewriteChat(parseBody(chatBody, body), route), {}, JSON.stringify(body).length);
+  return textPoliced(
+    route,
+    rewriteChat(parseBody(chatBody, body), route),
+    {},
+    { bodyBytes: JSON.stringify(body).length },
+  );
 };
 
 t.test('a JSON answer cut after 210,000 bytes written: billed its bytes / 4 of output, not 0', async (t) => {
