@@ -152,11 +152,10 @@ export class SseMeter implements Meter {
   }
 
   private countOpenAI(block: string, from: number, to: number): void {
-    const done = block.lastIndexOf('[DONE]', to);
     let s = from;
     while (s < to) {
       const e = Math.min(nextEventEnd(block, s), to);
-      if (done >= s && done < e) {
+      if (isDone(block, s, e)) {
         this.reading.complete = true;
       } else {
         // Only deltas that carry generated text count: not the role chunk, not the finish chunk.
@@ -216,6 +215,13 @@ function stringChars(s: string, from: number): number {
   return n;
 }
 
+/** Whether the event block.slice(s, e) is `data: [DONE]`. */
+function isDone(block: string, s: number, e: number): boolean {
+  // `data: [DONE]` with its line ends, and room for an id line: a longer event is content, whatever it says.
+  if (e - s > 64) return false;
+  return block.slice(s, e).includes('[DONE]');
+}
+
 function stripNulls(u: RawUsage): RawUsage {
   const out: RawUsage = {};
   for (const [k, v] of Object.entries(u)) if (v !== null && v !== undefined) out[k] = v;
@@ -227,21 +233,36 @@ function skipSpace(s: string, i: number): number {
   return i;
 }
 
-/** Index just past the last complete event (blank-line terminated) in `s`, or -1. */
-function lastEventEnd(s: string): number {
-  const lf = s.lastIndexOf('\n\n');
-  const crlf = s.lastIndexOf('\r\n\r\n');
-  if (lf < 0 && crlf < 0) return -1;
-  return lf >= crlf ? lf + 2 : crlf + 4;
+/**
+ * Index just past the line feed at `lf` when it ends a blank line (`\n\n` or `\r\n\r\n` ends an event), else -1.
+ */
+function blankLineEnd(s: string, lf: number): number {
+  const prev = s.charCodeAt(lf - 1);
+  if (prev === 10) return lf + 1;
+  return prev === 13 && s.charCodeAt(lf - 2) === 10 ? lf + 1 : -1;
 }
 
-/** Index just past the event that starts at `from` (or the end of `s`). */
+/**
+ * Index just past the last complete event (blank-line terminated) in `s`, or -1. Walks back over line feeds from
+ * the end, so a chunk that ends with its event costs one step, whatever its length.
+ */
+function lastEventEnd(s: string): number {
+  for (let lf = s.lastIndexOf('\n'); lf > 0; lf = s.lastIndexOf('\n', lf - 1)) {
+    const end = blankLineEnd(s, lf);
+    if (end >= 0) return end;
+  }
+  return -1;
+}
+
+/** Index just past the event that starts at `from` (or the end of `s`): a walk over its own line feeds. */
 function nextEventEnd(s: string, from: number): number {
-  const lf = s.indexOf('\n\n', from);
-  const crlf = s.indexOf('\r\n\r\n', from);
-  if (lf < 0 && crlf < 0) return s.length;
-  if (crlf < 0 || (lf >= 0 && lf < crlf)) return lf + 2;
-  return crlf + 4;
+  for (let lf = s.indexOf('\n', from); lf >= 0; lf = s.indexOf('\n', lf + 1)) {
+    if (lf > from) {
+      const end = blankLineEnd(s, lf);
+      if (end >= 0) return end;
+    }
+  }
+  return s.length;
 }
 
 function eventName(event: string): string | null {
