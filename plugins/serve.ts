@@ -4,7 +4,7 @@
  * on first start, and which is funded on chain_a at every start.
  */
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
-import type { Server as HttpServer, ServerOptions } from 'node:http';
+import type { ServerOptions } from 'node:http';
 import { setFlagsFromString } from 'node:v8';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey, getAccount } from './accounts/accounts.js';
@@ -23,7 +23,7 @@ import {
 } from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
-import { fareboxServerOptions } from './phases/client-errors.js';
+import { checkTimeoutsAfterReads, fareboxServerOptions } from './phases/client-errors.js';
 import { createMetrics } from './metrics/metrics.js';
 import { API_PORT, METRICS_PORT_USE, checkPortFree, portInUse } from './ports.js';
 import type { Simulator } from './simulator/index.js';
@@ -102,56 +102,6 @@ export function serverTimeouts(
       connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(shortest / 4))),
     },
   };
-}
-
-/**
- * Node checks the header and request timeouts from a timer, and timers run before the event loop reads its sockets:
- * after a stall of the loop (a burst of calls on a busy machine), a connection accepted before the stall was answered
- * 408 although its request had been waiting in the socket all along, its clock counted from the connection's opening.
- * This moves Node's check to just after the loop's next read of the sockets, and cuts only what was past its timeout
- * when the timer fired: a request that had arrived by then has been read, and a client that sent nothing, or trickles,
- * is cut as before, later by one pass of the loop at most. The check is Node's own (its list of connections, its
- * clocks, its 408 through `clientError`); on a Node whose server keeps them under other names, Node's check stays.
- */
-export function checkTimeoutsAfterReads(server: HttpServer, intervalMs: number): void {
-  const install = () => {
-    const own = server as unknown as Record<symbol, unknown>;
-    const symbols = Object.getOwnPropertySymbols(server);
-    const listKey = symbols.find((s) => s.description === 'http.server.connections');
-    const timerKey = symbols.find((s) => s.description === 'http.server.connectionsCheckingInterval');
-    const list = listKey && (own[listKey] as ConnectionsList | undefined);
-    if (!timerKey || typeof list?.expired !== 'function') return;
-    clearInterval(own[timerKey] as NodeJS.Timeout);
-    // Under Node's key, so that the server's close clears it as it clears its own.
-    own[timerKey] = setInterval(() => {
-      const firedAt = performance.now();
-      // setImmediate runs after the loop's next poll, which reads every socket with data to read.
-      setImmediate(() => {
-        const { headersTimeout, requestTimeout } = server;
-        if (headersTimeout === 0 && requestTimeout === 0) return;
-        // The deadlines as they were when the timer fired: Node counts from now, so each grows by the time since.
-        const since = Math.ceil(performance.now() - firedAt);
-        const expired = list.expired(
-          headersTimeout && headersTimeout + since,
-          requestTimeout && requestTimeout + since,
-        );
-        for (const parser of expired)
-          parser.socket?.emit(
-            'error',
-            Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }),
-          );
-      });
-    }, intervalMs).unref();
-  };
-  // Node starts its check on 'listening', before this listener.
-  server.on('listening', install);
-  if (server.listening) install();
-}
-
-/** What checkTimeoutsAfterReads uses of Node's list of a server's connections (node_http_parser.cc). */
-interface ConnectionsList {
-  /** Parsers past a deadline (counted from the message's first byte, or the connection's opening), taken off the list. */
-  expired(headersTimeoutMs: number, requestTimeoutMs: number): { socket?: { emit(e: 'error', err: Error): void } }[];
 }
 
 /** Options of serve(). */

@@ -3,7 +3,7 @@
  * connection each, the Anthropic and OpenAI endpoints alternating) are all answered 200 and billed, also when the
  * gateway's event loop stalls past the headers timeout right after accepting them, as on a busy machine. Node's own
  * check ran before the stalled loop read the requests waiting in their sockets and answered them 408
- * (checkTimeoutsAfterReads in serve.ts).
+ * (checkTimeoutsAfterReads in phases/client-errors.ts).
  */
 import t, { type Test } from 'tap';
 import { execFile } from 'node:child_process';
