@@ -104,7 +104,7 @@ async function answeredInFull(t: Test, s: Server): Promise<void> {
   const funded = 1_000_000_000n;
   await fundOnDevChain(redis, s.config.chains!, 'chain_a', account, funded);
   const answers = await burst(s, key);
-  t.equal(answers.length, CALLS);
+  t.equal(answers.length, CALLS, 'one answer per call');
   const refused = answers.filter(([status]) => status !== 200);
   t.same(refused, [], 'every call answered 200');
   let sum = 0n;
@@ -115,7 +115,7 @@ async function answeredInFull(t: Test, s: Server): Promise<void> {
       model.startsWith('alpha') ? fromAnthropicUsage(usage as never, 'none') : fromOpenAIUsage(usage as never),
     );
   }
-  t.ok(sum > 0n);
+  t.ok(sum > 0n, 'the calls cost something');
   const w = await until('every hold released', async () => {
     const x = await readWallet(redis, account, 'chain_a');
     return x.held === 0n ? x : null;
