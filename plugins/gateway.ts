@@ -365,4 +365,4 @@ export default farebox;
 export { farebox };
 export { buildConfig, loadConfig, type FareboxConfig } from './config.js';
 export { GatewayError, ERROR_CODES } from '../policies/errors.js';
-export { fareboxServerOptions } from './phases/client-errors.js';
+export { checkTimeoutsAfterReads, fareboxServerOptions } from './phases/client-errors.js';

@@ -23,7 +23,7 @@ import {
 } from './config.js';
 import { startEmbedded, type Embedded } from './embedded.js';
 import farebox from './gateway.js';
-import { fareboxServerOptions } from './phases/client-errors.js';
+import { checkTimeoutsAfterReads, fareboxServerOptions } from './phases/client-errors.js';
 import { createMetrics } from './metrics/metrics.js';
 import { API_PORT, METRICS_PORT_USE, checkPortFree, portInUse } from './ports.js';
 import type { Simulator } from './simulator/index.js';
@@ -159,6 +159,7 @@ export async function serve(env: ConfigEnv = process.env, opts: ServeOptions = {
       ...timeouts,
       http: { ...fareboxServerOptions.http, ...timeouts.http },
     });
+    checkTimeoutsAfterReads(app.server, timeouts.http.connectionsCheckingInterval!);
     if (config.server.max_connections > 0) app.server.maxConnections = config.server.max_connections;
     // While stopping, answers tell keep-alive clients the connection closes (RFC 9112 9.6): an open socket would
     // hold close() for the keep-alive timeout (server.keep_alive_timeout_ms).

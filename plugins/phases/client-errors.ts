@@ -3,9 +3,10 @@
  * in a header, a broken chunked body, a request that took too long to arrive, a URL that does not decode): with an
  * `x-request-id` and the caller's protocol's error shape, like every other answer under /v1. Fastify takes these as
  * server options (`clientErrorHandler`, `frameworkErrors`), so `farebox serve` sets them and a host app passes
- * `fareboxServerOptions` to its own `Fastify()`.
+ * `fareboxServerOptions` to its own `Fastify()`. When a request took too long to arrive is decided after the loop has
+ * read its sockets (`checkTimeoutsAfterReads`, which `farebox serve` and a host app call on their server).
  */
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
 import { protocolOf, protocolOfRefused } from '../intake/protocol.js';
@@ -92,3 +93,53 @@ export const fareboxServerOptions: Pick<FastifyServerOptions, 'clientErrorHandle
   frameworkErrors,
   http: { requireHostHeader: false },
 };
+
+/**
+ * Node checks the header and request timeouts from a timer, and timers run before the event loop reads its sockets:
+ * after a stall of the loop (a burst of calls on a busy machine), a connection accepted before the stall was answered
+ * 408 although its request had been waiting in the socket all along, its clock counted from the connection's opening.
+ * This moves Node's check to just after the loop's next read of the sockets, and cuts only what was past its timeout
+ * when the timer fired: a request that had arrived by then has been read, and a client that sent nothing, or trickles,
+ * is cut as before, later by one pass of the loop at most. The check is Node's own (its list of connections, its
+ * clocks, its 408 through `clientError`); on a Node whose server keeps them under other names, Node's check stays.
+ */
+export function checkTimeoutsAfterReads(server: HttpServer, intervalMs: number): void {
+  const install = () => {
+    const own = server as unknown as Record<symbol, unknown>;
+    const symbols = Object.getOwnPropertySymbols(server);
+    const listKey = symbols.find((s) => s.description === 'http.server.connections');
+    const timerKey = symbols.find((s) => s.description === 'http.server.connectionsCheckingInterval');
+    const list = listKey && (own[listKey] as ConnectionsList | undefined);
+    if (!timerKey || typeof list?.expired !== 'function') return;
+    clearInterval(own[timerKey] as NodeJS.Timeout);
+    // Under Node's key, so that the server's close clears it as it clears its own.
+    own[timerKey] = setInterval(() => {
+      const firedAt = performance.now();
+      // setImmediate runs after the loop's next poll, which reads every socket with data to read.
+      setImmediate(() => {
+        const { headersTimeout, requestTimeout } = server;
+        if (headersTimeout === 0 && requestTimeout === 0) return;
+        // The deadlines as they were when the timer fired: Node counts from now, so each grows by the time since.
+        const since = Math.ceil(performance.now() - firedAt);
+        const expired = list.expired(
+          headersTimeout && headersTimeout + since,
+          requestTimeout && requestTimeout + since,
+        );
+        for (const parser of expired)
+          parser.socket?.emit(
+            'error',
+            Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }),
+          );
+      });
+    }, intervalMs).unref();
+  };
+  // Node starts its check on 'listening', before this listener.
+  server.on('listening', install);
+  if (server.listening) install();
+}
+
+/** What checkTimeoutsAfterReads uses of Node's list of a server's connections (node_http_parser.cc). */
+interface ConnectionsList {
+  /** Parsers past a deadline (counted from the message's first byte, or the connection's opening), taken off the list. */
+  expired(headersTimeoutMs: number, requestTimeoutMs: number): { socket?: { emit(e: 'error', err: Error): void } }[];
+}
