@@ -194,3 +194,44 @@ t.test(
     t.equal(o.reading.deltaChars, 11 + 9 + 2);
   },
 );
+
+t.test('event ends with CRLF, LF or both, at any cut: the same events, counts and end as LF alone', async (t) => {
+  const crlf = openaiStream.replace(/\n/g, '\r\n');
+  // Every other event with CRLF line ends.
+  const mixed = openaiStream
+    .split('\n\n')
+    .map((e, i) => (i % 2 === 0 ? e.replace(/\n/g, '\r\n') + '\r\n\r\n' : `${e}\n\n`))
+    .slice(0, -1)
+    .join('');
+  for (const text of [crlf, mixed]) {
+    for (const sizes of [[1], [2, 3], [100000]]) {
+      const m = new SseMeter('openai', true);
+      const out = await run(m, text, sizes);
+      t.equal(m.reading.deltas, 2, `${sizes}: two content deltas`);
+      t.equal(m.reading.deltaChars, 8);
+      t.ok(m.reading.complete, 'ended by [DONE]');
+      t.same(m.reading.usage, {
+        prompt_tokens: 9,
+        completion_tokens: 2,
+        total_tokens: 11,
+        prompt_tokens_details: { cached_tokens: 0 },
+      });
+      t.notOk(out.includes('"choices":[]'), 'the usage chunk the caller did not ask for is removed');
+      t.ok(out.endsWith('[DONE]\r\n\r\n') || out.endsWith('[DONE]\n\n'));
+    }
+  }
+});
+
+t.test(
+  '[DONE] inside generated text does not end the answer; a stream cut before data: [DONE] is not complete',
+  async (t) => {
+    const text = chunk({ ...base, choices: [{ index: 0, delta: { content: 'say [DONE] now' }, finish_reason: null }] });
+    const m = new SseMeter('openai');
+    await run(m, text, [5]);
+    t.equal(m.reading.deltas, 1);
+    t.notOk(m.reading.complete);
+    const whole = new SseMeter('openai');
+    await run(whole, `${text}data: [DONE]\n\n`, [5]);
+    t.ok(whole.reading.complete);
+  },
+);
