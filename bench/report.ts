@@ -97,7 +97,7 @@ export interface BenchResults {
     sequential: number;
     concurrency: number[];
     /** The real-traffic cells' own settings (bench/scenarios.ts REAL_TRAFFIC), with each body's measured bytes. */
-    realTraffic?: { durationS: number; sequential: number; scenarios: Record<string, RealTraffic> };
+    realTraffic?: { durationS: number; warmupS: number; sequential: number; scenarios: Record<string, RealTraffic> };
     pinning: string;
   };
   /** 1, 5 and 15 min load averages of the machine at the start and the end (others' work shows here). */
@@ -230,7 +230,7 @@ function realTrafficMarkdown(r: BenchResults): string[] {
     '## Real traffic: agent turns and long streams',
     '',
     `Agent turns as the Claude Code CLI sends them (messages-*: system blocks and tools with cache_control, a ` +
-      `tool_use/tool_result history) and their chat completions equivalents, asking for a short answer; and streams of 4,000 output tokens. ${real.durationS} s per load cell at the connections shown, ` +
+      `tool_use/tool_result history) and their chat completions equivalents, asking for a short answer; and streams of 4,000 output tokens. ${real.durationS} s per load cell after ${real.warmupS} s of warm-up, at the connections shown, ` +
       `${real.sequential} calls one at a time. CPU per call: the server's (direct: the simulator's; farebox: its ` +
       `gateway and settle process). Added: over direct, ms.`,
     '',

@@ -16,9 +16,11 @@
  * tools, a tool_use/tool_result history, cache_control) and their chat completions equivalents (chat-200k-json,
  * chat-200k-stream, chat-1m-json, chat-1m-stream), each body exactly 200 KiB or 1 MiB asking for a 20-token answer;
  * and streams of 4,000 output tokens from a small request (chat-stream-4k, messages-stream-4k). They run at their own
- * concurrency (16; 4 for the 1 MiB turns, which cost each of the two cores tens of ms a call), for
- * BENCH_REAL_DURATION s (min(BENCH_DURATION, 8)) per cell and BENCH_REAL_SEQUENTIAL (min(BENCH_SEQUENTIAL, 100))
- * calls one at a time, so that they add minutes, not tens of minutes, to a full run. Each reports the server's
+ * concurrency (16 for the 200 KiB turns; 4 for the 1 MiB turns, which cost each of the two cores tens of ms a call;
+ * 8 for the 4,000-token streams, whose 4,000 events cost the load generator itself about 10 ms a call), for
+ * BENCH_REAL_DURATION s (min(BENCH_DURATION, 6)) per cell after min(BENCH_WARMUP, 2) s of warm-up, and
+ * BENCH_REAL_SEQUENTIAL (min(BENCH_SEQUENTIAL, 60)) calls one at a time: 30 cells that add about 5 minutes to a
+ * full run. Each reports the server's
  * peak RSS during its cell (VmHWM reset before it) beside CPU per call and latency.
  * BENCH_QUICK=<scenario>[,<scenario>...]: farebox alone, BENCH_REPEAT (3) cells of each scenario at each
  * concurrency, printing req/s and CPU per call, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL calls
@@ -133,13 +135,17 @@ const IMAGE_CONCURRENCY = intEnv('BENCH_IMAGE_CONCURRENCY', 20);
 const IMAGE_DURATION = intEnv('BENCH_IMAGE_DURATION', 10);
 const IMAGE_SEQUENTIAL = intEnv('BENCH_IMAGE_SEQUENTIAL', 30);
 const REPEAT = intEnv('BENCH_REPEAT', 3);
-const REAL_DURATION = intEnv('BENCH_REAL_DURATION', Math.min(DURATION, 8));
-const REAL_SEQUENTIAL = intEnv('BENCH_REAL_SEQUENTIAL', Math.min(SEQUENTIAL, 100));
+const REAL_DURATION = intEnv('BENCH_REAL_DURATION', Math.min(DURATION, 6));
+const REAL_SEQUENTIAL = intEnv('BENCH_REAL_SEQUENTIAL', Math.min(SEQUENTIAL, 60));
+/** Warm-up of a real-traffic cell: each call is big, so 2 s warm the gateway as 3 s of small ones do. */
+const REAL_WARMUP = Math.min(WARMUP, 2);
 /** The concurrencies a scenario runs at: the real-traffic scenarios' own, else BENCH_CONCURRENCY. */
 const connectionsOf = (s: Scenario): number[] => {
   const real = REAL_TRAFFIC[s];
   return real ? [real.connections] : CONCURRENCY;
 };
+/** Seconds of warm-up before a load cell of a scenario. */
+const warmupOf = (s: Scenario): number => (REAL_TRAFFIC[s] ? REAL_WARMUP : WARMUP);
 /** Seconds per load cell of a scenario. */
 const durationOf = (s: Scenario): number => (REAL_TRAFFIC[s] ? REAL_DURATION : DURATION);
 /** Calls of a scenario's one-at-a-time run, and the unmeasured ones before them. */
@@ -403,7 +409,7 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
     if (!ok.has(`${scenario}/farebox`)) continue;
     const spec = requestFor(scenario, fb, s.simUrl, key);
     for (const connections of connectionsOf(scenario)) {
-      if (WARMUP) await runLoad(spec, connections, WARMUP);
+      if (warmupOf(scenario)) await runLoad(spec, connections, warmupOf(scenario));
       for (let i = 0; i < REPEAT; i++) {
         resetPeakRss(s.fb.pid);
         const cpu0 = [s.fb.pid, s.settle.pid, s.sim.pid].map(cpuMsOf);
@@ -541,7 +547,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
         if (!ok.has(`${scenario}/${t.name}`)) continue;
         const spec = requestFor(scenario, t, s.simUrl, key);
         log(`load ${scenario} c=${connections} ${t.name}`);
-        if (WARMUP) await runLoad(spec, connections, WARMUP);
+        if (warmupOf(scenario)) await runLoad(spec, connections, warmupOf(scenario));
         // farebox's CPU is its gateway's and its settle process's.
         const pids = t.name === 'farebox' ? [t.pid, s.settle.pid] : [t.pid];
         const cpu0 = pids.map(cpuMsOf);
@@ -612,6 +618,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
       concurrency: CONCURRENCY,
       realTraffic: {
         durationS: REAL_DURATION,
+        warmupS: REAL_WARMUP,
         sequential: REAL_SEQUENTIAL,
         scenarios: Object.fromEntries(
           Object.entries(REAL_TRAFFIC).map(([k, v]) => [
@@ -706,7 +713,7 @@ function bail(code: number): void {
 
 // Bounded in time whatever happens: every cell, the sequential runs and start-up, with room to spare.
 /** Seconds of load (warm-up, cells, margin) and of one-at-a-time calls (at 50 per s, 5 per s if real traffic). */
-const loadS = (s: Scenario, repeat: number) => connectionsOf(s).length * (WARMUP + repeat * (durationOf(s) + 3));
+const loadS = (s: Scenario, repeat: number) => connectionsOf(s).length * (warmupOf(s) + repeat * (durationOf(s) + 3));
 const seqS = (s: Scenario) => sequentialOf(s).count / (REAL_TRAFFIC[s] ? 5 : 50) + 10;
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 const imageS = IMAGE_SCENARIOS.length * 3 * (IMAGE_DURATION + Math.min(WARMUP, 2) + 2 + IMAGE_SEQUENTIAL * 2) + 60;

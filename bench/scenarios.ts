@@ -39,7 +39,8 @@ export interface RealTraffic {
   /**
    * Connections under load. The simulator (parsing the body) and the load generator share one core and farebox has
    * the other: 16 agent turns of 200 KB in flight keep the gateway's core busy; at 1 MB each call costs each core
-   * tens of ms, and 4 in flight load it without queueing seconds of latency (autocannon's timeout is 10 s).
+   * tens of ms, and 4 in flight load it without queueing seconds of latency (autocannon's timeout is 10 s). A
+   * 4,000-token stream costs the load generator about 10 ms (autocannon parses each event): 8 in flight.
    */
   connections: number;
 }
@@ -82,8 +83,8 @@ export const REAL_TRAFFIC: Readonly<Partial<Record<Scenario, RealTraffic>>> = {
   },
   'chat-1m-json': { protocol: 'chat', stream: false, requestBytes: 1024 * KB, outputTokens: 20, connections: 4 },
   'chat-1m-stream': { protocol: 'chat', stream: true, requestBytes: 1024 * KB, outputTokens: 20, connections: 4 },
-  'chat-stream-4k': { protocol: 'chat', stream: true, requestBytes: null, outputTokens: 4000, connections: 16 },
-  'messages-stream-4k': { protocol: 'messages', stream: true, requestBytes: null, outputTokens: 4000, connections: 16 },
+  'chat-stream-4k': { protocol: 'chat', stream: true, requestBytes: null, outputTokens: 4000, connections: 8 },
+  'messages-stream-4k': { protocol: 'messages', stream: true, requestBytes: null, outputTokens: 4000, connections: 8 },
 };
 
 /** The servers measured. */
