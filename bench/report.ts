@@ -211,7 +211,7 @@ function realTrafficMarkdown(r: BenchResults): string[] {
         load.target !== 'direct' && a && b ? f(a[k] - b[k]) : '-';
       rows.push([
         scenario,
-        shape.requestBytes === null ? '-' : f(shape.requestBytes / 1024, 0),
+        shape.requestBytes === null ? '-' : f(shape.requestBytes / 1024, 1),
         shape.outputTokens,
         load.connections,
         load.target,
