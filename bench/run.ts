@@ -438,18 +438,21 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
     if (scenarios.includes('video-poll')) await submitVideoJobs([direct], key, problems);
     lines.push(
       '',
-      '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms |',
-      '|---|---|---|---|---|',
+      '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms | farebox CPU ms per call |',
+      '|---|---|---|---|---|---|',
     );
     for (const scenario of scenarios) {
       if (!ok.has(`${scenario}/farebox`)) continue;
       for (let i = 0; i < REPEAT; i++) {
         const n = sequentialOf(scenario);
         const d = await runSequential(requestFor(scenario, direct, s.simUrl, key), n.count, n.warmup);
-        const f = await runSequential(requestFor(scenario, fb, s.simUrl, key), n.count, n.warmup);
+        const f = await runSequential(requestFor(scenario, fb, s.simUrl, key), n.count, n.warmup, [
+          s.fb.pid,
+          s.settle.pid,
+        ]);
         if (!d.total || !f.total) continue;
         const added = [round(f.total.p50 - d.total.p50, 2), round(f.total.p99 - d.total.p99, 2)];
-        const line = `| ${scenario} | ${d.total.p50} / ${d.total.p99} | ${f.total.p50} / ${f.total.p99} | ${added.join(' / ')} | ${f.ttfb ? `${f.ttfb.p50} / ${f.ttfb.p99}` : '-'} |`;
+        const line = `| ${scenario} | ${d.total.p50} / ${d.total.p99} | ${f.total.p50} / ${f.total.p99} | ${added.join(' / ')} | ${f.ttfb ? `${f.ttfb.p50} / ${f.ttfb.p99}` : '-'} | ${f.serverCpuMsPerReq ?? '-'} |`;
         log(line);
         lines.push(line);
       }
@@ -534,7 +537,9 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
       if (!ok.has(`${scenario}/${t.name}`)) continue;
       log(`sequential ${scenario} ${t.name}`);
       const n = sequentialOf(scenario);
-      const r = await runSequential(requestFor(scenario, t, s.simUrl, key), n.count, n.warmup);
+      // CPU as under load: direct's is the simulator's, farebox's its gateway's and settle process's.
+      const pids = t.name === 'farebox' ? [t.pid, s.settle.pid] : [t.pid];
+      const r = await runSequential(requestFor(scenario, t, s.simUrl, key), n.count, n.warmup, pids);
       sequential.push({ scenario, target: t.name, ...r });
     }
   }
