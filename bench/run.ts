@@ -20,12 +20,13 @@
  * 8 for the 4,000-token streams, whose 4,000 events cost the load generator itself about 10 ms a call), for
  * BENCH_REAL_DURATION s (min(BENCH_DURATION, 6)) per cell after min(BENCH_WARMUP, 2) s of warm-up, and
  * BENCH_REAL_SEQUENTIAL (min(BENCH_SEQUENTIAL, 60)) calls one at a time: 30 cells that add about 5 minutes to a
- * full run. Each reports the server's
- * peak RSS during its cell (VmHWM reset before it) beside CPU per call and latency.
- * BENCH_QUICK=<scenario>[,<scenario>...]: farebox alone, BENCH_REPEAT (3) cells of each scenario at each
- * concurrency, printing req/s and CPU per call, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL calls
- * direct and through farebox (BENCH_SEQUENTIAL=0: none), printing the added p50 and p99 (an A/B of a change in a
- * few minutes; writes nothing).
+ * full run. Each reports the server's peak RSS during its cell (VmHWM reset before it) beside CPU per call (under
+ * load and one at a time) and latency.
+ * BENCH_QUICK=<scenario>[,<scenario>...], any scenario above (e.g. BENCH_QUICK=messages-1m-json,chat-stream-4k):
+ * farebox alone, BENCH_REPEAT (3) cells of each scenario at each of its concurrencies, printing req/s, CPU per call
+ * and peak RSS, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL (real traffic: BENCH_REAL_SEQUENTIAL) calls
+ * direct and through farebox (0: none), printing the added p50 and p99 and farebox's CPU per call (an A/B of a
+ * change in a few minutes; writes nothing).
  * BENCH_RATE: requests per second across a cell's connections (bench/load.ts; default: as fast as answers come), to
  * compare two versions at equal load.
  * BENCH_FAREBOX_NODE_ARGS: extra node flags for farebox's gateway process (space-separated), to try V8 settings.
