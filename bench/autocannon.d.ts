@@ -21,7 +21,8 @@ declare module 'autocannon' {
     url: string;
     method?: 'GET' | 'POST';
     headers?: Record<string, string>;
-    body?: string;
+    /** Sent as is: a Buffer is not copied per request. */
+    body?: string | Buffer;
     connections?: number;
     pipelining?: number;
     /** Seconds. */

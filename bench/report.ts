@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { imagesMarkdown, type ImageResults } from './images.js';
 import { settlementMarkdown, type SettlementResults } from './settlement.js';
 import type { LoadResult } from './load.js';
-import type { Scenario, TargetName } from './scenarios.js';
+import type { RealTraffic, Scenario, TargetName } from './scenarios.js';
 import type { SequentialResult } from './sequential.js';
 import type { Percentiles } from './stats.js';
 import { round } from './stats.js';
@@ -38,6 +38,8 @@ export interface LoadCell extends LoadResult {
   simCpuMsPerReq: number | null;
   /** The measured server's VmRSS after the cell, MiB. */
   serverRssMiB: number | null;
+  /** The measured server's peak RSS during the cell (VmHWM, reset before it), MiB; absent in runs before it. */
+  serverPeakRssMiB?: number | null;
   /** CPU the measured server used during the cell, % of one core (100 = its core saturated). */
   serverCpuPct: number;
   /**
@@ -89,7 +91,15 @@ export interface MemoryPoint {
 export interface BenchResults {
   date: string;
   machine: Machine;
-  settings: { durationS: number; warmupS: number; sequential: number; concurrency: number[]; pinning: string };
+  settings: {
+    durationS: number;
+    warmupS: number;
+    sequential: number;
+    concurrency: number[];
+    /** The real-traffic cells' own settings (bench/scenarios.ts REAL_TRAFFIC), with each body's measured bytes. */
+    realTraffic?: { durationS: number; warmupS: number; sequential: number; scenarios: Record<string, RealTraffic> };
+    pinning: string;
+  };
   /** 1, 5 and 15 min load averages of the machine at the start and the end (others' work shows here). */
   loadAverage: { start: number[]; end: number[] };
   versions: Record<string, string>;
@@ -179,6 +189,75 @@ export function compare(load: LoadCell[]): Comparison[] {
   return out;
 }
 
+/**
+ * The real-traffic cells side by side: per scenario and target, the server's CPU per call (the gateway's own for
+ * farebox and the peer: direct's is the simulator's, which the gateways add theirs to), the latency added over direct
+ * one call at a time and under load, and the server's peak RSS during the load cell.
+ */
+function realTrafficMarkdown(r: BenchResults): string[] {
+  const real = r.settings.realTraffic;
+  if (!real) return [];
+  const rows: Array<Array<string | number>> = [];
+  for (const [name, shape] of Object.entries(real.scenarios)) {
+    const scenario = name as Scenario;
+    const seq = (t: TargetName) => r.sequential.find((x) => x.scenario === scenario && x.target === t);
+    for (const load of r.load.filter((x) => x.scenario === scenario)) {
+      const d = r.load.find(
+        (x) => x.scenario === scenario && x.connections === load.connections && x.target === 'direct',
+      );
+      const s = seq(load.target);
+      const sd = seq('direct');
+      const added = (a: Percentiles | null | undefined, b: Percentiles | null | undefined, k: 'p50' | 'p99') =>
+        load.target !== 'direct' && a && b ? f(a[k] - b[k]) : '-';
+      rows.push([
+        scenario,
+        shape.requestBytes === null ? '-' : f(shape.requestBytes / 1024, 1),
+        shape.outputTokens,
+        load.connections,
+        load.target,
+        f(s?.serverCpuMsPerReq, 3),
+        f(load.serverCpuMsPerReq, 3),
+        f(load.rps, 0),
+        `${p(s?.total ?? null, 'p50')} / ${p(s?.total ?? null, 'p99')}`,
+        `${added(s?.total, sd?.total, 'p50')} / ${added(s?.total, sd?.total, 'p99')}`,
+        `${p(load.latency, 'p50')} / ${p(load.latency, 'p99')}`,
+        `${added(load.latency, d?.latency, 'p50')} / ${added(load.latency, d?.latency, 'p99')}`,
+        f(load.serverPeakRssMiB, 1),
+        load.non2xx + load.errors,
+      ]);
+    }
+  }
+  return [
+    '## Real traffic: agent turns and long streams',
+    '',
+    `Agent turns as the Claude Code CLI sends them (messages-*: system blocks and tools with cache_control, a ` +
+      `tool_use/tool_result history) and their chat completions equivalents, asking for a short answer; and streams of 4,000 output tokens. ${real.durationS} s per load cell after ${real.warmupS} s of warm-up, at the connections shown, ` +
+      `${real.sequential} calls one at a time. CPU per call: the server's (direct: the simulator's; farebox: its ` +
+      `gateway and settle process). Added: over direct, ms.`,
+    '',
+    ...table(
+      [
+        'scenario',
+        'request KiB',
+        'output tokens',
+        'conc',
+        'target',
+        'server CPU ms/call one at a time',
+        'server CPU ms/call under load',
+        'req/s under load',
+        'one at a time p50 / p99',
+        'added p50 / p99',
+        'under load p50 / p99',
+        'added p50 / p99',
+        'peak RSS MiB',
+        'failed',
+      ],
+      rows,
+    ),
+    '',
+  ];
+}
+
 /** The results as markdown. */
 export function toMarkdown(r: BenchResults): string {
   const m = r.machine;
@@ -210,6 +289,7 @@ export function toMarkdown(r: BenchResults): string {
         'server CPU ms/req',
         'of it settle',
         'server CPU %',
+        'server peak RSS MiB',
         'sim CPU ms/req',
         'run-queue wait % server/loadgen/sim',
         'other on server core %',
@@ -231,6 +311,7 @@ export function toMarkdown(r: BenchResults): string {
         f(x.serverCpuMsPerReq, 3),
         f(x.settleCpuMsPerReq, 3),
         f(x.serverCpuPct, 0),
+        f(x.serverPeakRssMiB, 1),
         f(x.simCpuMsPerReq, 3),
         `${x.waitPct.server} / ${x.waitPct.loadgen} / ${x.waitPct.sim}`,
         f(x.otherOnServerCorePct, 1),
@@ -264,7 +345,8 @@ export function toMarkdown(r: BenchResults): string {
       ]),
     ),
     '',
-    `## One request at a time (${r.settings.sequential} requests each)`,
+    ...realTrafficMarkdown(r),
+    `## One request at a time (${r.settings.sequential} requests each${r.settings.realTraffic ? `; ${r.settings.realTraffic.sequential} of real traffic` : ''})`,
     '',
   ];
   const direct = (s: Scenario) => r.sequential.find((x) => x.scenario === s && x.target === 'direct');
@@ -280,6 +362,7 @@ export function toMarkdown(r: BenchResults): string {
         'added p50',
         'added p99',
         'added TTFB p50',
+        'server CPU ms/call',
         'failed',
       ],
       r.sequential.map((x) => {
@@ -296,6 +379,7 @@ export function toMarkdown(r: BenchResults): string {
           add(x.total, d?.total, 'p50'),
           add(x.total, d?.total, 'p99'),
           add(x.ttfb, d?.ttfb, 'p50'),
+          f(x.serverCpuMsPerReq, 3),
           x.failed,
         ];
       }),

@@ -11,10 +11,22 @@
  * with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the .cpuprofile opens in Chrome DevTools).
  * Scenarios: chat-json, chat-stream, messages-stream, and video-poll (GET /v1/videos/{id} of one submitted job, on
  * farebox and direct only: a caller's poll against the provider's own answer to it).
- * BENCH_QUICK=<scenario>[,<scenario>...]: farebox alone, BENCH_REPEAT (3) cells of each scenario at each
- * concurrency, printing req/s and CPU per call, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL calls
- * direct and through farebox (BENCH_SEQUENTIAL=0: none), printing the added p50 and p99 (an A/B of a change in a
- * few minutes; writes nothing).
+ * Real traffic (bench/scenarios.ts REAL_TRAFFIC, bodies from bench/agent-bodies.ts): agent turns as the Claude Code
+ * CLI sends them (messages-200k-json, messages-200k-stream, messages-1m-json, messages-1m-stream: system blocks and
+ * tools, a tool_use/tool_result history, cache_control) and their chat completions equivalents (chat-200k-json,
+ * chat-200k-stream, chat-1m-json, chat-1m-stream), each body exactly 200 KiB or 1 MiB asking for a 20-token answer;
+ * and streams of 4,000 output tokens from a small request (chat-stream-4k, messages-stream-4k). They run at their own
+ * concurrency (16 for the 200 KiB turns; 4 for the 1 MiB turns, which cost each of the two cores tens of ms a call;
+ * 8 for the 4,000-token streams, whose 4,000 events cost the load generator itself about 10 ms a call), for
+ * BENCH_REAL_DURATION s (min(BENCH_DURATION, 6)) per cell after min(BENCH_WARMUP, 2) s of warm-up, and
+ * BENCH_REAL_SEQUENTIAL (min(BENCH_SEQUENTIAL, 60)) calls one at a time: 30 cells that add about 5 minutes to a
+ * full run. Each reports the server's peak RSS during its cell (VmHWM reset before it) beside CPU per call (under
+ * load and one at a time) and latency.
+ * BENCH_QUICK=<scenario>[,<scenario>...], any scenario above (e.g. BENCH_QUICK=messages-1m-json,chat-stream-4k):
+ * farebox alone, BENCH_REPEAT (3) cells of each scenario at each of its concurrencies, printing req/s, CPU per call
+ * and peak RSS, then BENCH_REPEAT one-at-a-time runs of BENCH_SEQUENTIAL (real traffic: BENCH_REAL_SEQUENTIAL) calls
+ * direct and through farebox (0: none), printing the added p50 and p99 and farebox's CPU per call (an A/B of a
+ * change in a few minutes; writes nothing).
  * BENCH_RATE: requests per second across a cell's connections (bench/load.ts; default: as fast as answers come), to
  * compare two versions at equal load.
  * BENCH_FAREBOX_NODE_ARGS: extra node flags for farebox's gateway process (space-separated), to try V8 settings.
@@ -49,6 +61,7 @@ import {
   pinLocalRedis,
   pinSelf,
   readyUrl,
+  resetPeakRss,
   runWaitMsOf,
   spawnNode,
   stopAll,
@@ -71,6 +84,7 @@ import {
 import { IMAGE_SCENARIOS, imagesMarkdown, runImages } from './images.js';
 import { runSettlement, settlementMarkdown, type SettlementSettings } from './settlement.js';
 import {
+  REAL_TRAFFIC,
   SCENARIOS,
   TARGETS,
   completeAnswer,
@@ -122,6 +136,24 @@ const IMAGE_CONCURRENCY = intEnv('BENCH_IMAGE_CONCURRENCY', 20);
 const IMAGE_DURATION = intEnv('BENCH_IMAGE_DURATION', 10);
 const IMAGE_SEQUENTIAL = intEnv('BENCH_IMAGE_SEQUENTIAL', 30);
 const REPEAT = intEnv('BENCH_REPEAT', 3);
+const REAL_DURATION = intEnv('BENCH_REAL_DURATION', Math.min(DURATION, 6));
+const REAL_SEQUENTIAL = intEnv('BENCH_REAL_SEQUENTIAL', Math.min(SEQUENTIAL, 60));
+/** Warm-up of a real-traffic cell: each call is big, so 2 s warm the gateway as 3 s of small ones do. */
+const REAL_WARMUP = Math.min(WARMUP, 2);
+/** The concurrencies a scenario runs at: the real-traffic scenarios' own, else BENCH_CONCURRENCY. */
+const connectionsOf = (s: Scenario): number[] => {
+  const real = REAL_TRAFFIC[s];
+  return real ? [real.connections] : CONCURRENCY;
+};
+/** Seconds of warm-up before a load cell of a scenario. */
+const warmupOf = (s: Scenario): number => (REAL_TRAFFIC[s] ? REAL_WARMUP : WARMUP);
+/** Seconds per load cell of a scenario. */
+const durationOf = (s: Scenario): number => (REAL_TRAFFIC[s] ? REAL_DURATION : DURATION);
+/** Calls of a scenario's one-at-a-time run, and the unmeasured ones before them. */
+const sequentialOf = (s: Scenario): { count: number; warmup: number } => {
+  const count = REAL_TRAFFIC[s] ? REAL_SEQUENTIAL : SEQUENTIAL;
+  return { count, warmup: Math.min(REAL_TRAFFIC[s] ? 10 : 50, count) };
+};
 const SETTLE: SettlementSettings = {
   blockMs: intEnv('BENCH_SETTLE_BLOCK_MS', 2000),
   confirmations: intEnv('BENCH_SETTLE_CONFIRMATIONS', 12),
@@ -141,6 +173,7 @@ if (QUICK?.some((q) => !SCENARIOS.includes(q)))
 if (SETTLE.blockMs < 1 || SETTLE.confirmations < 1 || SETTLE.connections < 4)
   throw new Error('BENCH_SETTLE_BLOCK_MS and _CONFIRMATIONS at least 1, _CONNECTIONS at least 4');
 if (!DURATION) throw new Error('BENCH_DURATION must be at least 1');
+if (!REAL_DURATION) throw new Error('BENCH_REAL_DURATION must be at least 1');
 
 const require = createRequire(import.meta.url);
 
@@ -242,11 +275,17 @@ async function submitVideoJobs(targets: Target[], key: string, problems: string[
 }
 
 /** One request of every scenario to every target; a target that answers wrongly is left out of that scenario. */
-async function sanity(targets: Target[], simUrl: string, key: string, problems: string[]): Promise<Set<string>> {
+async function sanity(
+  targets: Target[],
+  simUrl: string,
+  key: string,
+  problems: string[],
+  scenarios: readonly Scenario[] = SCENARIOS,
+): Promise<Set<string>> {
   const ok = new Set<string>();
   await submitVideoJobs(targets, key, problems);
   const agent = new Agent({ keepAlive: false });
-  for (const scenario of SCENARIOS) {
+  for (const scenario of scenarios) {
     for (const t of targets) {
       if (!runsOn(scenario, t.name)) continue;
       try {
@@ -303,14 +342,16 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   const s = await startServers(prefix, false);
   const fb: Target = { name: 'farebox', url: s.fbUrl, pid: s.fb.pid };
   const problems: string[] = [];
-  if (!(await sanity([fb], s.simUrl, key, problems)).has(`${scenario}/farebox`)) throw new Error(problems.join('\n'));
+  if (!(await sanity([fb], s.simUrl, key, problems, [scenario])).has(`${scenario}/farebox`))
+    throw new Error(problems.join('\n'));
   const spec = requestFor(scenario, fb, s.simUrl, key);
-  if (WARMUP) await runLoad(spec, 50, WARMUP);
-  log(`profiling ${PROCESS_NAME} under ${scenario} at 50 connections for ${DURATION} s`);
+  const connections = REAL_TRAFFIC[scenario]?.connections ?? 50;
+  if (WARMUP) await runLoad(spec, connections, WARMUP);
+  log(`profiling ${PROCESS_NAME} under ${scenario} at ${connections} connections for ${DURATION} s`);
   const file = join(RESULTS, 'profile.cpuprofile');
   const child = { farebox: s.fb, settle: s.settle, chains: s.chains, sim: s.sim }[PROFILE_PROCESS];
   await ask(child, { type: 'profile-start' }, 'profile-started');
-  const r = await runLoad(spec, 50, DURATION);
+  const r = await runLoad(spec, connections, DURATION);
   await ask(child, { type: 'profile-stop', file }, 'profile-stopped', 60_000);
   const sum = summarizeProfile(file, ROOT);
   const md = [
@@ -358,25 +399,27 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
   const s = await startServers(prefix, QUICK_IMAGES);
   const fb: Target = { name: 'farebox', url: s.fbUrl, pid: s.fb.pid };
   const problems: string[] = [];
-  const ok = await sanity([fb], s.simUrl, key, problems);
+  const ok = await sanity([fb], s.simUrl, key, problems, scenarios);
   if (problems.length) throw new Error(problems.join('\n'));
   const redisPid = await localRedisPid(REDIS_URL).catch(() => null);
   const lines = [
-    `| scenario | conc | req/s | p50 ms | p99 ms | CPU ms per call (settle) | core ${SERVER_CORE} busy % | core ${LOAD_CORE} busy % | core ${LOAD_CORE} CPU ms per call: loadgen / sim / redis / chains | non-2xx / errors |`,
-    '|---|---|---|---|---|---|---|---|---|---|',
+    `| scenario | conc | req/s | p50 ms | p99 ms | CPU ms per call (settle) | peak RSS MiB | core ${SERVER_CORE} busy % | core ${LOAD_CORE} busy % | core ${LOAD_CORE} CPU ms per call: loadgen / sim / redis / chains | non-2xx / errors |`,
+    '|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const scenario of scenarios) {
     if (!ok.has(`${scenario}/farebox`)) continue;
     const spec = requestFor(scenario, fb, s.simUrl, key);
-    for (const connections of CONCURRENCY) {
-      if (WARMUP) await runLoad(spec, connections, WARMUP);
+    for (const connections of connectionsOf(scenario)) {
+      if (warmupOf(scenario)) await runLoad(spec, connections, warmupOf(scenario));
       for (let i = 0; i < REPEAT; i++) {
+        resetPeakRss(s.fb.pid);
         const cpu0 = [s.fb.pid, s.settle.pid, s.sim.pid].map(cpuMsOf);
         const core0 = coreBusyMsOf(SERVER_CORE);
         const loadCore = loadCoreMeter(s, redisPid);
         const wall0 = performance.now();
-        const r = await runLoad(spec, connections, DURATION);
+        const r = await runLoad(spec, connections, durationOf(scenario));
         const wall = performance.now() - wall0;
+        const peak = mib(memOf(s.fb.pid).hwmKiB, 'KiB');
         const [gw, st, sim] = [s.fb.pid, s.settle.pid, s.sim.pid].map((pid, j) => cpuMsOf(pid) - cpu0[j]!);
         const busy = round((100 * (coreBusyMsOf(SERVER_CORE) - core0)) / wall, 1);
         const lc = loadCore(r.ok);
@@ -384,7 +427,7 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
         const loadMs = [lc.perReq.loadgen, r.ok ? round(sim! / r.ok, 4) : null, lc.perReq.redis, lc.perReq.chains].map(
           (v) => (v === null ? '-' : round(v, 3)),
         );
-        const line = `| ${scenario} | ${connections} | ${r.rps} | ${r.latency?.p50} | ${r.latency?.p99} | ${perCall(gw! + st!)} (${perCall(st!)}) | ${busy} | ${lc.busyPct} | ${loadMs.join(' / ')} | ${r.non2xx} / ${r.errors} |`;
+        const line = `| ${scenario} | ${connections} | ${r.rps} | ${r.latency?.p50} | ${r.latency?.p99} | ${perCall(gw! + st!)} (${perCall(st!)}) | ${peak} | ${busy} | ${lc.busyPct} | ${loadMs.join(' / ')} | ${r.non2xx} / ${r.errors} |`;
         log(line);
         lines.push(line);
       }
@@ -396,21 +439,21 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
     if (scenarios.includes('video-poll')) await submitVideoJobs([direct], key, problems);
     lines.push(
       '',
-      '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms |',
-      '|---|---|---|---|---|',
+      '| scenario | direct p50 / p99 ms | farebox p50 / p99 ms | added p50 / p99 ms | farebox ttfb p50 / p99 ms | farebox CPU ms per call |',
+      '|---|---|---|---|---|---|',
     );
     for (const scenario of scenarios) {
       if (!ok.has(`${scenario}/farebox`)) continue;
       for (let i = 0; i < REPEAT; i++) {
-        const d = await runSequential(
-          requestFor(scenario, direct, s.simUrl, key),
-          SEQUENTIAL,
-          Math.min(50, SEQUENTIAL),
-        );
-        const f = await runSequential(requestFor(scenario, fb, s.simUrl, key), SEQUENTIAL, Math.min(50, SEQUENTIAL));
+        const n = sequentialOf(scenario);
+        const d = await runSequential(requestFor(scenario, direct, s.simUrl, key), n.count, n.warmup);
+        const f = await runSequential(requestFor(scenario, fb, s.simUrl, key), n.count, n.warmup, [
+          s.fb.pid,
+          s.settle.pid,
+        ]);
         if (!d.total || !f.total) continue;
         const added = [round(f.total.p50 - d.total.p50, 2), round(f.total.p99 - d.total.p99, 2)];
-        const line = `| ${scenario} | ${d.total.p50} / ${d.total.p99} | ${f.total.p50} / ${f.total.p99} | ${added.join(' / ')} | ${f.ttfb ? `${f.ttfb.p50} / ${f.ttfb.p99}` : '-'} |`;
+        const line = `| ${scenario} | ${d.total.p50} / ${d.total.p99} | ${f.total.p50} / ${f.total.p99} | ${added.join(' / ')} | ${f.ttfb ? `${f.ttfb.p50} / ${f.ttfb.p99}` : '-'} | ${f.serverCpuMsPerReq ?? '-'} |`;
         log(line);
         lines.push(line);
       }
@@ -448,6 +491,19 @@ function imageCells(s: Servers, key: string) {
   });
 }
 
+/** VmHWM of each process before its peak was last reset (resetPeakRss), KiB: the run's peak is the larger. */
+const peaks = new Map<number, number>();
+
+/** Keep `pid`'s peak RSS so far before a cell resets it. */
+function keepPeak(pid: number): void {
+  peaks.set(pid, Math.max(peaks.get(pid) ?? 0, memOf(pid).hwmKiB));
+}
+
+/** `pid`'s peak RSS over the whole run, KiB. */
+function runPeakKiB(pid: number): number {
+  return Math.max(peaks.get(pid) ?? 0, memOf(pid).hwmKiB);
+}
+
 async function fullRun(prefix: string, key: string, redis: Redis): Promise<void> {
   const problems: string[] = [];
   const loadAvgStart = loadavg().map((v) => round(v, 2));
@@ -481,20 +537,23 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
     for (const t of targets) {
       if (!ok.has(`${scenario}/${t.name}`)) continue;
       log(`sequential ${scenario} ${t.name}`);
-      const r = await runSequential(requestFor(scenario, t, s.simUrl, key), SEQUENTIAL, Math.min(50, SEQUENTIAL));
+      const n = sequentialOf(scenario);
+      // CPU as under load: direct's is the simulator's, farebox's its gateway's and settle process's.
+      const pids = t.name === 'farebox' ? [t.pid, s.settle.pid] : [t.pid];
+      const r = await runSequential(requestFor(scenario, t, s.simUrl, key), n.count, n.warmup, pids);
       sequential.push({ scenario, target: t.name, ...r });
     }
   }
 
   const load: LoadCell[] = [];
   for (const scenario of SCENARIOS) {
-    for (const connections of CONCURRENCY) {
+    for (const connections of connectionsOf(scenario)) {
       // Targets interleaved per cell, so that a drift of the machine hits all three alike.
       for (const t of targets) {
         if (!ok.has(`${scenario}/${t.name}`)) continue;
         const spec = requestFor(scenario, t, s.simUrl, key);
         log(`load ${scenario} c=${connections} ${t.name}`);
-        if (WARMUP) await runLoad(spec, connections, WARMUP);
+        if (warmupOf(scenario)) await runLoad(spec, connections, warmupOf(scenario));
         // farebox's CPU is its gateway's and its settle process's.
         const pids = t.name === 'farebox' ? [t.pid, s.settle.pid] : [t.pid];
         const cpu0 = pids.map(cpuMsOf);
@@ -505,9 +564,13 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
         const waits = [t.pid, s.sim.pid, process.pid];
         const wait0 = waits.map(runWaitMsOf);
         const loadCore = loadCoreMeter(s, redisPid);
+        // The server's peak RSS of this cell alone; the run's peak is kept (peaks) for the memory table.
+        keepPeak(t.pid);
+        resetPeakRss(t.pid);
         const wall0 = performance.now();
-        const r = await runLoad(spec, connections, DURATION);
+        const r = await runLoad(spec, connections, durationOf(scenario));
         const wall = performance.now() - wall0;
+        const serverPeakRssMiB = mib(memOf(t.pid).hwmKiB, 'KiB');
         const [serverWait, simWait, loadWait] = waits.map((pid, i) =>
           round((100 * (runWaitMsOf(pid) - wait0[i]!)) / wall, 1),
         );
@@ -528,6 +591,7 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
           serverCpuPct: round((100 * server) / wall, 1),
           simCpuMsPerReq: r.ok ? round(sim / r.ok, 4) : null,
           serverRssMiB: mib(memOf(t.pid).rssKiB, 'KiB'),
+          serverPeakRssMiB,
           waitPct: { server: serverWait!, loadgen: loadWait!, sim: simWait! },
           otherOnServerCorePct: other,
           loadCoreBusyPct: lc.busyPct,
@@ -545,10 +609,10 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
   memory.push(await memoryPoint(s, 'end of run', redis));
 
   const peakRssMiB: Record<string, number> = {
-    simulator: mib(memOf(s.sim.pid).hwmKiB, 'KiB'),
-    farebox: mib(memOf(s.fb.pid).hwmKiB, 'KiB'),
-    'farebox settle': mib(memOf(s.settle.pid).hwmKiB, 'KiB'),
-    peer: mib(memOf(s.peer!.pid).hwmKiB, 'KiB'),
+    simulator: mib(runPeakKiB(s.sim.pid), 'KiB'),
+    farebox: mib(runPeakKiB(s.fb.pid), 'KiB'),
+    'farebox settle': mib(runPeakKiB(s.settle.pid), 'KiB'),
+    peer: mib(runPeakKiB(s.peer!.pid), 'KiB'),
   };
   const results: BenchResults = {
     date: new Date().toISOString(),
@@ -558,6 +622,17 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
       warmupS: WARMUP,
       sequential: SEQUENTIAL,
       concurrency: CONCURRENCY,
+      realTraffic: {
+        durationS: REAL_DURATION,
+        warmupS: REAL_WARMUP,
+        sequential: REAL_SEQUENTIAL,
+        scenarios: Object.fromEntries(
+          Object.entries(REAL_TRAFFIC).map(([k, v]) => [
+            k,
+            { ...v, requestBytes: Buffer.byteLength(requestFor(k as Scenario, byName('direct'), s.simUrl, key).body) },
+          ]),
+        ),
+      },
       pinning: `Servers (farebox and its settle process, peer) on core ${SERVER_CORE}; load generator, simulator, dev chains${redisPinned ? ' and Redis' : ''} on core ${LOAD_CORE} (taskset)${redisPinned ? '' : '; Redis unpinned (not local, or taskset failed)'}.`,
     },
     loadAverage: { start: loadAvgStart, end: loadavg().map((v) => round(v, 2)) },
@@ -643,8 +718,10 @@ function bail(code: number): void {
 }
 
 // Bounded in time whatever happens: every cell, the sequential runs and start-up, with room to spare.
-const cells = SCENARIOS.length * CONCURRENCY.length * TARGETS.length;
-const quickCells = (QUICK?.length ?? 0) * CONCURRENCY.length;
+/** Seconds of load (warm-up, cells, margin) and of one-at-a-time calls (at 50 per s, 5 per s if real traffic). */
+const loadS = (s: Scenario, repeat: number) => connectionsOf(s).length * (warmupOf(s) + repeat * (durationOf(s) + 3));
+const seqS = (s: Scenario) => sequentialOf(s).count / (REAL_TRAFFIC[s] ? 5 : 50) + 10;
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 const imageS = IMAGE_SCENARIOS.length * 3 * (IMAGE_DURATION + Math.min(WARMUP, 2) + 2 + IMAGE_SEQUENTIAL * 2) + 60;
 // Start-up and funding (a deposit counts once confirmed), the two loads, and each phase's drain at its bound.
 const settleS = SETTLE.durationS
@@ -658,16 +735,11 @@ const settleS = SETTLE.durationS
 const budgetS = PROFILE
   ? DURATION + WARMUP + 120
   : QUICK
-    ? quickCells * (WARMUP + REPEAT * (DURATION + 1)) +
-      (QUICK?.length ?? 0) * REPEAT * 2 * (SEQUENTIAL / 50 + 10) +
+    ? sum((QUICK ?? []).map((s) => loadS(s, REPEAT) + REPEAT * 2 * seqS(s))) +
       120 +
       (QUICK_IMAGES ? imageS : 0) +
       (QUICK_SETTLEMENT ? settleS : 0)
-    : cells * (DURATION + WARMUP + 3) +
-      SCENARIOS.length * TARGETS.length * (SEQUENTIAL / 50 + 10) +
-      180 +
-      imageS +
-      settleS;
+    : sum(SCENARIOS.map((s) => TARGETS.length * (loadS(s, 1) + seqS(s)))) + 180 + imageS + settleS;
 const deadline = setTimeout(() => {
   log(`bench: over its ${Math.round(budgetS)} s budget; stopping`);
   bail(1);

@@ -3,11 +3,89 @@
  * routing/auth headers differ (farebox: its own key; the peer: Portkey's `x-portkey-provider` and
  * `x-portkey-custom-host` headers, read from the request by @portkey-ai/gateway 1.15.2; direct: the provider's auth).
  */
+import { chatAgentBody, messagesAgentBody } from './agent-bodies.js';
 
-/** The kinds of call measured. `video-poll`: GET /v1/videos/{id} of a submitted job (a caller's poll). */
-export const SCENARIOS = ['chat-json', 'chat-stream', 'messages-stream', 'video-poll'] as const;
+/**
+ * The kinds of call measured. `video-poll`: GET /v1/videos/{id} of a submitted job (a caller's poll). The rest of
+ * the list is real traffic (REAL_TRAFFIC): agent turns of 200 KB and 1 MB, and streams of 4,000 output tokens.
+ */
+export const SCENARIOS = [
+  'chat-json',
+  'chat-stream',
+  'messages-stream',
+  'video-poll',
+  'messages-200k-json',
+  'messages-200k-stream',
+  'chat-200k-json',
+  'chat-200k-stream',
+  'messages-1m-json',
+  'messages-1m-stream',
+  'chat-1m-json',
+  'chat-1m-stream',
+  'chat-stream-4k',
+  'messages-stream-4k',
+] as const;
 /** One kind of call. */
 export type Scenario = (typeof SCENARIOS)[number];
+
+/** A real-traffic scenario: its protocol, size and answer. */
+export interface RealTraffic {
+  protocol: 'messages' | 'chat';
+  stream: boolean;
+  /** Bytes of the request body (agent turns: exactly; the 4,000-token streams: a small request, null). */
+  requestBytes: number | null;
+  /** Output tokens asked for (#sim:tokens), which the answer must hold. */
+  outputTokens: number;
+  /**
+   * Connections under load. The simulator (parsing the body) and the load generator share one core and farebox has
+   * the other: 16 agent turns of 200 KB in flight keep the gateway's core busy; at 1 MB each call costs each core
+   * tens of ms, and 4 in flight load it without queueing seconds of latency (autocannon's timeout is 10 s). A
+   * 4,000-token stream costs the load generator about 10 ms (autocannon parses each event): 8 in flight.
+   */
+  connections: number;
+}
+
+const KB = 1024;
+/** The agent turns' last user text: a short answer, so that the request is what is measured. */
+const AGENT_ASK = 'Go on with the next step. #sim:tokens=20';
+
+/** The real-traffic scenarios (issue 34): agent turns with big contexts, and long streams. */
+export const REAL_TRAFFIC: Readonly<Partial<Record<Scenario, RealTraffic>>> = {
+  'messages-200k-json': {
+    protocol: 'messages',
+    stream: false,
+    requestBytes: 200 * KB,
+    outputTokens: 20,
+    connections: 16,
+  },
+  'messages-200k-stream': {
+    protocol: 'messages',
+    stream: true,
+    requestBytes: 200 * KB,
+    outputTokens: 20,
+    connections: 16,
+  },
+  'chat-200k-json': { protocol: 'chat', stream: false, requestBytes: 200 * KB, outputTokens: 20, connections: 16 },
+  'chat-200k-stream': { protocol: 'chat', stream: true, requestBytes: 200 * KB, outputTokens: 20, connections: 16 },
+  'messages-1m-json': {
+    protocol: 'messages',
+    stream: false,
+    requestBytes: 1024 * KB,
+    outputTokens: 20,
+    connections: 4,
+  },
+  'messages-1m-stream': {
+    protocol: 'messages',
+    stream: true,
+    requestBytes: 1024 * KB,
+    outputTokens: 20,
+    connections: 4,
+  },
+  'chat-1m-json': { protocol: 'chat', stream: false, requestBytes: 1024 * KB, outputTokens: 20, connections: 4 },
+  'chat-1m-stream': { protocol: 'chat', stream: true, requestBytes: 1024 * KB, outputTokens: 20, connections: 4 },
+  'chat-stream-4k': { protocol: 'chat', stream: true, requestBytes: null, outputTokens: 4000, connections: 8 },
+  'messages-stream-4k': { protocol: 'messages', stream: true, requestBytes: null, outputTokens: 4000, connections: 8 },
+};
 
 /** The servers measured. */
 export const TARGETS = ['direct', 'farebox', 'peer'] as const;
@@ -28,14 +106,15 @@ export interface RequestSpec {
   method: 'GET' | 'POST';
   url: string;
   headers: Record<string, string>;
-  body: string;
+  /** Built once per scenario (a megabyte body is not serialized again per request or per target). */
+  body: string | Buffer;
   stream: boolean;
 }
 
 /** The simulator's directive for 20 output chunks (DESIGN.md "The simulated upstreams"). */
 const TWENTY = 'Count to twenty. #sim:tokens=20';
 
-const BODIES: Record<Exclude<Scenario, 'video-poll'>, object> = {
+const BODIES: Record<'chat-json' | 'chat-stream' | 'messages-stream', object> = {
   'chat-json': { model: 'gamma-k3', messages: [{ role: 'user', content: 'Say hello' }] },
   'chat-stream': {
     model: 'gamma-k3',
@@ -60,7 +139,47 @@ export const TARGETS_OF: Readonly<Record<Scenario, readonly TargetName[]>> = {
   'chat-stream': TARGETS,
   'messages-stream': TARGETS,
   'video-poll': ['direct', 'farebox'],
+  'messages-200k-json': TARGETS,
+  'messages-200k-stream': TARGETS,
+  'chat-200k-json': TARGETS,
+  'chat-200k-stream': TARGETS,
+  'messages-1m-json': TARGETS,
+  'messages-1m-stream': TARGETS,
+  'chat-1m-json': TARGETS,
+  'chat-1m-stream': TARGETS,
+  'chat-stream-4k': TARGETS,
+  'messages-stream-4k': TARGETS,
 };
+
+/** Each scenario's body, built on first use and sent as is to every target. */
+const built = new Map<Scenario, Buffer>();
+
+/** The body of a POST scenario. */
+function bodyOf(scenario: Exclude<Scenario, 'video-poll'>): Buffer {
+  let b = built.get(scenario);
+  if (b) return b;
+  const real = REAL_TRAFFIC[scenario];
+  if (!real) b = Buffer.from(JSON.stringify(BODIES[scenario as keyof typeof BODIES]));
+  else if (real.requestBytes !== null)
+    b = (real.protocol === 'messages' ? messagesAgentBody : chatAgentBody)(real.requestBytes, AGENT_ASK, real.stream);
+  else {
+    const content = `Write a long story. #sim:tokens=${real.outputTokens}`;
+    b = Buffer.from(
+      JSON.stringify(
+        real.protocol === 'messages'
+          ? { model: 'alpha-sonnet-4-6', max_tokens: 8192, stream: true, messages: [{ role: 'user', content }] }
+          : {
+              model: 'gamma-k3',
+              stream: true,
+              stream_options: { include_usage: true },
+              messages: [{ role: 'user', content }],
+            },
+      ),
+    );
+  }
+  built.set(scenario, b);
+  return b;
+}
 
 /** Whether `scenario` runs on `target`. */
 export function runsOn(scenario: Scenario, target: TargetName): boolean {
@@ -108,7 +227,7 @@ export function requestFor(scenario: Scenario, target: Target, simUrl: string, k
       stream: false,
     };
   }
-  const anthropic = scenario === 'messages-stream';
+  const anthropic = scenario === 'messages-stream' || REAL_TRAFFIC[scenario]?.protocol === 'messages';
   const path = anthropic ? '/v1/messages' : '/v1/chat/completions';
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (anthropic) headers['anthropic-version'] = '2023-06-01';
@@ -128,8 +247,8 @@ export function requestFor(scenario: Scenario, target: Target, simUrl: string, k
     method: 'POST',
     url: target.url + path,
     headers,
-    body: JSON.stringify(BODIES[scenario as Exclude<Scenario, 'video-poll'>]),
-    stream: scenario !== 'chat-json',
+    body: bodyOf(scenario),
+    stream: REAL_TRAFFIC[scenario]?.stream ?? scenario !== 'chat-json',
   };
 }
 
@@ -147,20 +266,49 @@ export function completeAnswer(scenario: Scenario, body: string): boolean {
       return false;
     }
   }
-  if (scenario === 'chat-json') {
+  const real = REAL_TRAFFIC[scenario];
+  // The original cells ask for 20 tokens, but chat-json for none (the simulator's few words).
+  const tokens = real?.outputTokens ?? 20;
+  if (scenario === 'chat-json' || (real?.protocol === 'chat' && !real.stream)) {
     try {
-      const j = JSON.parse(body) as { choices?: Array<{ message?: { content?: unknown } }>; usage?: unknown };
-      return typeof j.choices?.[0]?.message?.content === 'string' && j.usage !== undefined;
+      const j = JSON.parse(body) as {
+        choices?: Array<{ message?: { content?: unknown } }>;
+        usage?: { completion_tokens?: unknown };
+      };
+      return (
+        typeof j.choices?.[0]?.message?.content === 'string' &&
+        j.usage !== undefined &&
+        (real === undefined || j.usage.completion_tokens === tokens)
+      );
     } catch {
       return false;
     }
   }
-  if (scenario === 'chat-stream') {
+  if (real?.protocol === 'messages' && !real.stream) {
+    try {
+      const j = JSON.parse(body) as {
+        content?: Array<{ type?: unknown; text?: unknown }>;
+        stop_reason?: unknown;
+        usage?: { output_tokens?: unknown };
+      };
+      return (
+        j.content?.[0]?.type === 'text' &&
+        typeof j.content[0].text === 'string' &&
+        j.stop_reason === 'end_turn' &&
+        j.usage?.output_tokens === tokens
+      );
+    } catch {
+      return false;
+    }
+  }
+  if (scenario === 'chat-stream' || real?.protocol === 'chat') {
     const content = body
       .split('\n')
       .filter((l) => l.startsWith('data: {') && l.includes('"content":"') && !l.includes('"content":""'));
-    return content.length === 20 && /"usage":\{"prompt_tokens"/.test(body) && body.trimEnd().endsWith('data: [DONE]');
+    return (
+      content.length === tokens && /"usage":\{"prompt_tokens"/.test(body) && body.trimEnd().endsWith('data: [DONE]')
+    );
   }
   const deltas = body.split('\n').filter((l) => l.startsWith('event: content_block_delta'));
-  return deltas.length === 20 && body.includes('event: message_stop');
+  return deltas.length === tokens && body.includes('event: message_stop');
 }

@@ -3,8 +3,9 @@
  * Total time runs from the request's write to the end of the body; time to first byte to the first body chunk.
  */
 import { Agent, request } from 'node:http';
+import { cpuMsOf } from './children.js';
 import type { RequestSpec } from './scenarios.js';
-import { Sample, type Percentiles } from './stats.js';
+import { Sample, round, type Percentiles } from './stats.js';
 
 /** What the sequential run measured. */
 export interface SequentialResult {
@@ -12,6 +13,11 @@ export interface SequentialResult {
   failed: number;
   total: Percentiles | null;
   ttfb: Percentiles | null;
+  /**
+   * CPU (user+system) of the processes named by the caller per measured 2xx response, ms: what one call costs a
+   * server that has nothing else to do (no event-loop turn shared with other calls). Absent when none were named.
+   */
+  serverCpuMsPerReq?: number | null;
 }
 
 interface Timing {
@@ -49,14 +55,25 @@ export function sendOnce(spec: RequestSpec, agent: Agent, timeoutMs = 10_000, ke
   });
 }
 
-/** `warmup` unmeasured requests, then `count` measured ones, strictly one after the other. */
-export async function runSequential(spec: RequestSpec, count: number, warmup: number): Promise<SequentialResult> {
+/**
+ * `warmup` unmeasured requests, then `count` measured ones, strictly one after the other; with `cpuPids`, their CPU
+ * over the measured ones.
+ */
+export async function runSequential(
+  spec: RequestSpec,
+  count: number,
+  warmup: number,
+  cpuPids: number[] = [],
+): Promise<SequentialResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   const total = new Sample();
   const ttfb = new Sample();
+  const cpu = () => cpuPids.reduce((a, pid) => a + cpuMsOf(pid), 0);
+  let cpu0 = 0;
   let failed = 0;
   try {
     for (let i = 0; i < warmup + count; i++) {
+      if (i === warmup) cpu0 = cpu();
       let t: Timing;
       try {
         t = await sendOnce(spec, agent);
@@ -75,5 +92,12 @@ export async function runSequential(spec: RequestSpec, count: number, warmup: nu
   } finally {
     agent.destroy();
   }
-  return { requests: count, failed, total: total.percentiles(), ttfb: spec.stream ? ttfb.percentiles() : null };
+  const cpuMs = cpuPids.length ? cpu() - cpu0 : 0;
+  return {
+    requests: count,
+    failed,
+    total: total.percentiles(),
+    ttfb: spec.stream ? ttfb.percentiles() : null,
+    ...(cpuPids.length ? { serverCpuMsPerReq: total.size ? round(cpuMs / total.size, 4) : null } : {}),
+  };
 }
