@@ -4,6 +4,7 @@
  * the price table does not hold; caller headers reach the provider only from an allow-list.
  */
 import { GatewayError } from './errors.js';
+import type { BodyFacts } from './text-bounds.js';
 
 /**
  * `anthropic-beta` flags forwarded to Anthropic: each changes nothing the price table does not already price (cache
@@ -51,12 +52,12 @@ const unpriced = (param: string, why: string) =>
 
 /**
  * Refuse body fields whose effect on the provider's bill the price table does not hold (400 unsupported_parameter).
- * `text` is the body's JSON text (policies/text-bounds.ts BoundsInput.text).
+ * `facts`: the body's walk (policies/text-bounds.ts bodyFacts).
  */
 export function refuseUnpriced(
   protocol: 'anthropic' | 'openai',
   body: Readonly<Record<string, unknown>>,
-  text: string,
+  facts: Pick<BodyFacts, 'inputAudio'>,
 ): void {
   if (protocol === 'anthropic') {
     if (body.container !== undefined) throw unpriced('container', 'code-execution containers bill by the hour');
@@ -68,5 +69,5 @@ export function refuseUnpriced(
   }
   if (body.prediction !== undefined) throw unpriced('prediction', 'rejected prediction tokens bill beyond max_tokens');
   if (body.service_tier === 'priority') throw unpriced('service_tier', 'the priority tier bills above standard rates');
-  if (text.includes('"input_audio"')) throw unpriced('messages', 'input_audio parts bill at audio rates');
+  if (facts.inputAudio) throw unpriced('messages', 'input_audio parts bill at audio rates');
 }

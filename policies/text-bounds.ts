@@ -54,14 +54,19 @@ const SERVER_TOOL = /^(web_search|web_fetch|code_execution|tool_search|mcp)/;
 export const MAX_BYTES_PER_TOKEN = 64;
 
 /**
- * Input the gateway cannot size: media fetched by the upstream (any "url" that is not an inline `data:` one, in any
- * scheme or case), documents and files. A request with any is bounded by the whole context window.
+ * Input the gateway cannot size: media fetched by the upstream (a "url" whose value is not an inline `data:` one, in
+ * any scheme or case), documents and files (a "type" below, a "file_id"). A request with any is bounded by the whole
+ * context window.
  */
-const MEDIA_BY_REFERENCE =
-  /"url"\s*:\s*"(?!data:)|"type"\s*:\s*"(?:document|file|input_file|container_upload|search_result)"|"file_id"\s*:/;
-const CACHE_1H = /"ttl"\s*:\s*"1h"/;
-/** Nesting followed when looking for inline images; the body parser bounds nesting anyway. */
-const MAX_DEPTH = 64;
+const BY_REFERENCE_TYPES: ReadonlySet<string> = new Set([
+  'document',
+  'file',
+  'input_file',
+  'container_upload',
+  'search_result',
+]);
+/** Nesting the walk follows: the body parser refuses deeper bodies (intake/json-body.ts MAX_JSON_DEPTH). */
+const MAX_DEPTH = 128;
 
 /** What a text request's input may cost at most. */
 export interface InputBounds {
@@ -74,13 +79,10 @@ export interface InputBounds {
 /** A text request's upstream body and what its bounds depend on. */
 export interface BoundsInput {
   readonly body: Readonly<Record<string, unknown>>;
-  /**
-   * The body's JSON text: as sent upstream, or the caller's text it was spliced from (routes/text.ts), which holds
-   * every member sent. The checks for media by reference, documents, inline images and cache tiers read it.
-   */
-  readonly text: string;
-  /** UTF-8 bytes of the body as sent upstream (default: of `text`). */
-  readonly bytes?: number;
+  /** UTF-8 bytes of the body as sent upstream. */
+  readonly bytes: number;
+  /** The body's facts (bodyFacts), when the caller has walked it already. */
+  readonly facts?: BodyFacts;
   /** The upstream protocol. */
   readonly protocol: 'anthropic' | 'openai';
   readonly family: string;
@@ -91,49 +93,97 @@ export interface BoundsInput {
   readonly mustFit?: boolean;
 }
 
-/** The highest cache-write tier a request body can trigger. */
-export function cacheWriteTier(protocol: 'anthropic' | 'openai', body: string): CacheWriteTier {
-  // OpenAI-protocol caching is automatic and has no write surcharge.
-  if (protocol !== 'anthropic' || !body.includes('"cache_control"')) return 'none';
-  return CACHE_1H.test(body) ? '1h' : '5m';
+/** What the bounds and the refusals read of a text request's body, found in one walk (bodyFacts). */
+export interface BodyFacts {
+  /** Some object sets cache_control. */
+  cacheControl: boolean;
+  /** Some "ttl" is "1h". */
+  ttl1h: boolean;
+  /** Media by URL, documents or files (BY_REFERENCE_TYPES): the body's size does not bound their tokens. */
+  byReference: boolean;
+  /** A key or a string "input_audio" (OpenAI's audio input part). */
+  inputAudio: boolean;
+  /** The inline images' token bound. */
+  imageTokens: number;
+  /** Base64 characters of the inline images: not text the tokenizer reads. */
+  imageChars: number;
 }
 
-interface InlineImages {
-  tokens: number;
-  /** Base64 characters of the images: not text the tokenizer reads. */
-  chars: number;
-}
-
-/** Inline images anywhere in the body (messages, system, tool results): their token bound and base64 size. */
-function inlineImages(body: unknown, family: string, perImage: number): InlineImages {
-  const found: InlineImages = { tokens: 0, chars: 0 };
-  const add = (b64: string) => {
-    found.chars += b64.length;
+/**
+ * One walk over a text request's parsed body, every object and array at any depth (messages, system, tool results),
+ * reading keys and short values, never scanning its strings: what the checks need, as the provider will read it
+ * (escapes decoded, whitespace gone). Inline images (base64 sources, `data:` URLs) count `perImage` tokens at most
+ * each; on alpha, Anthropic's rule from the image's header.
+ */
+export function bodyFacts(body: unknown, family: string, perImage: number): BodyFacts {
+  const facts: BodyFacts = {
+    cacheControl: false,
+    ttl1h: false,
+    byReference: false,
+    inputAudio: false,
+    imageTokens: 0,
+    imageChars: 0,
+  };
+  const addImage = (b64: string) => {
+    facts.imageChars += b64.length;
     const size = family === 'alpha' ? base64ImageSize(b64) : null;
     const tokens = size ? Math.ceil((size.width * size.height) / ANTHROPIC_PIXELS_PER_TOKEN) : perImage;
-    found.tokens += Math.min(perImage, tokens);
+    facts.imageTokens += Math.min(perImage, tokens);
   };
-  const walk = (node: unknown, depth: number) => {
-    if (depth > MAX_DEPTH || node === null || typeof node !== 'object') return;
+  const walk = (node: object, depth: number) => {
+    if (depth > MAX_DEPTH) {
+      throw new GatewayError('invalid_request', { message: `The request body nests deeper than ${MAX_DEPTH} levels.` });
+    }
     if (Array.isArray(node)) {
-      for (const item of node) walk(item, depth + 1);
+      for (const v of node) {
+        if (v !== null && typeof v === 'object') walk(v, depth + 1);
+        else if (v === 'input_audio') facts.inputAudio = true;
+      }
       return;
     }
     const o = node as Record<string, unknown>;
-    const source = o.source as { type?: unknown; data?: unknown } | undefined;
-    if (o.type === 'image' && source && source.type === 'base64' && typeof source.data === 'string') {
-      add(source.data);
-      return;
+    if (o.type === 'image') {
+      const source = o.source as { type?: unknown; data?: unknown } | null | undefined;
+      if (source && source.type === 'base64' && typeof source.data === 'string') addImage(source.data);
+    } else if (o.type === 'image_url') {
+      const url = (o.image_url as { url?: unknown } | null | undefined)?.url;
+      if (typeof url === 'string' && url.startsWith('data:')) addImage(url.slice(url.indexOf(',') + 1));
     }
-    const url = (o.image_url as { url?: unknown } | undefined)?.url;
-    if (o.type === 'image_url' && typeof url === 'string' && url.startsWith('data:')) {
-      add(url.slice(url.indexOf(',') + 1));
-      return;
+    for (const k in o) {
+      const v = o[k];
+      switch (k) {
+        case 'cache_control':
+          facts.cacheControl = true;
+          break;
+        case 'ttl':
+          if (v === '1h') facts.ttl1h = true;
+          break;
+        case 'url':
+          if (typeof v === 'string' && !v.startsWith('data:')) facts.byReference = true;
+          break;
+        case 'type':
+          if (typeof v === 'string' && BY_REFERENCE_TYPES.has(v)) facts.byReference = true;
+          break;
+        case 'file_id':
+          facts.byReference = true;
+          break;
+        case 'input_audio':
+          facts.inputAudio = true;
+          break;
+      }
+      if (v !== null && typeof v === 'object') walk(v, depth + 1);
+      else if (v === 'input_audio') facts.inputAudio = true;
     }
-    for (const v of Object.values(o)) walk(v, depth + 1);
   };
-  walk(body, 0);
-  return found;
+  if (body !== null && typeof body === 'object') walk(body, 0);
+  return facts;
+}
+
+/** The highest cache-write tier a request body can trigger. */
+function cacheWriteTier(protocol: 'anthropic' | 'openai', facts: BodyFacts): CacheWriteTier {
+  // OpenAI-protocol caching is automatic and has no write surcharge.
+  if (protocol !== 'anthropic' || !facts.cacheControl) return 'none';
+  return facts.ttl1h ? '1h' : '5m';
 }
 
 /** Input tokens Anthropic's client tools add; a server tool is refused. */
@@ -157,8 +207,6 @@ function toolTokens(tools: unknown): number {
 
 /** The input bounds of a text request (see the file comment); throws 400 for what cannot be bounded or fit. */
 export function inputBounds(i: BoundsInput): InputBounds {
-  const cacheWrite = cacheWriteTier(i.protocol, i.text);
-  const bytes = i.bytes ?? Buffer.byteLength(i.text, 'utf8');
   let tools = 0;
   if (i.protocol === 'anthropic') {
     if (i.body.mcp_servers !== undefined) {
@@ -169,15 +217,19 @@ export function inputBounds(i: BoundsInput): InputBounds {
     }
     tools = toolTokens(i.body.tools);
   }
-  const images =
-    i.text.includes('"base64"') || i.text.includes('"data:')
-      ? inlineImages(i.body, i.family, i.maxImageTokens ?? MAX_IMAGE_TOKENS[i.family] ?? MAX_IMAGE_TOKENS.gamma!)
-      : { tokens: 0, chars: 0 };
-  if (i.mustFit !== false && bytes - images.chars > i.contextWindow * MAX_BYTES_PER_TOKEN) {
+  const facts = i.facts ?? bodyFacts(i.body, i.family, maxImageTokens(i.family, i.maxImageTokens));
+  const cacheWrite = cacheWriteTier(i.protocol, facts);
+  const text = i.bytes - facts.imageChars;
+  if (i.mustFit !== false && text > i.contextWindow * MAX_BYTES_PER_TOKEN) {
     throw new GatewayError('context_window_exceeded', {
-      message: `The request cannot fit the model's context window of ${i.contextWindow} tokens: its text alone is ${bytes - images.chars} bytes.`,
+      message: `The request cannot fit the model's context window of ${i.contextWindow} tokens: its text alone is ${text} bytes.`,
     });
   }
-  if (MEDIA_BY_REFERENCE.test(i.text)) return { inputBound: i.contextWindow, cacheWrite };
-  return { inputBound: Math.min(i.contextWindow, bytes + FRAMING_TOKENS + images.tokens + tools), cacheWrite };
+  if (facts.byReference) return { inputBound: i.contextWindow, cacheWrite };
+  return { inputBound: Math.min(i.contextWindow, i.bytes + FRAMING_TOKENS + facts.imageTokens + tools), cacheWrite };
+}
+
+/** The most one inline image costs on a model: its config's max_image_tokens, else its family's. */
+export function maxImageTokens(family: string, configured: number | undefined): number {
+  return configured ?? MAX_IMAGE_TOKENS[family] ?? MAX_IMAGE_TOKENS.gamma!;
 }

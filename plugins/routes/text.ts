@@ -17,7 +17,7 @@ import type { ModelRoute, TextModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import type { RewriteResult } from '../../policies/rewrite.js';
 import { refuseUnpriced, splitBetas } from '../../policies/forwarding.js';
-import { inputBounds } from '../../policies/text-bounds.js';
+import { bodyFacts, inputBounds, maxImageTokens } from '../../policies/text-bounds.js';
 import {
   fromAnthropicUsage,
   fromOpenAIUsage,
@@ -63,11 +63,16 @@ export function textPoliced(
 ): TextPoliced {
   const upstream = upstreamBody(rewrite.body, body.json);
   const protocol = textWire(route.provider);
-  refuseUnpriced(protocol, rewrite.body, upstream.text);
+  const facts = bodyFacts(
+    rewrite.body,
+    route.model.family,
+    maxImageTokens(route.model.family, route.model.max_image_tokens),
+  );
+  refuseUnpriced(protocol, rewrite.body, facts);
   const { inputBound, cacheWrite } = inputBounds({
     body: rewrite.body,
-    text: upstream.text,
     bytes: upstream.bytes,
+    facts,
     protocol,
     family: route.model.family,
     contextWindow: route.model.context_window,
@@ -94,31 +99,35 @@ export function textPoliced(
 /**
  * Top-level members forwarded as the caller wrote them when the rewrite leaves them as they are (policies/rewrite.ts
  * never changes them): the conversation, nearly all of an agent's megabyte. The price reads them only through the
- * body's size, the checks on its text and the walk for inline images, all of which see the same content.
+ * body's size and its walk (bodyFacts), which read what the provider parses from them.
  */
 const CALLER_MEMBERS: ReadonlySet<string> = new Set(['messages', 'system']);
 
-/** A text request's body as sent upstream, its size, and the text the checks on it read. */
+/** A text request's body as sent upstream, and its size. */
 interface UpstreamBody {
   readonly body: string | Buffer;
   /** UTF-8 bytes of `body`. */
   readonly bytes: number;
-  /** `body` itself, or the caller's text it was spliced from (every member it sends is in it, decoded alike). */
-  readonly text: string;
 }
 
 /**
  * The upstream body: the rewritten body serialized, except the caller's messages and system, which are copied from
- * its text (the last of each, as JSON.parse took it). Spliced only from a text whose every key and string reads as
- * it decodes: a `\u` escape (which could spell a letter the checks look for) serializes the whole body instead, as
- * does a body without members to splice.
+ * its text (the last of each, as JSON.parse took it). The checks read the parsed body (bodyFacts), which is what the
+ * provider parses from those bytes. Serialized whole when there is nothing to splice, or when a top-level key is
+ * written with an escape (`"mess\u0061ges"` is a messages member the splice would not see).
  */
 function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | undefined): UpstreamBody {
   const kept = new Map<string, JsonMember>();
-  if (json?.members) for (const m of json.members) if (CALLER_MEMBERS.has(m.key)) kept.set(m.key, m);
-  if (kept.size === 0 || json!.text.includes('\\u')) {
+  let escaped = false;
+  if (json?.members) {
+    for (const m of json.members) {
+      if (CALLER_MEMBERS.has(m.key) && m.key in body) kept.set(m.key, m);
+      else if (m.key.includes('\\')) escaped = true;
+    }
+  }
+  if (kept.size === 0 || escaped) {
     const text = JSON.stringify(body);
-    return { body: text, bytes: Buffer.byteLength(text, 'utf8'), text };
+    return { body: text, bytes: Buffer.byteLength(text, 'utf8') };
   }
   const rest: Record<string, unknown> = {};
   for (const k in body) if (!kept.has(k)) rest[k] = body[k];
@@ -130,7 +139,7 @@ function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | 
     let out = open;
     for (let i = 0; i < spans.length; i++) out += (i > 0 ? ',' : '') + text.slice(spans[i]!.start, spans[i]!.end);
     out += '}';
-    return { body: out, bytes: Buffer.byteLength(out, 'utf8'), text };
+    return { body: out, bytes: Buffer.byteLength(out, 'utf8') };
   }
   // ASCII text: its indexes are the bytes' indexes, so the caller's members are copied as bytes.
   const parts: Buffer[] = [Buffer.from(open, 'utf8')];
@@ -140,7 +149,7 @@ function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | 
   }
   parts.push(CLOSE);
   const out = Buffer.concat(parts);
-  return { body: out, bytes: out.length, text };
+  return { body: out, bytes: out.length };
 }
 
 const COMMA = Buffer.from(',');

@@ -125,9 +125,9 @@ t.test('duplicate keys: upstream gets the members JSON.parse took, once each', a
   t.equal((JSON.parse(up) as { max_tokens: number }).max_tokens, Number(r.headers.get('x-gw-clamped-max-tokens')));
 });
 
-t.test('a \\u escape: the body is serialized whole, so the checks read what the provider reads', async (t) => {
+t.test('escapes: the checks read the decoded body; an escaped top-level key serializes the body whole', async (t) => {
   const n = sent.length;
-  // "input_audio" spelled with an escape: refused all the same, never sent.
+  // "input_audio" spelled with escapes: refused all the same, never sent.
   const audio =
     '{"model":"gamma-k3","messages":[{"role":"user","content":[{"type":"\\u0069nput_audio","\\u0069nput_audio":{"data":"AAAA","format":"wav"}}]}]}';
   const r = await post('/v1/chat/completions', audio);
@@ -139,7 +139,16 @@ t.test('a \\u escape: the body is serialized whole, so the checks read what the 
     '{"model":"gamma-k3","messages":[{"role":"user","content":"caf\\u00e9 #sim:tokens=2"}]}',
   );
   t.equal(ok.status, 200);
-  t.ok(lastSent().includes('"café #sim:tokens=2"'), 'sent as serialized');
+  t.ok(lastSent().includes('"caf\\u00e9 #sim:tokens=2"'), 'messages spliced with their escape');
+  // Two messages members, the second (the one JSON.parse keeps) behind an escaped key.
+  const twice = await post(
+    '/v1/messages',
+    '{"model":"alpha-haiku-4-5","max_tokens":5,"messages":[{"role":"user","content":"one #sim:tokens=2"}],"mess\\u0061ges":[{"role":"user","content":"two #sim:tokens=2"}]}',
+  );
+  t.equal(twice.status, 200);
+  const up = lastSent();
+  t.equal(count(up, '"messages"'), 1, 'serialized whole: one messages member');
+  t.same((JSON.parse(up) as { messages: unknown }).messages, [{ role: 'user', content: 'two #sim:tokens=2' }]);
 });
 
 t.test('non-ASCII text is spliced as text: upstream reads the same characters', async (t) => {

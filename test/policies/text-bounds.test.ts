@@ -7,6 +7,7 @@ import { FORWARDED_BETAS, refuseUnpriced, splitBetas } from '../../policies/forw
 import { base64ImageSize, imageSize } from '../../policies/image-size.js';
 import {
   FRAMING_TOKENS,
+  bodyFacts,
   inputBounds,
   MAX_IMAGE_TOKENS,
   TOOL_TOKENS,
@@ -16,7 +17,7 @@ import {
 const bounds = (body: Record<string, unknown>, o: Partial<BoundsInput> = {}) =>
   inputBounds({
     body,
-    text: JSON.stringify(body),
+    bytes: Buffer.byteLength(JSON.stringify(body)),
     protocol: 'anthropic',
     family: 'alpha',
     contextWindow: 200_000,
@@ -183,7 +184,8 @@ t.test(
 
 t.test('pricing-affecting parameters are refused; anthropic-beta flags pass only from the allow-list', async (t) => {
   const chat = { model: 'm', messages: [] };
-  const refused = (body: Record<string, unknown>) => codeOf(() => refuseUnpriced('openai', body, JSON.stringify(body)));
+  const refused = (body: Record<string, unknown>) =>
+    codeOf(() => refuseUnpriced('openai', body, bodyFacts(body, 'gamma', 1)));
   t.equal(refused({ ...chat, web_search_options: {} }), 'unsupported_parameter:web_search_options');
   t.equal(refused({ ...chat, modalities: ['text', 'audio'] }), 'unsupported_parameter:modalities');
   t.equal(refused({ ...chat, audio: { voice: 'x', format: 'wav' } }), 'unsupported_parameter:modalities');
@@ -203,7 +205,7 @@ t.test('pricing-affecting parameters are refused; anthropic-beta flags pass only
   );
   t.equal(refused({ ...chat, logprobs: true, seed: 1, metadata: { a: 'b' } }), 'no error', 'other fields pass through');
   t.equal(
-    codeOf(() => refuseUnpriced('anthropic', { container: 'c' }, '{}')),
+    codeOf(() => refuseUnpriced('anthropic', { container: 'c' }, bodyFacts({}, 'alpha', 1))),
     'unsupported_parameter:container',
   );
 
@@ -216,4 +218,46 @@ t.test('pricing-affecting parameters are refused; anthropic-beta flags pass only
     dropped: ['code-execution-2025-05-22'],
   });
   t.notOk(FORWARDED_BETAS.has('context-1m-2025-08-07'), 'never the long-context flag');
+});
+
+t.test('bodyFacts: one walk reads what the provider parses, at any depth the parser allows', async (t) => {
+  const f = (body: unknown) => bodyFacts(body, 'gamma', 100);
+  const deep = (n: number, leaf: object) => {
+    let node: object = leaf;
+    for (let i = 0; i < n; i++) node = { c: [node] };
+    return node;
+  };
+  t.ok(f(deep(60, { url: 'https://example.com/x.pdf' })).byReference, 'a URL 120 levels down');
+  t.notOk(f({ messages: [{ content: 'a "url":"https://x" in text' }] }).byReference, 'text in a string is text');
+  t.ok(f({ a: [{ file_id: null }] }).byReference, 'any file_id');
+  t.ok(f({ a: { type: 'search_result' } }).byReference);
+  t.notOk(f({ a: { type: 'text', url: 'data:image/png;base64,AA' } }).byReference, 'inline data is not a reference');
+  t.ok(f({ a: { url: 'DATA:image/png;base64,AA' } }).byReference, 'DATA: in capitals is fetched upstream');
+  t.same(
+    [f({ s: [{ cache_control: { type: 'ephemeral' } }] }), f({ s: [{ cache_control: { ttl: '1h' } }] })].map((x) => [
+      x.cacheControl,
+      x.ttl1h,
+    ]),
+    [
+      [true, false],
+      [true, true],
+    ],
+  );
+  t.notOk(f({ s: ['cache_control'] }).cacheControl, 'only the key sets a cache tier');
+  t.ok(f({ m: [{ type: 'input_audio' }] }).inputAudio, 'the part type');
+  t.ok(f({ m: [{ input_audio: {} }] }).inputAudio, 'the key');
+  t.equal(
+    codeOf(() => f(deep(70, {}))),
+    'invalid_request:',
+    'deeper than the parser allows: refused',
+  );
+  const png = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+  const img = f({
+    messages: [
+      { content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: png } }] },
+      { content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } }] },
+    ],
+  });
+  t.equal(img.imageTokens, 200, 'two images at the most one costs');
+  t.equal(img.imageChars, 2 * png.length);
 });
