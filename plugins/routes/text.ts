@@ -113,8 +113,8 @@ interface UpstreamBody {
 /**
  * The upstream body: the rewritten body serialized, except the caller's messages and system, which are copied from
  * its text (the last of each, as JSON.parse took it). The checks read the parsed body (bodyFacts), which is what the
- * provider parses from those bytes. Serialized whole when there is nothing to splice, or when a top-level key is
- * written with an escape (`"mess\u0061ges"` is a messages member the splice would not see).
+ * provider parses from those bytes. Serialized whole when it is small (SPLICE_FROM_BYTES), when there is nothing to
+ * splice, or when a top-level key is written with an escape (`"mess\u0061ges"` is a messages member the splice would not see).
  */
 function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | undefined): UpstreamBody {
   const kept = new Map<string, JsonMember>();
@@ -125,7 +125,7 @@ function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | 
       else if (m.key.includes('\\')) escaped = true;
     }
   }
-  if (kept.size === 0 || escaped) {
+  if (kept.size === 0 || escaped || json!.bytes.length < SPLICE_FROM_BYTES) {
     const text = JSON.stringify(body);
     return { body: text, bytes: Buffer.byteLength(text, 'utf8') };
   }
@@ -152,6 +152,8 @@ function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | 
   return { body: out, bytes: out.length };
 }
 
+/** Below this size a body is serialized whole: its splice would cost more than the serialization it saves. */
+const SPLICE_FROM_BYTES = 8 * 1024;
 const COMMA = Buffer.from(',');
 const CLOSE = Buffer.from('}');
 

@@ -47,7 +47,7 @@ function newReading(): MeterReading {
   return { usage: null, deltas: 0, deltaBytes: 0, deltaChars: 0, complete: false, streamError: null, bytesOut: 0 };
 }
 
-const USAGE_OBJECT = /"usage"\s*:\s*\{/;
+const USAGE_OBJECT = /"usage"\s*:\s*\{/g;
 /** The generated value of an Anthropic delta: text, thinking, or a tool call's JSON. */
 const ANTHROPIC_DELTA = /"(?:text|thinking|partial_json)"\s*:\s*"/g;
 /** An OpenAI chunk delta with generated content: text, tool-call arguments, reasoning or a refusal. */
@@ -127,28 +127,40 @@ export class SseMeter implements Meter {
     return block;
   }
 
-  /** OpenAI: data-only events ending in [DONE]; the usage chunk is read and maybe removed. */
+  /**
+   * OpenAI: data-only events ending in [DONE]; the usage chunk is read and maybe removed. Only the events that hold a
+   * usage object are sliced out and parsed; the rest of the block is counted in place and forwarded as it is.
+   */
   private openai(block: string): string {
-    if (!USAGE_OBJECT.test(block)) {
+    USAGE_OBJECT.lastIndex = 0;
+    let found = USAGE_OBJECT.exec(block);
+    if (found === null) {
       this.countOpenAI(block, 0, block.length);
       return block;
     }
     let out = '';
+    let kept = 0;
     let start = 0;
-    while (start < block.length) {
-      const end = nextEventEnd(block, start);
-      const event = block.slice(start, end);
-      start = end;
-      if (USAGE_OBJECT.test(event)) {
-        const data = parseData(event) as { usage?: RawUsage; choices?: unknown[] } | null;
-        if (data?.usage) this.reading.usage = data.usage;
-        const usageOnly = Array.isArray(data?.choices) && data.choices.length === 0;
-        if (usageOnly && this.dropUsageChunk) continue;
+    while (found !== null) {
+      const s = eventStart(block, found.index);
+      const e = nextEventEnd(block, s);
+      this.countOpenAI(block, start, s);
+      const event = block.slice(s, e);
+      const data = parseData(event) as { usage?: RawUsage; choices?: unknown[] } | null;
+      if (data?.usage) this.reading.usage = data.usage;
+      const usageOnly = Array.isArray(data?.choices) && data.choices.length === 0;
+      if (usageOnly && this.dropUsageChunk) {
+        out += block.slice(kept, s);
+        kept = e;
+      } else {
+        this.countOpenAI(block, s, e);
       }
-      this.countOpenAI(event, 0, event.length);
-      out += event;
+      start = e;
+      USAGE_OBJECT.lastIndex = e;
+      found = USAGE_OBJECT.exec(block);
     }
-    return out;
+    this.countOpenAI(block, start, block.length);
+    return kept === 0 ? block : out + block.slice(kept);
   }
 
   private countOpenAI(block: string, from: number, to: number): void {
@@ -159,18 +171,39 @@ export class SseMeter implements Meter {
         this.reading.complete = true;
       } else {
         // Only deltas that carry generated text count: not the role chunk, not the finish chunk.
-        TOKEN_DELTA.lastIndex = s;
-        const m = TOKEN_DELTA.exec(block);
-        if (m && m.index < e) {
+        const value = deltaValue(block, s, e);
+        if (value >= 0) {
           this.reading.deltas++;
           this.reading.deltaBytes += e - s;
-          // The match ends one character into the string value.
-          this.reading.deltaChars += stringChars(block, m.index + m[0].length - 1);
+          this.reading.deltaChars += stringChars(block, value);
         }
       }
       s = e;
     }
   }
+}
+
+/**
+ * Where the generated string of the OpenAI chunk block.slice(s, e) starts (just past its opening quote), or -1 when
+ * the chunk carries none. Providers write compact JSON, so `"content":"` is looked for first; any other spelling
+ * (spaces, tool-call arguments, reasoning, a refusal) is TOKEN_DELTA's.
+ */
+function deltaValue(block: string, s: number, e: number): number {
+  const c = block.indexOf('"content":"', s);
+  if (c >= 0 && c < e && block.charCodeAt(c + 11) !== 34) return c + 11;
+  TOKEN_DELTA.lastIndex = s;
+  const m = TOKEN_DELTA.exec(block);
+  // The match ends one character into the string value.
+  return m && m.index < e ? m.index + m[0].length - 1 : -1;
+}
+
+/** Index where the event holding index `i` starts: just past the blank line before it, or 0. */
+function eventStart(block: string, i: number): number {
+  for (let lf = block.lastIndexOf('\n', i); lf > 0; lf = block.lastIndexOf('\n', lf - 1)) {
+    const end = blankLineEnd(block, lf);
+    if (end >= 0) return end;
+  }
+  return 0;
 }
 
 /** Passes a JSON answer through chunk by chunk and parses it once at the end for its usage. */

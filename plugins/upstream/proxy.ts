@@ -11,7 +11,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Metrics } from '../metrics/metrics.js';
 import { UpstreamExchange, type ExchangeOwner, type ExchangeRequest } from './exchange.js';
-import type { Meter } from './metering.js';
+import { SseMeter, type Meter } from './metering.js';
 import type { Upstreams } from './pools.js';
 
 export { sendUpstreamError, upstreamError } from './exchange.js';
@@ -46,9 +46,40 @@ export function proxyCall(
   return new ProxyHandler(upstreams, reply, call, {}, req, metrics).dispatch();
 }
 
-/** One metered exchange: each 2xx chunk metered and written to the caller as it arrives, then the end. */
+/**
+ * How long the chunks that follow a write wait to go out together. A provider streaming at reading pace (tens of
+ * events a second) has each event written as it arrives, as the window has closed by the next; a burst (a fast
+ * model, events queued in the network) leaves in one metered block and one write per window instead of a read, a
+ * meter pass and a system call per event.
+ */
+export const WRITE_WINDOW_MS = 1;
+/** The most a window holds: past it, what waits is written at once. */
+const MAX_WAITING_BYTES = 64 * 1024;
+
+/**
+ * One metered exchange: each 2xx chunk metered and written to the caller as it arrives, then the end. A chunk that
+ * arrives within WRITE_WINDOW_MS of the last write waits for the window's end and goes out with the others, metered
+ * then: what the meter counts is what was written to the caller, so chunks still waiting when the caller leaves or
+ * the upstream fails are neither written nor counted.
+ */
 class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   private meter: Meter | undefined;
+  /** An event stream: its chunks wait in windows. A JSON answer's are written as they come (one or a few). */
+  private windowed = false;
+  private waiting: Buffer[] = [];
+  private waitingBytes = 0;
+  /** Set while a window is open: chunks wait in `waiting` until it fires. */
+  private window: NodeJS.Timeout | undefined;
+  private readonly windowEnd = () => {
+    const res = this.reply.raw;
+    if (this.waiting.length === 0 || res.destroyed || res.writableEnded) {
+      this.take();
+      this.window = undefined;
+      return;
+    }
+    this.deliver(Buffer.concat(this.take()));
+    this.window = setTimeout(this.windowEnd, WRITE_WINDOW_MS);
+  };
 
   protected start(statusCode: number, headers: IncomingHttpHeaders): void {
     const ct = headers['content-type'];
@@ -56,6 +87,7 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
     const meter = this.req.meter(contentType);
     this.meter = meter;
     this.exchange.meter = meter;
+    this.windowed = meter instanceof SseMeter;
     const reply = this.reply;
     const out = reply.getHeaders() as Record<string, unknown>;
     copyResponseHeaders(out, headers, this.req.keepLength(contentType));
@@ -65,14 +97,42 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   }
 
   protected data(chunk: Buffer): void {
-    const out = this.meter!.feed(chunk);
-    if (out !== null) this.write(out);
+    if (this.window !== undefined) {
+      // A caller that reads: the chunk waits for the window. One that does not (its socket full): written at once,
+      // so the write sees the full socket and pauses the upstream; waiting would read the whole answer into memory
+      // and meter it as written.
+      if (!this.reply.raw.writableNeedDrain && this.waitingBytes + chunk.length <= MAX_WAITING_BYTES) {
+        this.waiting.push(chunk);
+        this.waitingBytes += chunk.length;
+        return;
+      }
+      this.deliver(this.waiting.length > 0 ? Buffer.concat([...this.take(), chunk]) : chunk);
+      return;
+    }
+    this.deliver(chunk);
+    if (this.windowed) this.window = setTimeout(this.windowEnd, WRITE_WINDOW_MS);
   }
 
   protected end(): void {
+    clearTimeout(this.window);
+    this.window = undefined;
+    if (this.waiting.length > 0) this.deliver(Buffer.concat(this.take()));
     const tail = this.meter!.end();
     const res = this.reply.raw;
     if (tail === null) res.end();
     else res.end(tail);
+  }
+
+  /** The waiting chunks, taken. */
+  private take(): Buffer[] {
+    const w = this.waiting;
+    this.waiting = [];
+    this.waitingBytes = 0;
+    return w;
+  }
+
+  private deliver(chunk: Buffer): void {
+    const out = this.meter!.feed(chunk);
+    if (out !== null) this.write(out);
   }
 }

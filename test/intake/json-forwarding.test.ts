@@ -84,10 +84,17 @@ const post = (path: string, body: string) =>
     body,
   });
 const lastSent = () => sent[sent.length - 1]!;
+/** Earlier turns that make a body large enough to be spliced (routes/text.ts SPLICE_FROM_BYTES). */
+const HISTORY = [
+  { role: 'user', content: 'Earlier. '.repeat(1_200) },
+  { role: 'assistant', content: 'Noted.' },
+];
+const history = JSON.stringify(HISTORY).slice(1, -1);
 const count = (s: string, what: string) => s.split(what).length - 1;
 
 t.test('the caller bytes of messages and system go upstream as written; the rest as the gateway read it', async (t) => {
   const messages = [
+    ...HISTORY,
     { role: 'user', content: [{ type: 'text', text: 'Hello #sim:tokens=3', cache_control: { type: 'ephemeral' } }] },
   ];
   const system = [{ type: 'text', text: 'Be brief.' }];
@@ -113,8 +120,8 @@ t.test('the caller bytes of messages and system go upstream as written; the rest
 });
 
 t.test('duplicate keys: upstream gets the members JSON.parse took, once each', async (t) => {
-  const a = '[{"role":"user","content":"first #sim:tokens=2"}]';
-  const b = '[{"role":"user","content":"second #sim:tokens=2"}]';
+  const a = `[${history},{"role":"user","content":"first #sim:tokens=2"}]`;
+  const b = `[${history},{"role":"user","content":"second #sim:tokens=2"}]`;
   const body = `{"model":"alpha-haiku-4-5","max_tokens":5,"messages":${a},"stream":false,"messages":${b},"max_tokens":10000000}`;
   const r = await post('/v1/messages', body);
   t.equal(r.status, 200);
@@ -136,7 +143,7 @@ t.test('escapes: the checks read the decoded body; an escaped top-level key seri
   t.equal(sent.length, n, 'never upstream');
   const ok = await post(
     '/v1/chat/completions',
-    '{"model":"gamma-k3","messages":[{"role":"user","content":"caf\\u00e9 #sim:tokens=2"}]}',
+    `{"model":"gamma-k3","messages":[${history},{"role":"user","content":"caf\\u00e9 #sim:tokens=2"}]}`,
   );
   t.equal(ok.status, 200);
   t.ok(lastSent().includes('"caf\\u00e9 #sim:tokens=2"'), 'messages spliced with their escape');
@@ -155,7 +162,7 @@ t.test('non-ASCII text is spliced as text: upstream reads the same characters', 
   const body = JSON.stringify({
     model: 'alpha-haiku-4-5',
     max_tokens: 20,
-    messages: [{ role: 'user', content: 'héllo ✓ 日本 #sim:tokens=2' }],
+    messages: [...HISTORY, { role: 'user', content: 'héllo ✓ 日本 #sim:tokens=2' }],
   });
   const r = await post('/v1/messages', body);
   t.equal(r.status, 200);
@@ -165,11 +172,24 @@ t.test('non-ASCII text is spliced as text: upstream reads the same characters', 
 t.test('through the Anthropic SDK: its messages bytes reach the provider unchanged', async (t) => {
   const anthropic = new Anthropic({ baseURL: h.url, apiKey: h.key, maxRetries: 0 });
   const messages = [
-    { role: 'user' as const, content: 'one' },
+    { role: 'user' as const, content: 'one '.repeat(3_000) },
     { role: 'assistant' as const, content: 'two' },
     { role: 'user' as const, content: 'three #sim:tokens=4' },
   ];
   const msg = await anthropic.messages.create({ model: 'alpha-haiku-4-5', max_tokens: 50, messages });
   t.equal(msg.usage.output_tokens, 4);
   t.ok(lastSent().includes(`"messages":${JSON.stringify(messages)}`));
+});
+
+t.test('a small body is serialized whole: the same members, compact', async (t) => {
+  const body = JSON.stringify(
+    { model: 'alpha-haiku-4-5', max_tokens: 9, messages: [{ role: 'user', content: 'hi #sim:tokens=2' }] },
+    null,
+    2,
+  );
+  const r = await post('/v1/messages', body);
+  t.equal(r.status, 200);
+  const up = lastSent();
+  t.notOk(up.includes('\n'), 'no caller whitespace');
+  t.same((JSON.parse(up) as { messages: unknown }).messages, [{ role: 'user', content: 'hi #sim:tokens=2' }]);
 });
