@@ -80,8 +80,6 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   private errorSize = 0;
   private retryAfter: string | undefined;
   private paused = false;
-  /** The response is corked until the end of this tick (write). */
-  corked = false;
   private readonly resume = () => {
     this.paused = false;
     this.controller?.resume();
@@ -131,18 +129,9 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
     return false;
   }
 
-  /**
-   * Write to the caller; a full socket pauses the upstream until it drains (backpressure). The writes of one tick
-   * (undici hands over every chunk of one socket read in one go) leave in one system call: the response is corked at
-   * the first and uncorked once the tick's work is done, so nothing waits for a later event.
-   */
+  /** Write to the caller; a full socket pauses the upstream until it drains (backpressure). */
   protected write(data: Buffer | string): void {
     const res = this.reply.raw;
-    if (!this.corked) {
-      this.corked = true;
-      res.cork();
-      process.nextTick(uncork, this);
-    }
     if (!res.write(data) && !this.paused && !res.destroyed) {
       this.paused = true;
       this.controller?.pause();
@@ -259,10 +248,4 @@ export function upstreamError(status: number, text: string, retryAfter: string |
   if (status === 504 || status === 408) return new GatewayError('upstream_timeout', { cause });
   // 401/403/404 from the provider are the operator's configuration, not the caller's fault.
   return new GatewayError('upstream_error', { cause });
-}
-
-/** The end of a tick's writes (UpstreamExchange.write): what they wrote leaves in one system call. */
-function uncork(exchange: { corked: boolean; readonly reply: FastifyReply }): void {
-  exchange.corked = false;
-  exchange.reply.raw.uncork();
 }
