@@ -116,9 +116,13 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   protected end(): void {
     clearTimeout(this.window);
     this.window = undefined;
-    if (this.waiting.length > 0) this.deliver(Buffer.concat(this.take()));
-    const tail = this.meter!.end();
     const res = this.reply.raw;
+    if (this.waiting.length > 0) {
+      const waiting = this.take();
+      // A caller gone meanwhile is not written what waited, so it is not counted.
+      if (!res.destroyed) this.deliver(Buffer.concat(waiting));
+    }
+    const tail = this.meter!.end();
     if (tail === null) res.end();
     else res.end(tail);
   }
