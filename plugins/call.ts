@@ -145,5 +145,10 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** The endpoint module of a route of the call path (read by identify). */
     endpoint?: Endpoint;
+    /**
+     * A route outside the call path that speaks both protocols (GET /v1/models): the caller's, from its request
+     * (read by identify; without it, the path's: intake/protocol.ts).
+     */
+    protocolOf?: (request: FastifyRequest) => Protocol;
   }
 }

@@ -51,6 +51,7 @@ import {
   healthRoute,
   imageContentRoute,
   imageUrlOrigin,
+  modelsRoutes,
   videoJobRoutes,
   type Endpoint,
 } from './routes/index.js';
@@ -355,6 +356,13 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       healthRoute(v1, redis);
       imageContentRoute(v1, images.store);
       videoJobRoutes(v1, { authenticate: identify, videos, admission, upstreams });
+      modelsRoutes(v1, {
+        authenticate: identify,
+        catalog,
+        models: config.models,
+        prices: config.prices,
+        endpoints: ENDPOINTS,
+      });
     },
     { prefix: '/v1' },
   );

@@ -233,6 +233,11 @@ export class ModelCatalog {
     }
   }
 
+  /** The endpoints `modelId` is served on, in ENDPOINT_KIND's order; none for a model the config does not serve. */
+  endpointsOf(modelId: string): CatalogEndpoint[] {
+    return EVERY_ENDPOINT.filter((e) => this.routes.has(`${e}\0${modelId}`));
+  }
+
   /** The route of `modelId` on `endpoint`; 400 unknown_model or wrong_endpoint otherwise. */
   route(endpoint: CatalogEndpoint, modelId: string): ModelRoute {
     const r = this.routes.get(`${endpoint}\0${modelId}`);

@@ -55,6 +55,7 @@ export const ERROR_CODES = {
   access_not_active: { status: 403, message: 'Access is not active for this account.' },
   unsupported_client: { status: 403, message: 'This client is not supported for this model.' },
   not_found: { status: 404, message: 'No such endpoint.' },
+  model_not_found: { status: 404, message: 'No model with this id.' },
   video_not_found: { status: 404, message: 'No video job with this id.' },
   video_not_ready: {
     status: 409,

@@ -1,5 +1,5 @@
 // pricing/: pure price tables, exact cost and worst-case calculators (no I/O).
-export { ATOMIC_PER_USD, USD_DECIMALS, parseUsd, formatUsd, formatUsdRate, ceilDiv } from './money.js';
+export { ATOMIC_PER_USD, USD_DECIMALS, parseUsd, formatUsd, formatUsdExact, formatUsdRate, ceilDiv } from './money.js';
 export {
   IMAGE_SIZES,
   VIDEO_DURATIONS,
@@ -11,8 +11,9 @@ export {
   buildPriceTable,
   isVideoFamily,
   lookupRates,
-  publishPrices,
 } from './table.js';
+export { publishedRates, publishPrices } from './publish.js';
+export type { TextPrices, ImagePrices, VideoPrices } from './publish.js';
 export type {
   ImageSize,
   VideoFamily,

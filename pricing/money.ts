@@ -30,7 +30,29 @@ export function formatUsd(atomic: bigint): string {
 
 /** Formats atomic units as a published rate: at least 2 decimals, no trailing zeros beyond them ("3.00", "0.075"). */
 export function formatUsdRate(atomic: bigint): string {
-  return formatUsd(atomic).replace(/(\.\d\d\d*?)0+$/, '$1');
+  return formatUsdExact(atomic, 1n, 2);
+}
+
+/**
+ * Formats `numerator / denominator` atomic units exactly, with at least `minDecimals` decimals and only the further
+ * ones the value needs (a 5-minute cache write, 1.25x a rate of 6 decimals, can need 8). `denominator` must be
+ * positive and divide a power of ten, so that the decimal ends.
+ */
+export function formatUsdExact(numerator: bigint, denominator: bigint, minDecimals: number): string {
+  if (denominator <= 0n) throw new RangeError(`formatUsdExact: denominator must be positive, got ${denominator}`);
+  const negative = numerator < 0n;
+  const abs = negative ? -numerator : numerator;
+  let scale = 0;
+  let pow = 1n;
+  while ((abs * pow) % denominator !== 0n) {
+    scale += 1;
+    pow *= 10n;
+    if (scale > 12) throw new RangeError(`formatUsdExact: ${denominator} does not divide a power of ten`);
+  }
+  const digits = USD_DECIMALS + scale;
+  const s = ((abs * pow) / denominator).toString().padStart(digits + 1, '0');
+  const frac = s.slice(-digits).replace(/0+$/, '').padEnd(minDecimals, '0');
+  return `${negative ? '-' : ''}${s.slice(0, -digits)}${frac === '' ? '' : `.${frac}`}`;
 }
 
 /** Integer division rounded toward positive infinity; the divisor must be positive. */

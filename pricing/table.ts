@@ -1,7 +1,7 @@
 // The price table: USD decimal strings at the edges (config, `farebox prices --json`), exact bigint rates inside.
 // Billing units follow SPEC.md "What the service does" (6) and DESIGN.md "Money".
 import { z } from 'zod';
-import { USD_DECIMALS, formatUsdRate, parseUsd } from './money.js';
+import { USD_DECIMALS, parseUsd } from './money.js';
 
 /** Image resolutions of SPEC.md "Image generation request". */
 export const IMAGE_SIZES = ['1K', '2K', '4K'] as const;
@@ -255,29 +255,4 @@ export const DEFAULT_PRICE_TABLE: PriceTable = buildPriceTable({});
 export function lookupRates(table: PriceTable, id: string): ModelRates {
   if (!Object.hasOwn(table, id)) throw new Error(`no price for model ${JSON.stringify(id)}`);
   return table[id]!;
-}
-
-/** The `farebox prices --json` document of a table (DESIGN.md operator contract): USD strings, at least 2 decimals. */
-export function publishPrices(table: PriceTable): PricesDocument {
-  const doc: PricesDocument = { text: {}, image: {}, video: {} };
-  for (const [id, r] of Object.entries(table)) {
-    if (r.kind === 'text') {
-      doc.text[id] = {
-        input: formatUsdRate(r.input),
-        output: formatUsdRate(r.output),
-        cache_read: formatUsdRate(r.cacheRead),
-      };
-    } else if (r.kind === 'image') {
-      doc.image[id] = {
-        '1K': formatUsdRate(r.perImage['1K']),
-        '2K': formatUsdRate(r.perImage['2K']),
-        '4K': formatUsdRate(r.perImage['4K']),
-      };
-    } else {
-      const clips: Record<string, string> = {};
-      for (const [s, atomic] of Object.entries(r.perClip)) clips[s] = formatUsdRate(atomic);
-      doc.video[id] = clips;
-    }
-  }
-  return doc;
 }

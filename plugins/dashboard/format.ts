@@ -1,8 +1,8 @@
 /**
  * How the dashboard writes times, addresses and amounts: UTC times (the server knows no one's time zone), USD
- * amounts as the CLI prints them, exact rates with the decimals they need.
+ * amounts as the CLI prints them (rates: pricing/publish.ts).
  */
-import { formatUsd, formatUsdRate } from '../../pricing/index.js';
+import { formatUsd } from '../../pricing/index.js';
 
 /** A time in ms as `2026-11-25 10:22 UTC`. */
 export function formatTime(ms: number): string {
@@ -24,31 +24,6 @@ export function shortHex(hex: string): string {
 /** Atomic units as a USD amount with 6 decimals, as `farebox balance` prints them. */
 export function usd(atomic: bigint): string {
   return formatUsd(atomic);
-}
-
-/** A rate in atomic units as published (at least 2 decimals): `3.00`, `0.075`. */
-export function rate(atomic: bigint): string {
-  return formatUsdRate(atomic);
-}
-
-/**
- * `atomic * num / den` as a published rate, exactly: a cache write (1.25x input) of a rate with 6 decimals can need
- * 8. `den` must divide a power of ten.
- */
-export function scaledRate(atomic: bigint, num: bigint, den: bigint): string {
-  let scale = 0;
-  let pow = 1n;
-  while ((atomic * num * pow) % den !== 0n) {
-    scale += 1;
-    pow *= 10n;
-    if (scale > 12) throw new RangeError(`${den} does not divide a power of ten`);
-  }
-  const units = (atomic * num * pow) / den;
-  const digits = 6 + scale;
-  const s = units.toString().padStart(digits + 1, '0');
-  const whole = s.slice(0, -digits);
-  const frac = s.slice(-digits).replace(/0+$/, '').padEnd(2, '0');
-  return `${whole}.${frac}`;
 }
 
 /** A duration in seconds in words: `1 hour`, `2 days`, `90 seconds`. */

@@ -22,10 +22,10 @@ export type OnRequestHook = (request: FastifyRequest, reply: FastifyReply, done:
  */
 export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnRequestHook {
   return function identify(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
-    const endpoint = request.routeOptions.config.endpoint;
+    const { endpoint, protocolOf: protocolOfRoute } = request.routeOptions.config;
     const call: Call = {
       id: newRequestId(),
-      protocol: endpoint?.protocol ?? protocolOf(request.url),
+      protocol: endpoint?.protocol ?? protocolOfRoute?.(request) ?? protocolOf(request.url),
       endpoint,
       startedAt: process.hrtime.bigint(),
       bodyBytes: 0,

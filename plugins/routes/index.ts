@@ -10,6 +10,7 @@ import { videos } from './videos.js';
 export { healthRoute } from './health.js';
 export { imageContentRoute } from './image-content.js';
 export { imageUrlOrigin } from './images.js';
+export { modelsRoutes } from './models.js';
 export { videoJobRoutes } from './video-jobs.js';
 export type { Endpoint, EndpointName, ForwardContext, PoliceContext, Policed, Quoted } from '../call.js';
 

@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 import type { UsageRecord } from '../../plugins/billing/call-records.js';
-import { formatDuration, scaledRate, shortHex } from '../../plugins/dashboard/format.js';
+import { formatDuration, shortHex } from '../../plugins/dashboard/format.js';
 import { escapeHtml, html, jsonBlock, raw } from '../../plugins/dashboard/html.js';
 import { dailySpend, spendChart } from '../../plugins/dashboard/spend-chart.js';
 import { usageCsv } from '../../plugins/dashboard/usage-csv.js';
@@ -25,15 +25,6 @@ t.test('jsonBlock: no value can close its script element', async (t) => {
   const out = jsonBlock({ name: '</script><script>alert(1)</script>', sep: '\u2028' }).value;
   t.notMatch(out, /<\/script/i);
   t.same(JSON.parse(out), { name: '</script><script>alert(1)</script>', sep: '\u2028' });
-});
-
-t.test('scaledRate: 1.25x a rate, exactly, with the decimals it needs', async (t) => {
-  t.equal(scaledRate(3_000_000n, 5n, 4n), '3.75');
-  t.equal(scaledRate(175_000n, 5n, 4n), '0.21875');
-  t.equal(scaledRate(1n, 5n, 4n), '0.00000125');
-  t.equal(scaledRate(0n, 5n, 4n), '0.00');
-  t.equal(scaledRate(4_000_000n, 5n, 4n), '5.00');
-  t.throws(() => scaledRate(1n, 1n, 3n), RangeError);
 });
 
 t.test('format: durations and short hex', async (t) => {

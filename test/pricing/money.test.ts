@@ -1,5 +1,13 @@
 import t from 'tap';
-import { ceilDiv, formatUsd, formatUsdRate, parseUsd } from '../../pricing/index.js';
+import {
+  ceilDiv,
+  formatUsd,
+  formatUsdExact,
+  formatUsdRate,
+  parseUsd,
+  publishedRates,
+  type TextRates,
+} from '../../pricing/index.js';
 
 t.test('parseUsd reads decimal strings exactly into 6-decimal atomic units', async (t) => {
   t.equal(parseUsd('0'), 0n);
@@ -50,6 +58,51 @@ t.test('formatUsdRate keeps at least 2 decimals and drops needless trailing zero
   t.equal(formatUsdRate(0n), '0.00');
   t.equal(formatUsdRate(15_100_000n), '15.10');
   t.equal(formatUsdRate(-50_000n), '-0.05');
+});
+
+t.test('formatUsdExact: at least the decimals asked, more only where the exact value needs them', async (t) => {
+  t.equal(formatUsdExact(3_000_000n, 1n, 6), '3.000000');
+  t.equal(formatUsdExact(3_000_000n, 1n, 2), '3.00');
+  t.equal(formatUsdExact(0n, 1n, 6), '0.000000');
+  t.equal(formatUsdExact(0n, 1n, 0), '0');
+  t.equal(formatUsdExact(5n, 4n, 6), '0.00000125', '1.25 atomic units: 8 decimals, not rounded');
+  t.equal(formatUsdExact(1_750_000n * 5n, 4n, 6), '2.187500');
+  t.equal(formatUsdExact(-5n, 4n, 2), '-0.00000125');
+  // 1.25x a rate as the dashboard shows it (at least 2 decimals).
+  t.equal(formatUsdExact(3_000_000n * 5n, 4n, 2), '3.75');
+  t.equal(formatUsdExact(175_000n * 5n, 4n, 2), '0.21875');
+  t.equal(formatUsdExact(4_000_000n * 5n, 4n, 2), '5.00');
+  t.equal(formatUsdExact(0n, 4n, 2), '0.00');
+  t.throws(() => formatUsdExact(1n, 3n, 6), /does not divide a power of ten/);
+  t.throws(() => formatUsdExact(1n, 0n, 6), /must be positive/);
+});
+
+t.test('publishedRates: text with its cache writes (1.25x and 2x input), images and clips, exact', async (t) => {
+  const text: TextRates = { kind: 'text', input: 1_750_000n, output: 14_000_000n, cacheRead: 175_000n };
+  t.same(publishedRates(text, 6), {
+    input: '1.750000',
+    output: '14.000000',
+    cache_read: '0.175000',
+    cache_write_5m: '2.187500',
+    cache_write_1h: '3.500000',
+  });
+  t.same(publishedRates(text, 2), {
+    input: '1.75',
+    output: '14.00',
+    cache_read: '0.175',
+    cache_write_5m: '2.1875',
+    cache_write_1h: '3.50',
+  });
+  t.equal(publishedRates({ ...text, input: 1n }, 6).cache_write_5m, '0.00000125');
+  t.same(publishedRates({ kind: 'image', perImage: { '1K': 39_000n, '2K': 67_000n, '4K': 120_000n } }, 6), {
+    '1K': '0.039000',
+    '2K': '0.067000',
+    '4K': '0.120000',
+  });
+  t.same(publishedRates({ kind: 'video', family: 'vidC', perClip: { '5': 600_000n, '8': 960_000n } }, 6), {
+    '5': '0.600000',
+    '8': '0.960000',
+  });
 });
 
 t.test('ceilDiv rounds toward positive infinity', async (t) => {

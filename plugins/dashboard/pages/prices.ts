@@ -2,8 +2,7 @@
  * Body of the public Prices page: the numbers of `farebox prices --json` (publishPrices), per unit: text per
  * 1,000,000 tokens with the derived cache-write rates, images per image by resolution, video per clip by duration.
  */
-import { IMAGE_SIZES, type PriceTable, type PricesDocument } from '../../../pricing/index.js';
-import { rate, scaledRate } from '../format.js';
+import { IMAGE_SIZES, publishedRates, type PriceTable, type PricesDocument } from '../../../pricing/index.js';
 import { html, type SafeHtml } from '../html.js';
 
 /** The Prices page's body. */
@@ -11,9 +10,10 @@ export function pricesBody(p: { base: string; doc: PricesDocument; table: PriceT
   const cell = (model: string, field: string, label: string, value: string) =>
     html`<td class="num" data-label="${label}" data-model="${model}" data-field="${field}">$${value}</td>`;
   const text = Object.entries(p.doc.text).map(([id, r]) => {
+    // The cache writes as GET /v1/models publishes them, from the same rates.
     const rates = p.table[id];
-    const input = rates?.kind === 'text' ? rates.input : 0n;
-    return html`<tr><th scope="row">${id}</th>${cell(id, 'input', 'Input', r.input)}${cell(id, 'output', 'Output', r.output)}${cell(id, 'cache_read', 'Cache read', r.cache_read)}${cell(id, 'cache_write_5m', 'Cache write 5 min', scaledRate(input, 5n, 4n))}${cell(id, 'cache_write_1h', 'Cache write 1 h', rate(input * 2n))}</tr>`;
+    const w = rates?.kind === 'text' ? publishedRates(rates, 2) : { cache_write_5m: '', cache_write_1h: '' };
+    return html`<tr><th scope="row">${id}</th>${cell(id, 'input', 'Input', r.input)}${cell(id, 'output', 'Output', r.output)}${cell(id, 'cache_read', 'Cache read', r.cache_read)}${cell(id, 'cache_write_5m', 'Cache write 5 min', w.cache_write_5m)}${cell(id, 'cache_write_1h', 'Cache write 1 h', w.cache_write_1h)}</tr>`;
   });
   const images = Object.entries(p.doc.image).map(
     ([id, r]) => html`<tr><th scope="row">${id}</th>${IMAGE_SIZES.map((s) => cell(id, s, s, r[s]))}</tr>`,
