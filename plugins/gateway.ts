@@ -47,6 +47,7 @@ import { policeCall } from './phases/police.js';
 import { prepareCall } from './phases/prepare.js';
 import { runPhases } from './phases/run-phases.js';
 import {
+  accountReadRoutes,
   ENDPOINTS,
   healthRoute,
   imageContentRoute,
@@ -355,6 +356,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       healthRoute(v1, redis);
       imageContentRoute(v1, images.store);
       videoJobRoutes(v1, { authenticate: identify, videos, admission, upstreams });
+      accountReadRoutes(v1, { authenticate: identify, admission, redis });
     },
     { prefix: '/v1' },
   );

@@ -56,6 +56,7 @@ export const ERROR_CODES = {
   unsupported_client: { status: 403, message: 'This client is not supported for this model.' },
   not_found: { status: 404, message: 'No such endpoint.' },
   video_not_found: { status: 404, message: 'No video job with this id.' },
+  call_not_found: { status: 404, message: 'No call with this request id.' },
   video_not_ready: {
     status: 409,
     message: 'The video is not rendered yet: poll the job until its status is completed.',
