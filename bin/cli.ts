@@ -507,25 +507,13 @@ export async function main(
       }
       case 'balance': {
         const account = accountArg(flags);
-        const { getAccount } = await import('../plugins/accounts/accounts.js');
-        const { readWallet } = await import('../plugins/billing/wallets.js');
-        const { formatUsd } = await import('../pricing/money.js');
-        const acct = await getAccount(await db(), account);
-        if (!acct) throw new Error(`no account ${account}`);
-        const chains: Record<string, Record<string, string>> = {};
-        for (const n of await chainNames()) {
-          const w = await readWallet(await db(), account, n);
-          chains[n] = {
-            balance: formatUsd(w.synced),
-            held: formatUsd(w.held),
-            pending: formatUsd(w.pending),
-            available: formatUsd(w.available < 0n ? 0n : w.available),
-          };
-        }
-        const doc = { account, default_chain: acct.default_chain ?? 'chain_a', chains };
+        // The document GET /v1/balance and the dashboard answer too (billing/balances.ts).
+        const { accountBalances } = await import('../plugins/billing/balances.js');
+        const doc = await accountBalances(await db(), account);
+        if (!doc) throw new Error(`no account ${account}`);
         if (json) out(JSON.stringify(doc));
         else {
-          const rows = Object.entries(chains).map(([n, c]) => [
+          const rows = Object.entries(doc.chains).map(([n, c]) => [
             n === doc.default_chain ? `${n} *` : n,
             c.balance,
             c.held,

@@ -47,6 +47,7 @@ import { policeCall } from './phases/police.js';
 import { prepareCall } from './phases/prepare.js';
 import { runPhases } from './phases/run-phases.js';
 import {
+  accountReadRoutes,
   ENDPOINTS,
   healthRoute,
   imageContentRoute,
@@ -363,6 +364,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
         prices: config.prices,
         endpoints: ENDPOINTS,
       });
+      accountReadRoutes(v1, { authenticate: identify, admission, redis });
     },
     { prefix: '/v1' },
   );

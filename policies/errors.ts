@@ -57,6 +57,7 @@ export const ERROR_CODES = {
   not_found: { status: 404, message: 'No such endpoint.' },
   model_not_found: { status: 404, message: 'No model with this id.' },
   video_not_found: { status: 404, message: 'No video job with this id.' },
+  call_not_found: { status: 404, message: 'No call with this request id.' },
   video_not_ready: {
     status: 409,
     message: 'The video is not rendered yet: poll the job until its status is completed.',

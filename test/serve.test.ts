@@ -190,6 +190,10 @@ t.test('farebox fund then farebox balance on the same Redis show the deposit, eq
     held: '0.000000',
     pending: '0.000000',
     available: '1.500000',
+    balance_atomic: onchainC.toString(),
+    held_atomic: '0',
+    pending_atomic: '0',
+    available_atomic: '1500000',
   });
   t.equal(doc.chains.chain_a.balance, formatUsd(onchainA), 'chain_a: 10 USD less the curl call');
   t.ok(onchainA < 10_000_000n && onchainA > 9_000_000n);

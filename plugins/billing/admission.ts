@@ -260,12 +260,15 @@ export class Admission {
     return { decision, hold, limits };
   }
 
-  /** Count a video poll or download against its key's and account's poll limits, or throw its 429; nothing is held. */
-  async admitPoll(identity: KeyIdentity, protocol: Protocol): Promise<Decision> {
+  /**
+   * Count a video poll or download, or another read that needs no funds (`what` names them in the 429: a call's record,
+   * the balance), against its key's and account's poll limits, or throw its 429; nothing is held.
+   */
+  async admitPoll(identity: KeyIdentity, protocol: Protocol, what = 'video polls'): Promise<Decision> {
     const decision = await this.limiter.checkPoll(identity.account, identity.keyId);
     if (!decision.allowed) {
       const whose = decision.which === 'account_requests' ? 'this account' : 'this API key';
-      throw rateLimitedError(decision, protocol, undefined, `video polls per minute for ${whose}`);
+      throw rateLimitedError(decision, protocol, undefined, `${what} per minute for ${whose}`);
     }
     return decision;
   }

@@ -219,6 +219,21 @@ export async function getCallRecord(redis: Redis, requestId: string): Promise<Ca
   return toRecord(await redis.hgetall(keys.call(callId)), callId, requestId);
 }
 
+/**
+ * The record of `account`'s call with request id `requestId`, or null: none, or another account's. A settled record
+ * no longer names its account (see the head of this file), so the owner is the account whose usage index lists the
+ * call, as `farebox usage` lists it; the hold script and the rebuild from an event write the index beside the record.
+ * Both reads go out in one turn: one round trip.
+ */
+export async function getOwnCallRecord(redis: Redis, account: string, requestId: string): Promise<CallRecord | null> {
+  const callId = callIdOf(requestId);
+  const [listed, h] = await Promise.all([
+    redis.zscore(keys.usageIndex(account.toLowerCase()), requestId),
+    redis.hgetall(keys.call(callId)),
+  ]);
+  return listed === null ? null : toRecord(h, callId, requestId);
+}
+
 /** The record of the call with call id `callId` (the id the escrow charges), or null. */
 export async function getCallRecordById(redis: Redis, callId: string): Promise<CallRecord | null> {
   return toRecord(await redis.hgetall(keys.call(callId)), callId);

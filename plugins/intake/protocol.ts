@@ -2,12 +2,21 @@
  * The protocol a refusal is written in: the caller's, from its path (the messages endpoints speak Anthropic's, the
  * rest OpenAI's), also for a request refused before any route knew it (plugins/phases/client-errors.ts).
  */
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Protocol } from '../../policies/errors.js';
 
 /** The protocol of a path under /v1 (its query not counted). */
 export function protocolOf(url: string): Protocol {
   const q = url.indexOf('?');
   return (q < 0 ? url : url.slice(0, q)).includes('/v1/messages') ? 'anthropic' : 'openai';
+}
+
+/**
+ * The protocol of a route that belongs to neither (the model list, the account reads): the caller's SDK's,
+ * Anthropic's when the request carries `anthropic-version` (its SDKs send it on every request), else OpenAI's.
+ */
+export function protocolOfCaller(request: { readonly headers: IncomingHttpHeaders }): Protocol {
+  return request.headers['anthropic-version'] === undefined ? 'openai' : 'anthropic';
 }
 
 // A request line (RFC 9112 3): method, space, target. Empty lines before it are skipped by the parser (RFC 9112 2.2),

@@ -7,6 +7,7 @@ import { imageGenerations } from './image-generations.js';
 import { messages } from './messages.js';
 import { videos } from './videos.js';
 
+export { accountReadRoutes } from './account-reads.js';
 export { healthRoute } from './health.js';
 export { imageContentRoute } from './image-content.js';
 export { imageUrlOrigin } from './images.js';

@@ -12,8 +12,9 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { KeyIdentity } from '../accounts/accounts.js';
 import type { Endpoint, EndpointName } from '../call.js';
 import type { OnRequestHook } from '../phases/identify.js';
+import { protocolOfCaller } from '../intake/protocol.js';
 import type { CatalogEndpoint, ModelCatalog, ModelConfig } from '../../policies/catalog.js';
-import { GatewayError, type Protocol } from '../../policies/errors.js';
+import { GatewayError } from '../../policies/errors.js';
 import {
   lookupRates,
   publishedRates,
@@ -105,11 +106,6 @@ export function visibleTo(_identity: KeyIdentity, _id: string): boolean {
   return true;
 }
 
-/** The protocol of a models request: Anthropic's when it carries `anthropic-version`, else OpenAI's. */
-export function modelsProtocol(request: FastifyRequest): Protocol {
-  return request.headers['anthropic-version'] === undefined ? 'openai' : 'anthropic';
-}
-
 function openaiModel(m: ListedModel) {
   return { id: m.id, object: 'model', created: CREATED, owned_by: OWNED_BY, farebox: m.farebox };
 }
@@ -181,7 +177,7 @@ export function modelsRoutes(v1: FastifyInstance, ctx: ModelsRoutesContext): voi
   const listed = listModels(ctx);
   const byId = new Map(listed.map((m) => [m.id, m]));
   const visible = (request: FastifyRequest) => listed.filter((m) => visibleTo(request.farebox.identity!, m.id));
-  const opts = { config: { protocolOf: modelsProtocol }, onRequest: ctx.authenticate };
+  const opts = { config: { protocolOf: protocolOfCaller }, onRequest: ctx.authenticate };
   v1.get('/models', opts, async (request, reply) => {
     const models = visible(request);
     if (request.farebox.protocol === 'anthropic')

@@ -101,12 +101,25 @@ t.test(
       held: '0.000000',
       pending: '0.000000',
       available: '2.500000',
+      balance_atomic: onchain.toString(),
+      held_atomic: '0',
+      pending_atomic: '0',
+      available_atomic: '2500000',
     });
     t.equal(onchain, 2_500_000n, 'balanceOf onchain');
     for (const n of ['chain_a', 'chain_c', 'chain_d']) {
       t.same(
         doc.chains[n],
-        { balance: '0.000000', held: '0.000000', pending: '0.000000', available: '0.000000' },
+        {
+          balance: '0.000000',
+          held: '0.000000',
+          pending: '0.000000',
+          available: '0.000000',
+          balance_atomic: '0',
+          held_atomic: '0',
+          pending_atomic: '0',
+          available_atomic: '0',
+        },
         `${n} empty`,
       );
     }
@@ -204,7 +217,16 @@ t.test('usage --json after a few calls: documented fields, statuses settle with 
   t.equal(w.pending, 0n);
   t.same(
     doc.chains.chain_b,
-    { balance: formatUsd(onchain), held: '0.000000', pending: '0.000000', available: formatUsd(onchain) },
+    {
+      balance: formatUsd(onchain),
+      held: '0.000000',
+      pending: '0.000000',
+      available: formatUsd(onchain),
+      balance_atomic: onchain.toString(),
+      held_atomic: '0',
+      pending_atomic: '0',
+      available_atomic: onchain.toString(),
+    },
     'synced = balanceOf after the charges',
   );
   t.ok(onchain < 2_500_000n, 'the calls were charged');

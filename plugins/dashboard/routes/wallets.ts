@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { getAccount, setDefaultChain } from '../../accounts/accounts.js';
+import { accountBalances } from '../../billing/balances.js';
 import { readWallet } from '../../billing/wallets.js';
 import { CHAIN_NAMES, type Address, type ChainName, type ChainsConfig } from '../../chains/config.js';
 import { DEV_CHAIN_IDS } from '../../chains/dev-chains.js';
@@ -159,23 +160,13 @@ export async function walletsPage(d: Dashboard, request: FastifyRequest, reply: 
   });
 }
 
-/** GET /wallets/balances.json: the `farebox balance --json` document of the signed-in account. */
+/** GET /wallets/balances.json: the `farebox balance --json` document of the signed-in account (billing/balances.ts). */
 export async function balancesJson(d: Dashboard, request: FastifyRequest, reply: FastifyReply) {
   const session = await requireSession(d, request);
-  const account = await getAccount(d.redis, session.account);
-  const chains: Record<string, Record<string, string>> = {};
-  for (const n of CHAIN_NAMES) {
-    const w = await readWallet(d.redis, session.account, n);
-    chains[n] = {
-      balance: formatUsd(w.synced),
-      held: formatUsd(w.held),
-      pending: formatUsd(w.pending),
-      available: formatUsd(w.available < 0n ? 0n : w.available),
-    };
-  }
-  return reply
-    .header('cache-control', 'no-store')
-    .send({ account: session.account, default_chain: account?.default_chain ?? 'chain_a', chains });
+  const doc = await accountBalances(d.redis, session.account);
+  // Sign-in makes the account, so a session names one; none is an account removed under it.
+  if (!doc) throw new DashboardError('not_signed_in');
+  return reply.header('cache-control', 'no-store').send(doc);
 }
 
 /** POST /wallets/default-chain {chain} */
