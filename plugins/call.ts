@@ -37,7 +37,7 @@ export interface Call {
   readonly startedAt: bigint;
   /** Size of the request body as read (the JSON parser sets it). */
   bodyBytes: number;
-  /** A JSON body as it arrived (the JSON parser sets it): its text and top-level members, for forwarding. */
+  /** A JSON body as it arrived, its text and top-level members: the JSON parser sets it, police reads and drops it. */
   json?: JsonText;
   /** identify: the key's account. */
   identity?: KeyIdentity;

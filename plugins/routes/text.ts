@@ -114,7 +114,8 @@ interface UpstreamBody {
  * The upstream body: the rewritten body serialized, except the caller's messages and system, which are copied from
  * its text (the last of each, as JSON.parse took it). The checks read the parsed body (bodyFacts), which is what the
  * provider parses from those bytes. Serialized whole when it is small (SPLICE_FROM_BYTES), when there is nothing to
- * splice, or when a top-level key is written with an escape (`"mess\u0061ges"` is a messages member the splice would not see).
+ * splice, or when a top-level key is written with an escape (`"mess\u0061ges"` is a messages member the splice
+ * would not see).
  */
 function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | undefined): UpstreamBody {
   const kept = new Map<string, JsonMember>();

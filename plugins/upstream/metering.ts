@@ -185,17 +185,25 @@ export class SseMeter implements Meter {
 
 /**
  * Where the generated string of the OpenAI chunk block.slice(s, e) starts (just past its opening quote), or -1 when
- * the chunk carries none. Providers write compact JSON, so `"content":"` is looked for first; any other spelling
- * (spaces, tool-call arguments, reasoning, a refusal) is TOKEN_DELTA's.
+ * the chunk carries none: TOKEN_DELTA's first match, read in the chunk alone (a chunk without one, such as a tool
+ * call's, must not send the search through the rest of the block). Providers write compact JSON, so a non-empty
+ * `"content":"` with none of TOKEN_DELTA's other keys before it is that match, found without the regex.
  */
 function deltaValue(block: string, s: number, e: number): number {
-  const c = block.indexOf('"content":"', s);
-  if (c >= 0 && c < e && block.charCodeAt(c + 11) !== 34) return c + 11;
-  TOKEN_DELTA.lastIndex = s;
-  const m = TOKEN_DELTA.exec(block);
+  const event = block.slice(s, e);
+  const c = event.indexOf('"content":"');
+  if (c >= 0 && event.charCodeAt(c + 11) !== 34) {
+    const before = event.slice(0, c);
+    if (!OTHER_DELTA_KEYS.some((k) => before.includes(k))) return s + c + 11;
+  }
+  TOKEN_DELTA.lastIndex = 0;
+  const m = TOKEN_DELTA.exec(event);
   // The match ends one character into the string value.
-  return m && m.index < e ? m.index + m[0].length - 1 : -1;
+  return m ? s + m.index + m[0].length - 1 : -1;
 }
+
+/** What TOKEN_DELTA could match before a chunk's `"content":"` (reasoning covers reasoning_content). */
+const OTHER_DELTA_KEYS = ['"content"', '"arguments"', '"reasoning', '"refusal"'];
 
 /** Index where the event holding index `i` starts: just past the blank line before it, or 0. */
 function eventStart(block: string, i: number): number {

@@ -235,3 +235,33 @@ t.test(
     t.ok(whole.reading.complete);
   },
 );
+
+t.test(
+  'OpenAI deltas: tool-call arguments and reasoning count as the first generated string of their chunk',
+  async (t) => {
+    const tool = (args: string) =>
+      chunk({
+        ...base,
+        choices: [
+          {
+            index: 0,
+            delta: { content: null, tool_calls: [{ index: 0, function: { arguments: args } }] },
+            finish_reason: null,
+          },
+        ],
+      });
+    const both = chunk({
+      ...base,
+      choices: [{ index: 0, delta: { reasoning_content: 'think', content: 'no' }, finish_reason: null }],
+    });
+    const text = tool('{"pa') + tool('th":"a.ts"}') + both + 'data: [DONE]\n\n';
+    for (const sizes of [[1], [100000]]) {
+      const m = new SseMeter('openai');
+      await run(m, text, sizes);
+      t.equal(m.reading.deltas, 3, `${sizes}: three deltas`);
+      // {"pa = 4, th":"a.ts"} = 11 (escapes count one each), then the reasoning, which comes first in its chunk: 5.
+      t.equal(m.reading.deltaChars, 4 + 11 + 5);
+      t.ok(m.reading.complete);
+    }
+  },
+);
