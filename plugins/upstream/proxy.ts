@@ -53,14 +53,16 @@ export function proxyCall(
  * meter pass and a system call per event.
  */
 export const WRITE_WINDOW_MS = 1;
+/** How long a cut answer's last writes may take to leave before the cut (ProxyHandler.failedMidAnswer). */
+const CUT_AFTER_MS = 1_000;
 /** The most a window holds: past it, what waits is written at once. */
 const MAX_WAITING_BYTES = 64 * 1024;
 
 /**
  * One metered exchange: each 2xx chunk metered and written to the caller as it arrives, then the end. A chunk that
  * arrives within WRITE_WINDOW_MS of the last write waits for the window's end and goes out with the others, metered
- * then: what the meter counts is what was written to the caller, so chunks still waiting when the caller leaves or
- * the upstream fails are neither written nor counted.
+ * then: what the meter counts is what was written to the caller. Chunks still waiting when the caller leaves are
+ * neither written nor counted; when the upstream fails, they are written (and counted) before the answer is cut.
  */
 class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   private meter: Meter | undefined;
@@ -125,6 +127,31 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
     const tail = this.meter!.end();
     if (tail === null) res.end();
     else res.end(tail);
+  }
+
+  /**
+   * The upstream failed or ran past its time (not the caller leaving): what it sent before is written first, as it
+   * would have been without the window, and the answer is cut once that has left for the caller's socket (at most
+   * CUT_AFTER_MS later, for a caller that does not read), so the caller receives what it is charged for.
+   */
+  protected override failedMidAnswer(err: Error): boolean {
+    clearTimeout(this.window);
+    this.window = undefined;
+    if (this.waiting.length === 0) return false;
+    const waiting = this.take();
+    const res = this.reply.raw;
+    if (res.destroyed) return false;
+    this.deliver(Buffer.concat(waiting));
+    const socket = res.socket;
+    if (socket === null || res.writableLength === 0) return false;
+    const cut = () => {
+      clearTimeout(timer);
+      res.destroy(err);
+    };
+    const timer = setTimeout(cut, CUT_AFTER_MS).unref();
+    // A write of nothing calls back once everything written before it has left.
+    socket.write('', cut);
+    return true;
   }
 
   /** The waiting chunks, taken. */
