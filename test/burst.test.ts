@@ -7,59 +7,15 @@
  */
 import t, { type Test } from 'tap';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createAccount, createKey } from '../plugins/accounts/accounts.js';
 import { readWallet } from '../plugins/billing/wallets.js';
-import { DEV_KEYS, DEV_SETTLER_KEY_ENV } from '../plugins/chains/dev-chains.js';
-import { embeddedDefault, type ConfigInput } from '../plugins/config.js';
-import { devChainsConfig, fundOnDevChain, serve, type Server } from '../plugins/serve.js';
-import { startSimulator } from '../plugins/simulator/index.js';
-import { connectRedis } from '../plugins/store/redis.js';
+import { fundOnDevChain, type Server } from '../plugins/serve.js';
 import { fromAnthropicUsage, fromOpenAIUsage, priceCall } from '../pricing/index.js';
-import { closeDevChains, devChains, dropPrefix, testPrefix } from './helpers/harness.js';
+import { serveFixture } from './helpers/serve-fixture.js';
 import { until } from './helpers/wait.js';
 
 const CALLS = 300;
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const prefix = testPrefix();
-const redis = connectRedis({ url: REDIS_URL, prefix });
-const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
-const dev = await devChains();
-const dir = mkdtempSync(join(tmpdir(), 'farebox-burst-'));
-const servers: Server[] = [];
-t.teardown(async () => {
-  for (const s of servers) await s.close();
-  await sim.close();
-  await closeDevChains();
-  await dropPrefix(redis, prefix);
-  await redis.quit();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-/** `farebox serve` on a config file (the embedded default's models and dev chains) with these server settings. */
-async function start(server: ConfigInput['server']): Promise<Server> {
-  const file = join(dir, `farebox-${servers.length}.json`);
-  writeFileSync(
-    file,
-    JSON.stringify({
-      ...embeddedDefault(sim.url),
-      server: { port: 0, host: '127.0.0.1', ...server },
-      redis: { url: REDIS_URL, prefix },
-      chains: devChainsConfig(dev),
-      billing: { batch_wait_ms: 0 },
-      metrics: { port: 0 },
-      dashboard: { enabled: false },
-    }),
-  );
-  const s = await serve(
-    { FAREBOX_CONFIG: file, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey },
-    { logger: false },
-  );
-  servers.push(s);
-  return s;
-}
+const { redis, start } = await serveFixture(t, 'burst');
 
 /**
  * The client, in a process of its own so that a stall of the gateway's loop is not the client's: CALLS fetches at

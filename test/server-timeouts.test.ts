@@ -5,56 +5,13 @@
  */
 import t from 'tap';
 import { connect, type Socket } from 'node:net';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createAccount, createKey } from '../plugins/accounts/accounts.js';
-import { DEV_KEYS, DEV_SETTLER_KEY_ENV } from '../plugins/chains/dev-chains.js';
-import { buildConfig, ConfigError, embeddedDefault, type ConfigInput } from '../plugins/config.js';
-import { devChainsConfig, fundOnDevChain, serve, type Server } from '../plugins/serve.js';
-import { startSimulator } from '../plugins/simulator/index.js';
-import { connectRedis } from '../plugins/store/redis.js';
-import { closeDevChains, devChains, dropPrefix, testPrefix } from './helpers/harness.js';
+import { buildConfig, ConfigError, embeddedDefault } from '../plugins/config.js';
+import { fundOnDevChain } from '../plugins/serve.js';
+import { serveFixture } from './helpers/serve-fixture.js';
 import { until } from './helpers/wait.js';
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const prefix = testPrefix();
-const redis = connectRedis({ url: REDIS_URL, prefix });
-const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
-const dev = await devChains();
-const dir = mkdtempSync(join(tmpdir(), 'farebox-timeouts-'));
-const servers: Server[] = [];
-t.teardown(async () => {
-  for (const s of servers) await s.close();
-  await sim.close();
-  await closeDevChains();
-  await dropPrefix(redis, prefix);
-  await redis.quit();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-/** `farebox serve` on a config file (the embedded default's models and dev chains) with these server settings. */
-async function start(server: ConfigInput['server']): Promise<Server> {
-  const file = join(dir, `farebox-${servers.length}.json`);
-  writeFileSync(
-    file,
-    JSON.stringify({
-      ...embeddedDefault(sim.url),
-      server: { port: 0, host: '127.0.0.1', ...server },
-      redis: { url: REDIS_URL, prefix },
-      chains: devChainsConfig(dev),
-      billing: { batch_wait_ms: 0 },
-      metrics: { port: 0 },
-      dashboard: { enabled: false },
-    }),
-  );
-  const s = await serve(
-    { FAREBOX_CONFIG: file, FAREBOX_SIM_KEY: 'sim-key', [DEV_SETTLER_KEY_ENV]: DEV_KEYS.settler.privateKey },
-    { logger: false },
-  );
-  servers.push(s);
-  return s;
-}
+const { redis, start } = await serveFixture(t, 'timeouts');
 
 const quick = await start({ headers_timeout_ms: 1_500, request_timeout_ms: 2_000, keep_alive_timeout_ms: 1_000 });
 const port = Number(new URL(quick.url).port);
