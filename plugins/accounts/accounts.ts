@@ -6,6 +6,15 @@
 import { hash as digest, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { keys } from '../store/keys.js';
+import {
+  limitsView,
+  spendOf,
+  SPEND_FIELDS,
+  storedExpiry,
+  storedModels,
+  type KeyLimitsChange,
+  type KeyLimitsView,
+} from './key-limits.js';
 
 /** Access states of an account (SPEC: 403 when access is not active). */
 export const ACCOUNT_STATUSES = ['active', 'pending', 'suspended'] as const;
@@ -27,6 +36,10 @@ export interface KeyIdentity {
   account: string;
   status: AccountStatus;
   defaultChain: string;
+  /** The models the key may call (ids and `prefix-*` patterns); null: every model (key-limits.ts). */
+  models: readonly string[] | null;
+  /** From this time (ms) the key answers 401 key_expired; null: never. */
+  expiresAt: number | null;
 }
 
 const ADDRESS = /^0x[0-9a-fA-F]{40}$/;
@@ -110,28 +123,30 @@ export function keyName(name: string): string {
   return trimmed;
 }
 
-/** Create a key for an account, optionally named; the key itself is returned only here. */
+/** Create a key for an account, optionally named and limited; the key itself is returned only here. */
 export async function createKey(
   redis: Redis,
   address: string,
-  opts: { name?: string } = {},
+  opts: { name?: string } & KeyLimitsChange = {},
 ): Promise<{ id: string; key: string; account: string }> {
   const name = keyName(opts.name ?? '');
   const account = await requireAccount(redis, address);
   const key = `sk_${randomBytes(32).toString('base64url')}`;
   const id = `key_${randomBytes(8).toString('hex')}`;
   const hash = hashKey(key);
-  await redis
-    .multi()
-    .hset(keys.apiKey(hash), { id, account, name, created_at: String(Date.now()) })
-    .set(keys.apiKeyId(id), hash)
-    .sadd(keys.accountKeys(account), id)
-    .exec();
+  const fields: Record<string, string> = { id, account, name, created_at: String(Date.now()) };
+  if (opts.models) fields.models = opts.models.join(',');
+  if (opts.expiresAt) fields.expires_at = String(opts.expiresAt);
+  const m = redis.multi();
+  // The limit first: the key works once its hash is written, and must not work a moment unlimited.
+  if (opts.limit) m.hset(keys.keySpend(id), { l: opts.limit.toString(), r: opts.reset ?? 'never' });
+  else if (opts.reset) m.hset(keys.keySpend(id), 'r', opts.reset);
+  await m.hset(keys.apiKey(hash), fields).set(keys.apiKeyId(id), hash).sadd(keys.accountKeys(account), id).exec();
   return { id, key, account };
 }
 
-/** A key as its owner sees it: never the key itself. Times are ms since the epoch. */
-export interface KeyInfo {
+/** A key as its owner sees it, with its limits and spend: never the key itself. Times are ms since the epoch. */
+export interface KeyInfo extends KeyLimitsView {
   id: string;
   name: string;
   created_at: number;
@@ -139,23 +154,53 @@ export interface KeyInfo {
   revoked_at: number | null;
 }
 
+/** The key-hash fields keyInfo reads, in its order. */
+const INFO_FIELDS = ['id', 'name', 'created_at', 'last_used_at', 'revoked_at', 'models', 'expires_at'] as const;
+
+function keyInfo(h: (string | null)[], spend: (string | null)[], now: number): KeyInfo {
+  const [id, name, created, used, revoked, models, expires] = h;
+  return {
+    id: id!,
+    name: name ?? '',
+    created_at: Number(created),
+    last_used_at: used ? Number(used) : null,
+    revoked_at: revoked ? Number(revoked) : null,
+    ...limitsView(storedModels(models), storedExpiry(expires), spendOf(spend, now)),
+  };
+}
+
+/** Redis's clock in ms: windows of spend are on it (key-limits.ts). */
+async function redisMs(redis: Redis): Promise<number> {
+  const [s, us] = await redis.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
+
 /** The account's keys, newest first, revoked ones included. */
 export async function listKeys(redis: Redis, address: string): Promise<KeyInfo[]> {
   const ids = await redis.smembers(keys.accountKeys(address.toLowerCase()));
   const hashes = await Promise.all(ids.map((id) => redis.get(keys.apiKeyId(id))));
-  const rows = await Promise.all(hashes.map((h) => (h ? redis.hgetall(keys.apiKey(h)) : null)));
+  const [now, rows, spends] = await Promise.all([
+    redisMs(redis),
+    Promise.all(hashes.map((h) => (h ? redis.hmget(keys.apiKey(h), ...INFO_FIELDS) : null))),
+    Promise.all(ids.map((id) => redis.hmget(keys.keySpend(id), ...SPEND_FIELDS))),
+  ]);
   const out: KeyInfo[] = [];
-  for (const h of rows) {
-    if (!h?.id) continue;
-    out.push({
-      id: h.id,
-      name: h.name ?? '',
-      created_at: Number(h.created_at),
-      last_used_at: h.last_used_at ? Number(h.last_used_at) : null,
-      revoked_at: h.revoked_at ? Number(h.revoked_at) : null,
-    });
-  }
+  rows.forEach((h, i) => {
+    if (h?.[0]) out.push(keyInfo(h, spends[i]!, now));
+  });
   return out.sort((a, b) => b.created_at - a.created_at || a.id.localeCompare(b.id));
+}
+
+/** One key by id (null when unknown), as listKeys shows it. */
+export async function getKey(redis: Redis, id: string): Promise<KeyInfo | null> {
+  const hash = await redis.get(keys.apiKeyId(id));
+  if (!hash) return null;
+  const [now, h, spend] = await Promise.all([
+    redisMs(redis),
+    redis.hmget(keys.apiKey(hash), ...INFO_FIELDS),
+    redis.hmget(keys.keySpend(id), ...SPEND_FIELDS),
+  ]);
+  return h[0] ? keyInfo(h, spend, now) : null;
 }
 
 /**
@@ -175,11 +220,26 @@ export async function revokeKey(redis: Redis, id: string, opts: { account?: stri
 /** Resolve a presented key to its account, or null when unknown or revoked. */
 export async function lookupKey(redis: Redis, key: string): Promise<KeyIdentity | null> {
   const keyHash = hashKey(key);
-  const [id, account, revoked] = await redis.hmget(keys.apiKey(keyHash), 'id', 'account', 'revoked_at');
+  const [id, account, revoked, models, expires] = await redis.hmget(
+    keys.apiKey(keyHash),
+    'id',
+    'account',
+    'revoked_at',
+    'models',
+    'expires_at',
+  );
   if (!id || !account || revoked) return null;
   const [status, defaultChain] = await redis.hmget(keys.account(account), 'status', 'default_chain');
   if (!status) return null;
-  return { keyId: id, keyHash, account, status: status as AccountStatus, defaultChain: defaultChain ?? 'chain_a' };
+  return {
+    keyId: id,
+    keyHash,
+    account,
+    status: status as AccountStatus,
+    defaultChain: defaultChain ?? 'chain_a',
+    models: storedModels(models),
+    expiresAt: storedExpiry(expires),
+  };
 }
 
 /** Record a key's last use (callers throttle this). */

@@ -34,6 +34,8 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { Log } from '../log.js';
 import { FREE, type Bill, type Billing, type Hold, type Quote } from './billing.js';
 import { RateLimiter, rateLimitedError, type RateLimitInput } from './rate-limit.js';
+import type { KeyLimitRefusal } from './wallets.js';
+import { describeLimit, keyWindow } from '../accounts/key-limits.js';
 
 /** A call asking to run. */
 export interface AdmitRequest {
@@ -76,6 +78,24 @@ export function chooseChain(identity: KeyIdentity, header: string | string[] | u
     return names.includes(identity.defaultChain) ? (identity.defaultChain as ChainName) : 'chain_a';
   if (typeof header === 'string' && names.includes(header)) return header as ChainName;
   throw new GatewayError('invalid_billing_chain', { param: 'x-gw-billing-chain' });
+}
+
+/** The 402 of a call its key's spend limit does not cover: the limit, what is left, when it resets. */
+export function keyLimitError(
+  k: KeyLimitRefusal,
+  amount: bigint,
+  tokenPriced: boolean,
+  chain: ChainName,
+): GatewayError {
+  const { end } = keyWindow(k.reset, k.windowStart);
+  const resets = end === null ? 'It does not reset.' : `It resets at ${new Date(end).toISOString()}.`;
+  const lower = tokenPriced ? ' A lower max_tokens lowers what the call holds.' : '';
+  return new GatewayError('key_limit_exceeded', {
+    message:
+      `This API key's spend limit is ${describeLimit(k.limit, k.reset)}; ${formatUsd(k.left)} USD of it is left, ` +
+      `counting its calls still running, and this call may cost up to ${formatUsd(amount)} USD. ${resets}${lower}`,
+    headers: { 'x-gw-billing-chain': chain },
+  });
 }
 
 /** How admission bounds each chain's debit backlog (billing.backlog_stop_ratio, billing.backlog_check_ms). */
@@ -197,7 +217,10 @@ export class Admission {
     this.metrics?.chainAdmissionStopped.set({ chain }, this.behind.has(chain) ? 1 : 0);
   }
 
-  /** Admit a call, or throw its refusal: 400 bad chain or over the cap, 503 chain behind, 429 rate limited, 402 insufficient funds. */
+  /**
+   * Admit a call, or throw its refusal: 400 bad chain or over the cap, 503 chain behind, 429 rate limited, 402 over
+   * the key's spend limit or insufficient funds.
+   */
   async admit(req: AdmitRequest): Promise<Admitted> {
     const limits: RateLimitInput = {
       keyId: req.identity.keyId,
@@ -244,6 +267,8 @@ export class Admission {
     );
     const decision = prepared ? this.limiter.decide(prepared, result.limits) : UNLIMITED;
     if (!result.placed && result.rateLimited) throw rateLimitedError(decision, req.protocol);
+    if (!result.placed && result.keyLimit)
+      throw keyLimitError(result.keyLimit, req.quote.amount, req.tokens > 0, chain);
     if (!result.placed) {
       const available = result.available < 0n ? 0n : result.available;
       // What to do, not only what is missing: where to fund, and (a token-priced call) how to hold less.

@@ -203,6 +203,7 @@ export class Billing {
       requestId: hold.requestId,
       callId: hold.callId,
       account: hold.account,
+      keyId: hold.keyId,
       chain: hold.chain,
       owner: hold.owner,
       // A price beyond what the script reads is above any hold: the script cuts it to the hold and reports the cut.
@@ -371,8 +372,10 @@ export class Billing {
   ): Promise<number> {
     const callId = callIdOf(requestId);
     // The record's compact layout (call-records.ts), or the first one of a hold placed before it.
-    const f = await this.r.hmget(keys.call(callId), 'a', 'c', 'o', 's', 'account', 'chain', 'owner', 'status');
+    const f = await this.r.hmget(keys.call(callId), 'a', 'c', 'o', 's', 'account', 'chain', 'owner', 'status', 'k');
     const [account, chain, owner, status] = f[3] ? f : f.slice(4);
+    // A record of the first layout has no `ks`: its hold counted on no key's spend.
+    const keyId = f[8] ?? undefined;
     if (!account || !chain || !owner || status !== 'held') {
       await this.r.zrem(keys.holds, requestId);
       return 0;
@@ -381,6 +384,7 @@ export class Billing {
       requestId,
       callId,
       account,
+      keyId,
       chain: chain as ChainName,
       owner,
       price: 0n,

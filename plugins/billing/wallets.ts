@@ -26,6 +26,7 @@ import { storedRequestId, upgradeRecordLua, USAGE_RECORD_FIELDS, usageArgs } fro
 import { USAGE_FIELDS } from '../../pricing/index.js';
 import { keys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
+import { parseReset, windowStartLua, type Reset } from '../accounts/key-limits.js';
 
 // Redis TIME as ms (one clock for every instance), or ARGV's `now` when a test gives one.
 const nowLua = (arg: string) => `local now = tonumber(${arg})
@@ -40,35 +41,51 @@ if ${name} == nil or ${name} < 0 or ${name} ~= math.floor(${name}) or ${name} > 
   return redis.error_reply('amount out of range: ' .. tostring(${arg}))
 end`;
 
-// Decide the call's rate limits and place its hold, in one step. KEYS[1..5]: wallet, call record, holds,
-// owner-holds, usage-idx; KEYS[6..]: rate-limit keys. ARGV[1..11]: request id, amount, ttl ms, owner, account, chain,
-// model, key id, retention ms, now ms ('' = Redis TIME), the request id as the record keeps it ('' when the call id
-// spells it); ARGV[12..]: the rate-limit arguments (rate-limit.ts). A call
+// Decide the call's rate limits and place its hold, in one step. KEYS[1..6]: wallet, call record, holds,
+// owner-holds, usage-idx, the key's spend (accounts/key-limits.ts); KEYS[7..]: rate-limit keys. ARGV[1..11]: request
+// id, amount, ttl ms, owner, account, chain, model, key id, retention ms, now ms ('' = Redis TIME), the request id as
+// the record keeps it ('' when the call id spells it); ARGV[12..]: the rate-limit arguments (rate-limit.ts). A call
 // the limits refuse holds nothing ({-2, 0, ...}); a hold refused for funds or as a duplicate ({0|-1, available, ...})
 // charges no limit; a placed hold charges them ({1, available after, ...}). The rate-limit decision (rateLimitLua's
-// `out`) follows the first two values.
+// `out`) follows the first two values. A hold the key's spend limit refuses holds nothing and charges no limit:
+// {-3, what the key has left, its window's start, its reset, its limit}.
 // Request ids are the gateway's own, so a record already there with this owner and amount is this very call, run
 // again: ioredis resends a command whose reply a dropped connection lost. It answers as placed the first time,
 // with the decision as it stands, and changes nothing. The hold expires `ttl` after now unless its owner renews it
 // (renewHolds); the record outlives that by the retention, so a hold is never lost to the record's TTL. A record of
 // the first layout (its `status`) under the id is a duplicate too.
+// The key's spend: a limit (l) refuses a hold above what its window spent (s, 0 once the window moved) and its other
+// calls hold (h) leave; a placed hold adds to h and marks the record (ks), whose debit moves it from h to s and t.
 const HOLD = `
-local n = #KEYS - 5
+local n = #KEYS - 6
 ${amountLua('v', 'ARGV[2]')}
 local prior = redis.call('HMGET', KEYS[2], 'o', 'h', 's', 'status')
 local again = prior[1] == ARGV[4] and prior[2] == ARGV[2] and prior[3] == 'held'
-${rateLimitLua.decide(5, 11, 'again')}
+${rateLimitLua.decide(6, 11, 'again')}
 if allowed == 0 then return {-2, 0, unpack(out)} end
 local w = redis.call('HMGET', KEYS[1], 'synced', 'locked', 'pending', 'held')
 local avail = tonumber(w[1] or '0') - tonumber(w[2] or '0') - tonumber(w[3] or '0') - tonumber(w[4] or '0')
 if again then return {1, avail, unpack(out)} end
 if prior[3] or prior[4] then return {-1, avail, unpack(out)} end
-if avail < v then return {0, avail, unpack(out)} end
 ${nowLua('ARGV[10]')}
+${windowStartLua}
+local ks = redis.call('HMGET', KEYS[6], 'l', 'r', 'w', 's', 'h')
+local kstart = windowStart(ks[2], now)
+local kmoved = tonumber(ks[3] or '-1') ~= kstart
+if ks[1] then
+  local left = tonumber(ks[1]) - (kmoved and 0 or tonumber(ks[4] or '0')) - tonumber(ks[5] or '0')
+  if left < v then return {-3, left, kstart, ks[2] or 'never', ks[1]} end
+end
+if avail < v then return {0, avail, unpack(out)} end
 local expires = now + tonumber(ARGV[3])
-if v > 0 then redis.call('HINCRBY', KEYS[1], 'held', v) end
 redis.call('HSET', KEYS[2], 't', now, 'a', ARGV[5], 'k', ARGV[8], 'm', ARGV[7], 'c', ARGV[6], 'h', ARGV[2], 'o', ARGV[4],
   'e', expires, 'p', '0', 's', 'held')
+if v > 0 then
+  redis.call('HINCRBY', KEYS[1], 'held', v)
+  if kmoved then redis.call('HSET', KEYS[6], 'w', kstart, 's', 0) end
+  redis.call('HINCRBY', KEYS[6], 'h', v)
+  redis.call('HSET', KEYS[2], 'ks', '1')
+end
 if ARGV[11] ~= '' then redis.call('HSET', KEYS[2], 'r', ARGV[11]) end
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[9]))
 redis.call('ZADD', KEYS[3], expires, ARGV[1])
@@ -76,12 +93,12 @@ redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[5], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[9]))
 redis.call('PEXPIRE', KEYS[5], ARGV[9])
-${rateLimitLua.charge(5, 11)}
+${rateLimitLua.charge(6, 11)}
 return {1, avail - v, unpack(out)}
 `;
 
 // Turn a hold into a debit (price > 0) or release it (price 0). KEYS: wallet, call record, holds, owner-holds,
-// debits, instances; KEYS[7..]: token limits to correct to the call's actual tokens, with ARGV[21..] (rate-limit.ts),
+// debits, instances, the key's spend; KEYS[8..]: token limits to correct to the call's actual tokens, with ARGV[21..] (rate-limit.ts),
 // in the same step and so only once. ARGV: request id, price, the request id as the record keeps it ('' when the
 // call id spells it), call id, account, chain, status when free, retention ms, release reason ('' for a debit), now
 // ms ('' = Redis TIME), instance timeout ms, image size class ('' none), then the usage counts in USAGE_FIELDS order
@@ -100,11 +117,13 @@ return {1, avail - v, unpack(out)}
 //   whose call still delivered: the price is debited all the same (late = 1), so delivered output is never free. The
 //   wallet may then be committed beyond its balance; the escrow refuses what it cannot pay.
 // - A record released at 0, or none, answers {-1, 0, 0}.
+// - A hold the key's spend counted (ks): its amount leaves the key's held (h) as it leaves the wallet's, and the price
+//   is added to what the key spent in the window the debit lands in (s) and in all (t).
 const DEBIT = `
 local USAGE = {${USAGE_FIELDS.map((f) => `'${USAGE_RECORD_FIELDS[f]}'`).join(', ')}}
 ${upgradeRecordLua}
 ${amountLua('price', 'ARGV[2]')}
-local rec = redis.call('HMGET', KEYS[2], 's', 'h', 'p', 'cap', 'rel', 'late', 'status')
+local rec = redis.call('HMGET', KEYS[2], 's', 'h', 'p', 'cap', 'rel', 'late', 'status', 'ks')
 if rec[7] then
   upgradeRecord(KEYS[2], ARGV[3] ~= '')
   rec = redis.call('HMGET', KEYS[2], 's', 'h', 'p', 'cap', 'rel', 'late')
@@ -133,8 +152,22 @@ local capped = 0
 if price > held then price = held; capped = 1 end
 if late == 0 then
   if held > 0 then redis.call('HINCRBY', KEYS[1], 'held', -held) end
+  if rec[8] and held > 0 then redis.call('HINCRBY', KEYS[7], 'h', -held) end
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('SREM', KEYS[4], ARGV[1])
+end
+if rec[8] and price > 0 then
+  local now = tonumber(ARGV[10])
+  if now == nil then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  ${windowStartLua}
+  local kw = redis.call('HMGET', KEYS[7], 'r', 'w')
+  local kstart = windowStart(kw[1], now)
+  if tonumber(kw[2] or '-1') ~= kstart then redis.call('HSET', KEYS[7], 'w', kstart, 's', price)
+  else redis.call('HINCRBY', KEYS[7], 's', price) end
+  redis.call('HINCRBY', KEYS[7], 't', price)
 end
 local fields = {'s', price > 0 and 'pending' or ARGV[7], 'p', price}
 for i, f in ipairs(USAGE) do
@@ -152,9 +185,9 @@ end
 redis.call('HSET', KEYS[2], unpack(fields))
 if ARGV[20] == '1' then redis.call('HDEL', KEYS[2], 'e') else redis.call('HDEL', KEYS[2], 'o', 'e') end
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
-if #KEYS > 6 then
-  local n = #KEYS - 6
-  ${rateLimitLua.adjust(6, 20)}
+if #KEYS > 7 then
+  local n = #KEYS - 7
+  ${rateLimitLua.adjust(7, 20)}
 end
 return {price, capped, late}
 `;
@@ -209,13 +242,30 @@ export interface HoldInput {
   now?: number;
 }
 
+/** A key's spend limit that refused a hold: what the key had left, and its window. */
+export interface KeyLimitRefusal {
+  limit: bigint;
+  reset: Reset;
+  /** Never below 0 (a late debit can take a key past its limit). */
+  left: bigint;
+  windowStart: number;
+}
+
 /**
- * Result of a hold: placed, or refused with what was available (for funds, as a duplicate, or by a rate limit,
- * which holds nothing). `limits` is the rate-limit decision (RateLimiter.decide), when limits were given.
+ * Result of a hold: placed, or refused with what was available (for funds, as a duplicate, by a rate limit, or by
+ * the key's spend limit, which hold nothing). `limits` is the rate-limit decision (RateLimiter.decide), when limits
+ * were given.
  */
 export type HoldResult =
   | { placed: true; available: bigint; limits: number[] }
-  | { placed: false; available: bigint; duplicate: boolean; rateLimited: boolean; limits: number[] };
+  | {
+      placed: false;
+      available: bigint;
+      duplicate: boolean;
+      rateLimited: boolean;
+      limits: number[];
+      keyLimit?: KeyLimitRefusal;
+    };
 
 /** Decide the call's rate limits (`limits`, from RateLimiter.prepare) and place its hold if they pass and the wallet's available balance covers it (atomic). */
 export async function placeHold(
@@ -229,6 +279,7 @@ export async function placeHold(
     keys.holds,
     keys.ownerHolds(h.owner),
     keys.usageIndex(h.account),
+    keys.keySpend(h.keyId),
   ];
   if (limits) scriptKeys.push(...limits.keys);
   const args: (string | number)[] = [
@@ -246,9 +297,20 @@ export async function placeHold(
   ];
   if (limits) args.push(...limits.args);
   else args.push('', 0);
-  const reply = await holdScript.run<number[]>(r, scriptKeys, args);
-  const [ok, available] = reply;
-  const decision = reply.slice(2);
+  const reply = await holdScript.run<(number | string)[]>(r, scriptKeys, args);
+  const ok = reply[0] as number;
+  const available = reply[1] as number;
+  if (ok === -3) {
+    const left = BigInt(available);
+    const keyLimit: KeyLimitRefusal = {
+      left: left < 0n ? 0n : left,
+      windowStart: reply[2] as number,
+      reset: parseReset(String(reply[3])),
+      limit: BigInt(String(reply[4])),
+    };
+    return { placed: false, available: 0n, duplicate: false, rateLimited: false, limits: [], keyLimit };
+  }
+  const decision = reply.slice(2) as number[];
   if (ok === 1) return { placed: true, available: BigInt(available), limits: decision };
   return {
     placed: false,
@@ -265,6 +327,11 @@ export interface DebitInput {
   /** callIdOf(requestId). */
   callId: string;
   account: string;
+  /**
+   * The key whose spend the hold counted (the record's `k`); absent only in a debit spooled before keys had a spend,
+   * whose hold counted on none.
+   */
+  keyId?: string;
   chain: ChainName;
   owner: string;
   price: bigint;
@@ -303,6 +370,7 @@ export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | 
     keys.ownerHolds(d.owner),
     keys.debits(d.chain),
     keys.instances,
+    keys.keySpend(d.keyId ?? ''),
   ];
   const args: (string | number)[] = [
     d.requestId,

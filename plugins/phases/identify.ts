@@ -70,8 +70,14 @@ export function authenticate(keys: KeyResolver): OnRequestHook {
 
 function admitIdentity(request: FastifyRequest, identity: KeyIdentity, done: HookHandlerDoneFunction): void {
   request.farebox.identity = identity;
-  // A revoked key stays 401 (resolve); an account that is not active is 403.
-  if (identity.status !== 'active')
+  // A revoked key stays 401 (resolve), as does one past its expiry; an account that is not active is 403.
+  if (identity.expiresAt !== null && Date.now() >= identity.expiresAt)
+    done(
+      new GatewayError('key_expired', {
+        message: `The API key expired at ${new Date(identity.expiresAt).toISOString()}; create another.`,
+      }),
+    );
+  else if (identity.status !== 'active')
     done(new GatewayError('access_not_active', { message: `Access is ${identity.status} for this account.` }));
   else done();
 }

@@ -1,12 +1,13 @@
 /**
  * Police, the second phase: the endpoint validates the body against its schema, routes the model and rewrites the
- * request for its upstream (400s); then the client and model-family rules (SPEC "Client and model-family rules",
- * 403 unsupported_client), before any money is held.
+ * request for its upstream (400s); then the key's model allow-list (403 model_not_allowed) and the client and
+ * model-family rules (SPEC "Client and model-family rules", 403 unsupported_client), before any money is held.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { checkClientRule } from '../../policies/client-rules.js';
 import { classifyClient, type ClientSignature } from '../../policies/clients.js';
 import { GatewayError } from '../../policies/errors.js';
+import { modelAllowed } from '../accounts/key-limits.js';
 import type { PoliceContext, Policed } from '../call.js';
 
 /**
@@ -23,7 +24,7 @@ export function policeCall(ctx: PoliceContext & { readonly clients: readonly Cli
   };
 }
 
-/** The client and model-family rules of a policed call (403 unsupported_client). */
+/** The key's allow-list and the client and model-family rules of a policed call (403s). */
 function policeClient(
   request: FastifyRequest,
   reply: FastifyReply,
@@ -32,6 +33,13 @@ function policeClient(
 ): void {
   const call = request.farebox;
   call.policed = policed;
+  const model = policed.route.model.id;
+  if (!modelAllowed(call.identity!.models, model)) {
+    throw new GatewayError('model_not_allowed', {
+      param: 'model',
+      message: `This API key may not call ${model}: it may call ${call.identity!.models!.join(', ')}.`,
+    });
+  }
   const client = classifyClient(request.headers, clients);
   call.client = client.name;
   const refusal = checkClientRule(call.endpoint!.clientRule, policed.route.model.family, client.class);

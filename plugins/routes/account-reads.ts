@@ -1,11 +1,14 @@
 /**
- * GET /v1/calls/{request_id} and GET /v1/balance: what a key's account may read of its own money. Plain authenticated
- * routes outside the call path, as the video polls are (video-jobs.ts): no hold, no bill, no upstream, no record.
+ * GET /v1/calls/{request_id}, GET /v1/balance and GET /v1/key: what a key may read of its account's money and of its
+ * own. Plain authenticated routes outside the call path, as the video polls are (video-jobs.ts): no hold, no bill, no
+ * upstream, no record.
  *
  * - A call's record, by the request id its answer carried (x-request-id): model, chain, key, usage, price (USD and
  *   atomic units), status (held, pending, settled, failed, free), the settlement transaction once onchain. Another
  *   account's id answers 404 as an unknown or malformed one does, so an answer never tells whether an id exists.
  * - The balance: the `farebox balance --json` document of the key's account (billing/balances.ts builds it for both).
+ * - The key: its id, name, limits (accounts/key-limits.ts), what it spent in its current window and in all, and what
+ *   it has left: one entry of `farebox key list --json` (accounts.ts getKey).
  *
  * Each read counts against the key's and account's poll limits (`limits.video_polls`, shared with video polls): it
  * needs no funds, so nothing else bounds it; the limit's script and the read go out in the same turn (one round trip).
@@ -13,6 +16,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Admission } from '../billing/admission.js';
+import { getKey } from '../accounts/accounts.js';
 import { accountBalances } from '../billing/balances.js';
 import { getOwnCallRecord, type CallRecord } from '../billing/call-records.js';
 import type { Call } from '../call.js';
@@ -101,10 +105,27 @@ export function retrieveBalance(admission: Admission, redis: Redis) {
   };
 }
 
-/** Register both routes in the gateway's /v1 context. */
+/** GET /v1/key: the calling key, its limits and its spend, as `farebox key list --json` shows each key. */
+export function retrieveKey(admission: Admission, redis: Redis) {
+  return async function retrieveKey(request: FastifyRequest, reply: FastifyReply) {
+    const call: Call = request.farebox;
+    const identity = call.identity!;
+    const [decision, key] = await Promise.all([
+      admission.admitPoll(identity, call.protocol, COUNTED),
+      getKey(redis, identity.keyId),
+    ]);
+    if (decision.which !== null) reply.headers(rateLimitHeaders(decision, call.protocol));
+    // Resolved a moment ago; a key removed since no longer works.
+    if (key === null || key.revoked_at !== null) throw new GatewayError('invalid_api_key');
+    return reply.header('cache-control', 'no-store').type('application/json').send(JSON.stringify(key));
+  };
+}
+
+/** Register the routes in the gateway's /v1 context. */
 export function accountReadRoutes(v1: FastifyInstance, ctx: AccountReadsContext): void {
   // Neither protocol's routes: the caller's SDK picks the shape of their errors, the 401 included.
   const opts = { config: { protocolOf: protocolOfCaller }, onRequest: ctx.authenticate };
   v1.get('/calls/:id', opts, retrieveCall(ctx.admission, ctx.redis));
   v1.get('/balance', opts, retrieveBalance(ctx.admission, ctx.redis));
+  v1.get('/key', opts, retrieveKey(ctx.admission, ctx.redis));
 }

@@ -10,6 +10,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { KeyIdentity } from '../accounts/accounts.js';
+import { modelAllowed } from '../accounts/key-limits.js';
 import type { Endpoint, EndpointName } from '../call.js';
 import type { OnRequestHook } from '../phases/identify.js';
 import { protocolOfCaller } from '../intake/protocol.js';
@@ -98,12 +99,9 @@ export function listModels(
   });
 }
 
-/**
- * Whether the key may use the model `id`: the one place that decides what a key sees listed. Today every served
- * model; a key's model allow-list (issue 35, item 4) is decided here.
- */
-export function visibleTo(_identity: KeyIdentity, _id: string): boolean {
-  return true;
+/** Whether the key may use the model `id`: what a key sees listed is what its allow-list lets it call. */
+export function visibleTo(identity: KeyIdentity, id: string): boolean {
+  return modelAllowed(identity.models, id);
 }
 
 function openaiModel(m: ListedModel) {

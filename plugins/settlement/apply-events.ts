@@ -34,6 +34,7 @@ import type { Address, ChainName } from '../chains/config.js';
 import type { EscrowEvent, EscrowEventKind, Hex } from '../chains/port.js';
 import { keys, luaKeys } from '../store/keys.js';
 import { LuaScript } from '../store/redis-script.js';
+import { windowStartLua } from '../accounts/key-limits.js';
 
 const LIMIT = `if v > 9007199254740991 or v < -9007199254740991 then return redis.error_reply('amount out of range') end`;
 
@@ -66,6 +67,7 @@ local function requestIdOf(callId)
   if string.sub(id, 3, 34) == string.rep('0', 32) then return 'req_' .. string.sub(id, 35) end
   return id
 end
+${windowStartLua}
 
 -- Pass 1, reads only: every event is checked and planned before the first write, so no refusal can leave the chunk
 -- half applied (a Lua error does not undo the writes before it).
@@ -88,7 +90,9 @@ for i = 5, #ARGV, 7 do
         e.call = ${luaKeys.call('callId')}
         -- The compact layout (billing/call-records.ts; its request id is r, or the one its call id spells), or the
         -- first one (long names) of a record written before it.
-        local d = redis.call('HMGET', e.call, 's', 'p', 'a', 'c', 'h', 'o', 'r', 'status', 'price', 'account', 'chain', 'held', 'owner', 'call_id')
+        local d = redis.call('HMGET', e.call, 's', 'p', 'a', 'c', 'h', 'o', 'r', 'status', 'price', 'account', 'chain', 'held', 'owner', 'call_id', 'k', 'ks')
+        -- The key whose spend counted the hold (billing/wallets.ts HOLD), if it did.
+        e.keyId = d[16] and d[15]
         if d[8] then
           d = {d[8], d[9], d[10], d[11], d[12], d[13], d[14]}
           e.firstLayout = true
@@ -159,6 +163,16 @@ for _, e in ipairs(plan) do
         redis.call('PEXPIRE', index, retention)
       elseif rebuilt then
         if e.held > 0 then release(wallet, 'held', e.held) end
+        if e.keyId then
+          -- As the lost debit would have: the hold leaves the key's held, the charge joins its spend.
+          local spend = ${luaKeys.keySpend('e.keyId')}
+          if e.held > 0 then release(spend, 'h', e.held) end
+          local kw = redis.call('HMGET', spend, 'r', 'w')
+          local kstart = windowStart(kw[1], tonumber(now))
+          if tonumber(kw[2] or '-1') ~= kstart then redis.call('HSET', spend, 'w', kstart, 's', '0') end
+          add(spend, 's', e.v)
+          add(spend, 't', e.v)
+        end
         redis.call('ZREM', ${luaKeys.holds}, e.requestId)
         if e.owner then redis.call('SREM', ${luaKeys.ownerHolds('e.owner')}, e.requestId) end
         if e.firstLayout then

@@ -6,9 +6,13 @@
  * Accounts (plugins/accounts/)
  *   account:<addr>           hash    status, default_chain, created_at
  *   accounts                 set     every account address
- *   apikey:<sha256>          hash    id, account, name, created_at, revoked_at, last_used_at
+ *   apikey:<sha256>          hash    id, account, name, created_at, revoked_at, last_used_at, models (allow-list,
+ *                                    comma-separated), expires_at (ms)
  *   apikey-id:<id>           string  sha256 of the key with that id
  *   account-keys:<addr>      set     key ids of the account
+ *   key-spend:<id>           hash    one key's money (key-limits.ts): l spend limit, r reset, w window start (ms),
+ *                                    s spent in the window, h held by running calls, t spent in all; the hold and
+ *                                    debit scripts move it (billing/wallets.ts)
  *   invalidate               channel key revocations and status changes (a channel, not a key: prefixed by hand)
  * Dashboard (plugins/dashboard/)
  *   dash-nonce:<nonce>       string  an issued sign-in message (JSON), single use, deleted when presented
@@ -73,6 +77,7 @@ export const keys = {
   apiKey: (hash: string) => `apikey:${hash}`,
   apiKeyId: (id: string) => `apikey-id:${id}`,
   accountKeys: (address: string) => `account-keys:${address}`,
+  keySpend: (id: string) => `key-spend:${id}`,
   /** Not a key: the pub/sub channel of invalidations (ioredis prefixes keys, not channels). */
   invalidateChannel: (prefix: string) => `${prefix}invalidate`,
 
@@ -129,6 +134,7 @@ export const luaKeys = {
   usageIndex: (account: string) => `prefix .. 'usage-idx:' .. ${account}`,
   holds: `prefix .. 'holds'`,
   ownerHolds: (owner: string) => `prefix .. 'owner-holds:' .. ${owner}`,
+  keySpend: (id: string) => `prefix .. 'key-spend:' .. ${id}`,
 } as const;
 
 /** Patterns of the keys that describe one set of chains: cleared when the embedded default's dev chains restart. */

@@ -167,6 +167,8 @@ t.test('the stop follows the configured ratio of the published delay and resumes
     account: '0x' + 'ab'.repeat(20),
     status: 'active' as const,
     defaultChain: 'chain_c',
+    models: null,
+    expiresAt: null,
   };
   const admit = () =>
     admission.admit({

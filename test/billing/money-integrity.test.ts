@@ -418,6 +418,8 @@ t.test("a call whose worst case is above the escrow's per-charge cap is refused 
     account: h.account,
     status: 'active' as const,
     defaultChain: 'chain_a',
+    models: null,
+    expiresAt: null,
   };
   const ask = (amount: bigint) =>
     admission.admit({
@@ -453,6 +455,8 @@ t.test(
       account: h.account,
       status: 'active' as const,
       defaultChain: 'chain_a',
+      models: null,
+      expiresAt: null,
     };
     const at = await admission.admit({
       requestId: newRequestId(),
