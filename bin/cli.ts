@@ -11,7 +11,21 @@ import type { Redis } from 'ioredis';
 // Light at load (no viem, zod or ioredis): every other module is imported by the command that needs it, so `farebox
 // help` and `prices` start in a fraction of a second (test/cli/cli-human.test.ts times them), and a Redis command
 // such as `key list` loads the Redis client and its own modules, not the gateway's.
-import { ACCOUNT_STATUSES, isAddress, keyName, type AccountStatus } from '../plugins/accounts/accounts.js';
+import {
+  ACCOUNT_STATUSES,
+  isAddress,
+  keyName,
+  type AccountStatus,
+  type KeyInfo,
+} from '../plugins/accounts/accounts.js';
+import {
+  describeLimit,
+  parseExpiry,
+  parseLimit,
+  parseModels,
+  parseReset,
+  type KeyLimitsChange,
+} from '../plugins/accounts/key-limits.js';
 import type { ChainName, ChainsConfig } from '../plugins/chains/config.js';
 
 /** Bad input (a missing or malformed flag, an unknown command): printed as one line, exit code 2. */
@@ -135,6 +149,40 @@ function accountArg(flags: Flags): string {
   return addressArg(flags, 'account', true);
 }
 
+/** The limit flags of `key create` and `key update` (--limit, --reset, --models, --expires), checked. */
+function limitsArgs(flags: Flags): KeyLimitsChange {
+  const change: KeyLimitsChange = {};
+  const parse = <T>(name: string, read: (v: string) => T): T | undefined => {
+    const v = str(flags, name);
+    if (v === undefined) return undefined;
+    try {
+      return read(v);
+    } catch (e) {
+      throw new UsageError(`--${name}: ${(e as Error).message}`);
+    }
+  };
+  const limit = parse('limit', parseLimit);
+  if (limit !== undefined) change.limit = limit;
+  const reset = parse('reset', parseReset);
+  if (reset !== undefined) change.reset = reset;
+  const models = parse('models', parseModels);
+  if (models !== undefined) change.models = models;
+  const expires = parse('expires', (v) => parseExpiry(v));
+  if (expires !== undefined) change.expiresAt = expires;
+  return change;
+}
+
+/** A key's limits and spend in one line, for `key create` and `key update`. */
+function limitsLine(k: KeyInfo): string {
+  const limit = k.limit
+    ? `limit ${describeLimit(BigInt(k.limit.amount_atomic), k.limit.reset)}, ${k.limit.left} USD left` +
+      (k.limit.resets_at === null ? '' : ` until ${when(k.limit.resets_at)}`)
+    : 'no spend limit';
+  const models = k.models ? `models ${k.models.join(', ')}` : 'every model';
+  const expires = k.expires_at === null ? 'no expiry' : `expires ${when(k.expires_at)}`;
+  return `${limit}; ${models}; ${expires}`;
+}
+
 /**
  * Rows as lines of a table under `header`, columns two spaces apart, each as wide as its widest cell; columns whose
  * index is in `right` (amounts, counts) align right. Cells are one-line strings (key names hold no control characters).
@@ -222,9 +270,15 @@ const HELP = `usage: farebox <command> [options]      (--json: one JSON document
   account create [--address 0x..] [--status active|pending|suspended] [--json]
   account status --account 0x.. --set active|pending|suspended [--json]
   account sign-out --account 0x.. [--json]   end every dashboard session of the account, on every instance
-  key create --account 0x.. [--name NAME] [--json]   the key is shown only here
-  key list --account 0x.. [--json]        the account's keys: id, name, created, last used, status
+  key create --account 0x.. [--name NAME] [LIMITS] [--json]   the key is shown only here
+  key update --id ID LIMITS [--json]      change a key's limits; what is not given stays
+  key list --account 0x.. [--json]        the account's keys: id, name, limits, spend, last used, status
   key revoke --id ID [--json]
+    LIMITS: --limit USD|none  spend limit, held calls counted (402 key_limit_exceeded past it)
+            --reset daily|weekly|monthly|never  when the limit's window starts again, at 00:00 UTC (Mondays,
+                      the 1st; default never); a change starts the window it names
+            --models ID,PREFIX-*,..|none  the models the key may call (403 model_not_allowed for others)
+            --expires 2027-01-01[T12:00:00Z]|never  from then the key answers 401 key_expired
   chains [--json]                         the chains: chain id, RPC URL, stablecoin, escrow, events not applied
   fund --account 0x.. --chain chain_a --amount 2.5 [--json]   (dev chains only) mint and deposit test stablecoin
   balance --account 0x.. [--json]         synced escrow balance, held, pending and available per chain (USD)
@@ -390,13 +444,29 @@ export async function main(
         } catch (e) {
           throw new UsageError(`--name: ${(e as Error).message}`);
         }
-        const { createKey } = await import('../plugins/accounts/accounts.js');
-        const k = await createKey(await db(), account, { name });
-        if (json) out(JSON.stringify(k));
+        const limits = limitsArgs(flags);
+        const { createKey, getKey } = await import('../plugins/accounts/accounts.js');
+        const r = await db();
+        const k = await createKey(r, account, { name, ...limits });
+        const info = (await getKey(r, k.id))!;
+        if (json) out(JSON.stringify({ ...k, ...info }));
         else {
-          out(`key ${k.id} for ${k.account}; the key, shown only this once:`);
+          out(`key ${k.id} for ${k.account} (${limitsLine(info)}); the key, shown only this once:`);
           out(k.key);
         }
+        return 0;
+      }
+      case 'key update': {
+        const id = str(flags, 'id', true);
+        const change = limitsArgs(flags);
+        if (Object.keys(change).length === 0)
+          throw new UsageError('key update: give at least one of --limit, --reset, --models, --expires');
+        const { getKey } = await import('../plugins/accounts/accounts.js');
+        const { setKeyLimits } = await import('../plugins/accounts/key-limits.js');
+        const r = await db();
+        await setKeyLimits(r, id, change);
+        const info = (await getKey(r, id))!;
+        out(json ? JSON.stringify(info) : `key ${id}: ${limitsLine(info)}`);
         return 0;
       }
       case 'key list': {
@@ -408,14 +478,24 @@ export async function main(
         // The dashboard's key list, as its API gives it (times in ms since the epoch, null when none).
         if (json) out(JSON.stringify({ account, keys: list }));
         else {
+          const now = Date.now();
           const rows = list.map((k) => [
             k.id,
             k.name || '-',
+            k.limit ? describeLimit(BigInt(k.limit.amount_atomic), k.limit.reset) : '-',
+            k.spent.window,
+            k.limit ? k.limit.left : '-',
+            k.models ? k.models.join(',') : 'all',
             when(k.created_at),
             k.last_used_at === null ? '-' : when(k.last_used_at),
-            k.revoked_at === null ? 'active' : `revoked ${when(k.revoked_at)}`,
+            k.revoked_at !== null
+              ? `revoked ${when(k.revoked_at)}`
+              : k.expires_at === null
+                ? 'active'
+                : `${k.expires_at <= now ? 'expired' : 'expires'} ${when(k.expires_at)}`,
           ]);
-          for (const line of table(['id', 'name', 'created', 'last used', 'status'], rows)) out(line);
+          const header = ['id', 'name', 'limit', 'spent', 'left', 'models', 'created', 'last used', 'status'];
+          for (const line of table(header, rows, [3, 4])) out(line);
         }
         return 0;
       }

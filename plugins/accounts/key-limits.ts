@@ -90,9 +90,17 @@ export function parseExpiry(s: string, now = Date.now()): number | null {
       'an expiry is an ISO 8601 date or time with its zone (2027-01-01, 2027-01-01T12:00:00Z), or "never"',
     );
   const at = Date.parse(s.length === 10 ? `${s}T00:00:00Z` : s);
-  if (!Number.isFinite(at)) throw new Error(`${s} is not a valid date`);
+  // Date.parse takes 2027-02-30 for 2027-03-02: the day must be the one written (in UTC, or with its zone's offset).
+  const day = Number.isFinite(at) ? new Date(at - zoneOffsetMs(s)).toISOString().slice(0, 10) : '';
+  if (day !== s.slice(0, 10)) throw new Error(`${s} is not a valid date`);
   if (at <= now) throw new Error(`the expiry ${new Date(at).toISOString()} is already past`);
   return at;
+}
+
+/** The offset of a time's zone ("+01:00": 3,600,000; "Z" or none: 0). */
+function zoneOffsetMs(s: string): number {
+  const m = /([+-])(\d{2}):(\d{2})$/.exec(s.length > 10 ? s : '');
+  return m ? (m[1] === '-' ? -1 : 1) * (Number(m[2]) * 60 + Number(m[3])) * 60_000 : 0;
 }
 
 /** Whether `models` (an allow-list; null: every model) lets a key call `id`. */

@@ -347,6 +347,8 @@ export interface DebitInput {
   release?: { reason: 'expired' | 'instance_died'; instanceTimeoutMs: number; now?: number };
   /** The call's token-limit correction (RateLimiter.prepareAdjust), made with the debit. */
   limits?: PreparedAdjust | null;
+  /** Milliseconds since the epoch to debit at, instead of Redis TIME (tests). */
+  now?: number;
 }
 
 /** What a debit did. */
@@ -382,7 +384,7 @@ export async function debitHold(r: Redis, d: DebitInput): Promise<DebitResult | 
     d.freeStatus ?? 'free',
     wholeMs(d.retentionMs),
     d.release?.reason ?? '',
-    d.release?.now ?? '',
+    d.release?.now ?? d.now ?? '',
     d.release?.instanceTimeoutMs ?? 0,
     ...usageArgs(d.usageJson),
     d.owner.startsWith('job:') ? '1' : '',
