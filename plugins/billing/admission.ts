@@ -265,10 +265,11 @@ export class Admission {
       },
       prepared ?? undefined,
     );
-    const decision = prepared ? this.limiter.decide(prepared, result.limits) : UNLIMITED;
-    if (!result.placed && result.rateLimited) throw rateLimitedError(decision, req.protocol);
+    // Refused for the key's limit before the rate limits were decided: the reply has no decision.
     if (!result.placed && result.keyLimit)
       throw keyLimitError(result.keyLimit, req.quote.amount, req.tokens > 0, chain);
+    const decision = prepared ? this.limiter.decide(prepared, result.limits) : UNLIMITED;
+    if (!result.placed && result.rateLimited) throw rateLimitedError(decision, req.protocol);
     if (!result.placed) {
       const available = result.available < 0n ? 0n : result.available;
       // What to do, not only what is missing: where to fund, and (a token-priced call) how to hold less.

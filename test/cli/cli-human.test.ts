@@ -116,12 +116,12 @@ t.test('key list: the account keys as a table, and --json as the dashboard gives
   const human = await farebox('key', 'list', '--account', account);
   t.equal(human.code, 0, human.stderr);
   const lines = human.stdout.trimEnd().split('\n');
-  t.match(lines[0], /^id +name +created +last used +status$/, 'a header');
+  t.match(lines[0], /^id +name +limit +spent +left +models +created +last used +status$/, 'a header');
   t.equal(lines.length, 3, 'a line per key');
   const rowA = lines.find((l) => l.startsWith(a.id))!;
   const rowB = lines.find((l) => l.startsWith(b.id))!;
-  t.match(rowA, / laptop +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ +2026-01-02T03:04:05Z +active$/);
-  t.match(rowB, / - +\S+ +- +revoked \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+  t.match(rowA, / laptop +- +0\.000000 +- +all +\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ +2026-01-02T03:04:05Z +active$/);
+  t.match(rowB, / - +- +0\.000000 +- +all +\S+ +- +revoked \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
   t.equal(rowA.indexOf('laptop'), lines[0]!.indexOf('name'), 'columns aligned under the header');
   t.notOk(human.stdout.includes(a.key), 'never the key itself');
 
@@ -130,7 +130,17 @@ t.test('key list: the account keys as a table, and --json as the dashboard gives
   t.equal(doc.account, account);
   const byId = Object.fromEntries(doc.keys.map((k: { id: string }) => [k.id, k]));
   t.match(byId[a.id], { name: 'laptop', last_used_at: used, revoked_at: null });
-  t.same(Object.keys(byId[a.id]), ['id', 'name', 'created_at', 'last_used_at', 'revoked_at']);
+  t.same(Object.keys(byId[a.id]), [
+    'id',
+    'name',
+    'created_at',
+    'last_used_at',
+    'revoked_at',
+    'models',
+    'expires_at',
+    'limit',
+    'spent',
+  ]);
   t.match(byId[b.id], { name: '', last_used_at: null, revoked_at: Number });
 
   const unknown = await farebox('key', 'list', '--account', '0x' + '34'.repeat(20));

@@ -37,7 +37,19 @@ t.test(
     const made = await farebox('key', 'create', '--account', account, '--json');
     t.equal(made.code, 0, made.stderr);
     const k = JSON.parse(made.stdout);
-    t.same(Object.keys(k).sort(), ['account', 'id', 'key']);
+    t.same(Object.keys(k).sort(), [
+      'account',
+      'created_at',
+      'expires_at',
+      'id',
+      'key',
+      'last_used_at',
+      'limit',
+      'models',
+      'name',
+      'revoked_at',
+      'spent',
+    ]);
     t.match(k.key, /^sk_[A-Za-z0-9_-]{43,}$/, 'sk_ + 32 random bytes, base64url');
     t.equal(k.account, account);
     t.notOk(JSON.stringify(await h.redis.keys('*')).includes(k.key), 'the key itself is not stored');
