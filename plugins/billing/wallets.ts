@@ -73,7 +73,10 @@ local ks = redis.call('HMGET', KEYS[6], 'l', 'r', 'w', 's', 'h')
 local kstart = windowStart(ks[2], now)
 local kmoved = tonumber(ks[3] or '-1') ~= kstart
 if ks[1] then
-  local left = tonumber(ks[1]) - (kmoved and 0 or tonumber(ks[4] or '0')) - tonumber(ks[5] or '0')
+  -- A limit, spend or hold that is not a number refuses everything: a broken write must not unbound a key.
+  local spent = kmoved and 0 or tonumber(ks[4] or '0')
+  local left = (tonumber(ks[1]) or 0) - (spent or math.huge) - (tonumber(ks[5] or '0') or math.huge)
+  if left ~= left then left = -1 end
   if left < v then return {-3, left, kstart, ks[2] or 'never', ks[1]} end
 end
 if avail < v then return {0, avail, unpack(out)} end
@@ -301,12 +304,12 @@ export async function placeHold(
   const ok = reply[0] as number;
   const available = reply[1] as number;
   if (ok === -3) {
-    const left = BigInt(available);
+    const left = BigInt(Math.trunc(available));
     const keyLimit: KeyLimitRefusal = {
       left: left < 0n ? 0n : left,
       windowStart: reply[2] as number,
       reset: parseReset(String(reply[3])),
-      limit: BigInt(String(reply[4])),
+      limit: /^\d+$/.test(String(reply[4])) ? BigInt(String(reply[4])) : 0n,
     };
     return { placed: false, available: 0n, duplicate: false, rateLimited: false, limits: [], keyLimit };
   }

@@ -186,6 +186,21 @@ t.test('a key holds at most its limit whatever the number of holds at once', asy
   t.match(await spend(keyId, now), { held: 9_990n, left: 10n });
 });
 
+t.test('a limit, spend or hold that is not a number refuses, never lets the key spend unbounded', async (t) => {
+  const now = Date.now();
+  for (const [i, fields] of [
+    { l: 'abc' },
+    { l: '', r: 'daily' },
+    { l: '1000', s: 'x', w: String(keyWindow('never', now).start) },
+    { l: '1000', h: '1e400' },
+  ].entries()) {
+    const keyId = `key_${seq}f${i}`;
+    await redis.hset(keys.keySpend(keyId), fields);
+    const r = await placeHold(redis, hold(keyId, 1n, now));
+    t.equal(r.placed, false, JSON.stringify(fields));
+  }
+});
+
 t.test('parsers: limits, resets, allow-lists and expiries', async (t) => {
   t.equal(parseLimit('25'), 25_000_000n);
   t.equal(parseLimit('0.000001'), 1n);
