@@ -16,7 +16,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Admission } from '../billing/admission.js';
-import { getKey } from '../accounts/accounts.js';
+import { getKey, type KeyIdentity } from '../accounts/accounts.js';
 import { accountBalances } from '../billing/balances.js';
 import { getOwnCallRecord, type CallRecord } from '../billing/call-records.js';
 import type { Call } from '../call.js';
@@ -89,36 +89,32 @@ export function retrieveCall(admission: Admission, redis: Redis) {
   };
 }
 
-/** GET /v1/balance: the account's balances per chain and its default chain. */
-export function retrieveBalance(admission: Admission, redis: Redis) {
-  return async function retrieveBalance(request: FastifyRequest, reply: FastifyReply) {
+/**
+ * A read of the key's own: counted against the poll limits in the same turn as `read`, answered as JSON. Null from
+ * `read` means the key resolved a moment ago no longer stands (its account or itself removed, or revoked): a 401.
+ */
+function ownRead(admission: Admission, read: (identity: KeyIdentity) => Promise<object | null>) {
+  return async function ownRead(request: FastifyRequest, reply: FastifyReply) {
     const call: Call = request.farebox;
     const identity = call.identity!;
-    const [decision, doc] = await Promise.all([
-      admission.admitPoll(identity, call.protocol, COUNTED),
-      accountBalances(redis, identity.account),
-    ]);
+    const [decision, doc] = await Promise.all([admission.admitPoll(identity, call.protocol, COUNTED), read(identity)]);
     if (decision.which !== null) reply.headers(rateLimitHeaders(decision, call.protocol));
-    // The key resolved to this account a moment ago; an account removed since is a key that no longer works.
     if (doc === null) throw new GatewayError('invalid_api_key');
     return reply.header('cache-control', 'no-store').type('application/json').send(JSON.stringify(doc));
   };
 }
 
+/** GET /v1/balance: the account's balances per chain and its default chain. */
+export function retrieveBalance(admission: Admission, redis: Redis) {
+  return ownRead(admission, (identity) => accountBalances(redis, identity.account));
+}
+
 /** GET /v1/key: the calling key, its limits and its spend, as `farebox key list --json` shows each key. */
 export function retrieveKey(admission: Admission, redis: Redis) {
-  return async function retrieveKey(request: FastifyRequest, reply: FastifyReply) {
-    const call: Call = request.farebox;
-    const identity = call.identity!;
-    const [decision, key] = await Promise.all([
-      admission.admitPoll(identity, call.protocol, COUNTED),
-      getKey(redis, identity.keyId),
-    ]);
-    if (decision.which !== null) reply.headers(rateLimitHeaders(decision, call.protocol));
-    // Resolved a moment ago; a key removed since no longer works.
-    if (key === null || key.revoked_at !== null) throw new GatewayError('invalid_api_key');
-    return reply.header('cache-control', 'no-store').type('application/json').send(JSON.stringify(key));
-  };
+  return ownRead(admission, async (identity) => {
+    const key = await getKey(redis, identity.keyId);
+    return key?.revoked_at === null ? key : null;
+  });
 }
 
 /** Register the routes in the gateway's /v1 context. */

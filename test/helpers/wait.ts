@@ -89,3 +89,13 @@ export async function cliHere(
   );
   return { code, stdout, stderr };
 }
+
+/** The error `p` rejects with (an SDK's typed error: status, error body, headers); throws when it resolves. */
+export async function rejection(p: Promise<unknown>): Promise<Error & Record<string, any>> {
+  try {
+    await p;
+  } catch (err) {
+    return err as Error & Record<string, any>;
+  }
+  throw new Error('expected a rejection');
+}

@@ -11,7 +11,7 @@ import { keyWindow, setKeyLimits } from '../../plugins/accounts/key-limits.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { keys } from '../../plugins/store/keys.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
-import { cliHere, runCli, until } from '../helpers/wait.js';
+import { cliHere, rejection, runCli, until } from '../helpers/wait.js';
 
 const h = await startHarness({ chains: true });
 t.teardown(async () => {
@@ -31,15 +31,6 @@ async function getJson<T>(path: string, key: string): Promise<T> {
 const keyView = (key: string) => getJson<KeyInfo>('/key', key);
 const priceOf = async (requestId: string) =>
   BigInt((await getJson<{ price_atomic: string }>(`/calls/${requestId}`, h.key)).price_atomic);
-
-async function rejection(p: Promise<unknown>): Promise<Error & Record<string, any>> {
-  try {
-    await p;
-  } catch (err) {
-    return err as Error & Record<string, any>;
-  }
-  throw new Error('expected a rejection');
-}
 
 /** A key of the harness's account with `limits`. */
 async function limitedKey(limits: Parameters<typeof createKey>[2]) {

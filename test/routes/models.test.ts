@@ -10,7 +10,7 @@ import OpenAI from 'openai';
 import type { ConfigInput } from '../../plugins/config.js';
 import { parseUsd } from '../../pricing/index.js';
 import { startHarness } from '../helpers/harness.js';
-import { cliHere } from '../helpers/wait.js';
+import { cliHere, rejection } from '../helpers/wait.js';
 
 // Two prices of the operator's own: a 5-minute cache write of an input of 0.000001 is 0.00000125, which 6 decimals
 // cannot hold. alpha-haiku-4-5 without a chat provider: the Anthropic protocol serves it on the messages endpoints only.
@@ -44,15 +44,6 @@ interface Farebox {
   pricing: Record<string, string>;
 }
 const fareboxOf = (m: object) => (m as { farebox: Farebox }).farebox;
-
-async function rejection(p: Promise<unknown>): Promise<Error & Record<string, unknown>> {
-  try {
-    await p;
-  } catch (err) {
-    return err as Error & Record<string, unknown>;
-  }
-  throw new Error('expected a rejection');
-}
 
 /** A USD decimal as 1e-8 USD units: enough for any published rate (a 5-minute write of 6 decimals needs 8). */
 function units(s: string): bigint {
