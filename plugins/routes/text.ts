@@ -13,6 +13,7 @@ import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
 import type { Exchange } from '../upstream/exchange.js';
 import { textUpstreamHeaders, textWire } from '../upstream/protocols/registry.js';
 import { proxyCall } from '../upstream/proxy.js';
+import { showBill } from '../phases/finish.js';
 import type { ModelRoute, TextModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import type { RewriteResult } from '../../policies/rewrite.js';
@@ -169,11 +170,20 @@ export function quoteText(p: TextPoliced, prices: PriceTable): Quoted {
   return { quote: { model: p.route.model.id, amount }, tokens: p.inputBound + maxOutputTokens };
 }
 
-/** Forward a text call: the rewritten body to its upstream, the answer streamed back through a meter. */
+/**
+ * Forward a text call: the rewritten body to its upstream, the answer streamed back through a meter. A billed call
+ * shows its price: a JSON answer in x-gw-price (held whole: proxy.ts), a stream in its usage event's `usage.cost`.
+ */
 export function forwardText(call: Call, p: TextPoliced, reply: FastifyReply, ctx: ForwardContext): FastifyReply {
   const provider = p.route.provider;
   const protocol = textWire(provider);
   const dropUsageChunk = protocol === 'openai' && !p.rewrite.callerWantsUsage;
+  const billed = call.endpoint?.billed !== false;
+  // A stream's usage event closes its usage: the call is billed that usage, as if it ended there (billedUsage).
+  const streamPrice = (raw: RawUsage): string | null => {
+    const usage = reportedUsage(raw, protocol === 'anthropic', p.cacheWrite);
+    return usage === null ? null : showBill(call, { usage, price: priceCall(ctx.prices, p.route.model.id, usage) });
+  };
   return proxyCall(
     ctx.upstreams,
     reply,
@@ -186,8 +196,10 @@ export function forwardText(call: Call, p: TextPoliced, reply: FastifyReply, ctx
       provider: provider.name,
       timeoutMs: provider.timeout_ms,
       maxDurationMs: provider.max_duration_ms,
-      meter: (ct) => (isSse(ct) ? new SseMeter(protocol, dropUsageChunk) : new JsonMeter()),
+      meter: (ct) =>
+        isSse(ct) ? new SseMeter(protocol, dropUsageChunk, billed ? streamPrice : undefined) : new JsonMeter(),
       keepLength: (ct) => !p.rewrite.stream && !isSse(ct),
+      price: billed ? () => showBill(call, billText(call, p, ctx.prices)) : undefined,
     },
     ctx.metrics,
   );
