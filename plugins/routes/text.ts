@@ -213,11 +213,12 @@ function isSse(contentType: string | undefined): boolean {
  * The usage billed for a finished text call. The upstream's usage when the answer was delivered whole. An answer cut
  * short (the caller hung up, the upstream failed mid-way) is charged only for what reached the caller, rounded up:
  * output = the larger of the content deltas forwarded (each carries at least one token) and their generated
- * characters / 4 (a cut JSON answer: its bytes written / 4), at most max_tokens; input from message_start where the
- * protocol reports it early, else estimated at one token per 4 bytes of the request. An answer cut before any
- * generated content reached the caller, an upstream error, or no answer, costs 0. Usage the upstream reports in a
- * shape no count can be read from (negative, fractional, a string) is taken as no usage: the answer is billed by
- * what was metered, as one without usage.
+ * characters / 4 (a JSON answer: its bytes written / 4; a billed one is written whole or not at all, proxy.ts), at
+ * most max_tokens; input from message_start where the protocol reports it early, else estimated at one token per 4
+ * bytes of the request. An answer cut before any generated content reached the caller, an upstream error, or no
+ * answer, costs 0. Usage the upstream reports in a shape no count can be read from (negative, fractional, a string)
+ * is taken as no usage: the answer is billed by what was metered, as one without usage. A call whose answer showed
+ * its price is not billed here: finish debits the bill shown (call.bill).
  */
 export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clientAborted: boolean): Usage {
   const status = exchange?.status ?? 0;
