@@ -2,8 +2,10 @@
 // JSON, images, errors at 0.000000), usage.cost in a stream's usage event (chat completions' usage chunk, the
 // final message_delta of /v1/messages), read through the official SDKs and checked against the call's record
 // (GET /v1/calls/{request_id}) and the wallet's change, to the atomic unit. A stream whose caller stops before its
-// usage event showed no cost; one that saw it pays it.
+// usage event showed no cost; one that saw it pays it. A price above the hold is shown as the debit takes it.
 import t, { type Test } from 'tap';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
@@ -12,9 +14,61 @@ import { formatUsd } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
-const h = await startHarness({ chains: true });
+// A provider that reports more output than the call's max_tokens allows: its price passes the hold, which the debit
+// cuts it to, and so does the price shown.
+const overReporting = createServer((req, res) => {
+  let text = '';
+  req.on('data', (d: Buffer) => {
+    text += d.toString('utf8');
+  });
+  req.on('end', () => {
+    const usage = { prompt_tokens: 5, completion_tokens: 1_000_000, total_tokens: 1_000_005 };
+    const base = { id: 'chatcmpl-1', created: 1, model: 'over' };
+    if ((JSON.parse(text) as { stream?: boolean }).stream !== true) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      const message = { role: 'assistant', content: 'hi' };
+      res.end(
+        JSON.stringify({
+          ...base,
+          object: 'chat.completion',
+          choices: [{ index: 0, message, finish_reason: 'stop' }],
+          usage,
+        }),
+      );
+      return;
+    }
+    const chunk = (o: object) => `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...o })}\n\n`;
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.end(
+      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'hi' }, finish_reason: null }] }) +
+        chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }) +
+        chunk({ choices: [], usage }) +
+        'data: [DONE]\n\n',
+    );
+  });
+});
+await new Promise<void>((resolve) => overReporting.listen(0, '127.0.0.1', resolve));
+
+const h = await startHarness({
+  chains: true,
+  edit: (c) => {
+    const port = (overReporting.address() as AddressInfo).port;
+    c.providers.over = { protocol: 'openai', base_url: `http://127.0.0.1:${port}/v1`, key_env: 'FAREBOX_SIM_KEY' };
+    c.models.push({
+      id: 'gamma-over',
+      family: 'gamma',
+      provider: 'over',
+      max_tokens: 1_024,
+      temperature: true,
+      reasoning_levels: [],
+      context_window: 32_768,
+    } as never);
+    c.prices = { text: { 'gamma-over': { input: '1', output: '2', cache_read: '0.1' } } };
+  },
+});
 t.teardown(async () => {
   await h.close();
+  overReporting.close();
   await closeDevChains();
 });
 await h.fund('chain_a', 5_000_000n);
@@ -211,6 +265,32 @@ t.test('images: x-gw-price on b64_json (passed and converted) and url answers is
     );
     t.ok(record.priceAtomic > 0n, `${model} ${format}: billed`);
   }
+});
+
+t.test('a price above the hold is shown cut to the hold, as the debit cuts it', async (t) => {
+  let before = await quiet();
+  const { response } = await openai.chat.completions
+    .create({ model: 'gamma-over', max_tokens: 16, messages: [{ role: 'user', content: 'hi' }] })
+    .withResponse();
+  let record = await shownIsDebit(t, response.headers.get('x-request-id')!, response.headers.get('x-gw-price'), before);
+  t.ok(record.capped, 'the debit cut the price');
+  t.equal(record.priceAtomic, record.held, 'to the hold');
+
+  before = await quiet();
+  const { data: stream, response: streamed } = await openai.chat.completions
+    .create({
+      model: 'gamma-over',
+      max_tokens: 16,
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: 'hi' }],
+    })
+    .withResponse();
+  let cost: unknown;
+  for await (const chunk of stream) if (chunk.usage) cost = (chunk.usage as unknown as { cost: unknown }).cost;
+  record = await shownIsDebit(t, streamed.headers.get('x-request-id')!, cost as string, before);
+  t.ok(record.capped);
+  t.equal(record.priceAtomic, record.held);
 });
 
 t.test('errors cost nothing and say so: x-gw-price 0.000000', async (t) => {
