@@ -49,6 +49,11 @@ export interface Call {
   admitted?: Admitted;
   /** forward: the upstream exchange. */
   exchange?: Exchange;
+  /**
+   * The bill the caller was shown before the call ended (x-gw-price on an answer written whole, usage.cost in a
+   * stream's usage event): finish debits it as it is, so what the caller saw is what it pays.
+   */
+  bill?: Bill;
   /** The response has closed (answered, or the caller went away). */
   ended: boolean;
   /** The caller went away before the whole answer was written. */
@@ -98,6 +103,8 @@ export interface PrepareContext {
 
 /** What forward uses besides the call. */
 export interface ForwardContext {
+  /** The prices a call's answer shows (x-gw-price, usage.cost): the same table finish bills with. */
+  readonly prices: PriceTable;
   readonly upstreams: Upstreams;
   readonly metrics: Metrics;
   /** Where url images are kept, and the origin their URLs name (routes/images.ts imageUrlOrigin; null: none served). */
@@ -114,6 +121,8 @@ export interface Endpoint<P extends Policed = Policed> {
   readonly path: string;
   /** The caller's protocol: errors take its shape. */
   readonly protocol: Protocol;
+  /** false: never billed (count_tokens), so its answers carry no x-gw-price. Default: billed. */
+  readonly billed?: false;
   /** The endpoint as the client rules name it (SPEC "Client and model-family rules"). */
   readonly clientRule: ClientRuleEndpoint;
   /**

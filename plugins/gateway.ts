@@ -39,7 +39,7 @@ import { protocolOf } from './intake/protocol.js';
 import { createMetrics, initSeries, type Metrics } from './metrics/metrics.js';
 import { serveMetrics } from './metrics/metrics-route.js';
 import { answerExpectation } from './phases/client-errors.js';
-import { Finisher } from './phases/finish.js';
+import { Finisher, NO_PRICE } from './phases/finish.js';
 import { forwardCall } from './phases/forward.js';
 import { gateCall } from './phases/gate.js';
 import { authenticate, identifyCall } from './phases/identify.js';
@@ -320,6 +320,9 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
         if (upstreams.closing) reply.header('connection', 'close');
         // An upload refused before it was read to its end: its connection is closed behind the answer.
         if (isMultipartRequest(request)) closeUnreadUpload(request, reply);
+        // An error answer delivers nothing: on a billed route it costs nothing, and says so.
+        const endpoint = request.routeOptions.config.endpoint;
+        if (endpoint !== undefined && endpoint.billed !== false) reply.header('x-gw-price', NO_PRICE);
         sendError(request, reply, ge);
       });
       v1.setNotFoundHandler((request, reply) => sendError(request, reply, new GatewayError('not_found')));
@@ -333,7 +336,7 @@ const farebox: FastifyPluginAsync<FareboxOptions> = async (app, options) => {
       });
       const gate = gateCall(admission, config.prices, finisher.finish);
       const prepare = prepareCall({ metrics }, finisher.finish);
-      const forward = forwardCall({ upstreams, metrics, images, videos });
+      const forward = forwardCall({ upstreams, metrics, images, videos, prices: config.prices });
       // The phases of a call, in order: identify (the v1 onRequest hook above, then the key), then police, gate,
       // prepare and forward in the route's handler (runPhases), each a function of plugins/phases/.
       const handler = runPhases(police, gate, prepare, forward);

@@ -61,6 +61,16 @@ export interface Bill {
   readonly size?: string;
 }
 
+/**
+ * What a debit of `price` takes from a hold of `held` atomic units: the debit script cuts a price above its hold to
+ * the hold (wallets.ts DEBIT); a call without a hold (the gateway bills nothing) is debited nothing. The price a
+ * caller is shown (x-gw-price, a stream's usage.cost, a video job's price) is this, so it is the debit.
+ */
+export function debitedPrice(price: bigint, held: bigint | undefined): bigint {
+  if (held === undefined) return 0n;
+  return price > held ? held : price;
+}
+
 /** A debit script run unanswered this long is taken for Redis away (ms). */
 const DEBIT_TIMEOUT_MS = 5_000;
 

@@ -11,6 +11,7 @@ export const countTokens: Endpoint<TextPoliced> = {
   path: '/messages/count_tokens',
   protocol: 'anthropic',
   clientRule: 'count_tokens',
+  billed: false,
   police(request, ctx) {
     const parsed = parseBody(countTokensBody, request.body);
     const route = ctx.catalog.route('count_tokens', parsed.model) as ModelRoute<TextModel>;

@@ -10,9 +10,11 @@ import { FREE, type Bill } from '../billing/billing.js';
 import type { Call, ForwardContext, PoliceContext, Policed, Quoted } from '../call.js';
 import type { FareboxConfig } from '../config.js';
 import type { ReferenceImage } from '../upstream/image-answer.js';
+import type { Exchange } from '../upstream/exchange.js';
 import type { ImageDelivery } from '../upstream/image-exchange.js';
 import { exchangeImage } from '../upstream/image-exchange.js';
 import { imageAdapter } from '../upstream/protocols/registry.js';
+import { priceOf } from '../phases/finish.js';
 import type { ImageModel, ModelRoute } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import type { ImageRequest } from '../../policies/image-request.js';
@@ -157,8 +159,10 @@ export function forwardImage(
 ): FastifyReply | Promise<FastifyReply> {
   const adapter = imageAdapter(p.route.provider);
   const upstream = adapter.request(p.route, p.request, p.references);
+  // x-gw-price: what billImage charges once the image is delivered, asked when the head goes out (its class known).
+  const price = () => priceOf(call, deliveredImage(call.exchange!, p, ctx.prices));
   if (p.request.responseFormat !== 'url')
-    return exchangeImage(ctx.upstreams, reply, call, upstream, { kind: adapter.answer }, ctx.metrics);
+    return exchangeImage(ctx.upstreams, reply, call, upstream, { kind: adapter.answer }, price, ctx.metrics);
   const { store, origin } = ctx.images;
   // The reservation outlives the call's longest run (its deadline starts when the upstream request does) by a minute.
   return store
@@ -186,7 +190,7 @@ export function forwardImage(
         reservation,
         urlOf: urlOf(reply, origin!, call.endpoint!.path),
       };
-      return exchangeImage(ctx.upstreams, reply, call, upstream, delivery, ctx.metrics);
+      return exchangeImage(ctx.upstreams, reply, call, upstream, delivery, price, ctx.metrics);
     });
 }
 
@@ -207,7 +211,11 @@ export function billImage(call: Call, p: ImagePoliced, prices: PriceTable): Bill
     p.request.responseFormat === 'url'
       ? ex.delivered === 1 && !call.clientAborted
       : (ex.imageChars ?? 0) > FREE_IMAGE_CHARS && ex.imageBroken !== true;
-  if (!delivered) return FREE;
+  return delivered ? deliveredImage(ex, p, prices) : FREE;
+}
+
+/** The bill of the image of `ex` once delivered: one image at the class of its pixels as read so far. */
+function deliveredImage(ex: Exchange, p: ImagePoliced, prices: PriceTable): Bill {
   const { route, request } = p;
   const adapter = imageAdapter(route.provider);
   const size = deliveredClass(

@@ -13,6 +13,7 @@ import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
 import type { Exchange } from '../upstream/exchange.js';
 import { textUpstreamHeaders, textWire } from '../upstream/protocols/registry.js';
 import { proxyCall } from '../upstream/proxy.js';
+import { showBill } from '../phases/finish.js';
 import type { ModelRoute, TextModel } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
 import type { RewriteResult } from '../../policies/rewrite.js';
@@ -169,11 +170,20 @@ export function quoteText(p: TextPoliced, prices: PriceTable): Quoted {
   return { quote: { model: p.route.model.id, amount }, tokens: p.inputBound + maxOutputTokens };
 }
 
-/** Forward a text call: the rewritten body to its upstream, the answer streamed back through a meter. */
+/**
+ * Forward a text call: the rewritten body to its upstream, the answer streamed back through a meter. A billed call
+ * shows its price: a JSON answer in x-gw-price (held whole: proxy.ts), a stream in its usage event's `usage.cost`.
+ */
 export function forwardText(call: Call, p: TextPoliced, reply: FastifyReply, ctx: ForwardContext): FastifyReply {
   const provider = p.route.provider;
   const protocol = textWire(provider);
   const dropUsageChunk = protocol === 'openai' && !p.rewrite.callerWantsUsage;
+  const billed = call.endpoint?.billed !== false;
+  // A stream's usage event closes its usage: the call is billed that usage, as if it ended there (billedUsage).
+  const streamPrice = (raw: RawUsage): string | null => {
+    const usage = reportedUsage(raw, protocol === 'anthropic', p.cacheWrite);
+    return usage === null ? null : showBill(call, { usage, price: priceCall(ctx.prices, p.route.model.id, usage) });
+  };
   return proxyCall(
     ctx.upstreams,
     reply,
@@ -186,8 +196,10 @@ export function forwardText(call: Call, p: TextPoliced, reply: FastifyReply, ctx
       provider: provider.name,
       timeoutMs: provider.timeout_ms,
       maxDurationMs: provider.max_duration_ms,
-      meter: (ct) => (isSse(ct) ? new SseMeter(protocol, dropUsageChunk) : new JsonMeter()),
+      meter: (ct) =>
+        isSse(ct) ? new SseMeter(protocol, dropUsageChunk, billed ? streamPrice : undefined) : new JsonMeter(),
       keepLength: (ct) => !p.rewrite.stream && !isSse(ct),
+      price: billed ? () => showBill(call, billText(call, p, ctx.prices)) : undefined,
     },
     ctx.metrics,
   );
@@ -201,11 +213,12 @@ function isSse(contentType: string | undefined): boolean {
  * The usage billed for a finished text call. The upstream's usage when the answer was delivered whole. An answer cut
  * short (the caller hung up, the upstream failed mid-way) is charged only for what reached the caller, rounded up:
  * output = the larger of the content deltas forwarded (each carries at least one token) and their generated
- * characters / 4 (a cut JSON answer: its bytes written / 4), at most max_tokens; input from message_start where the
- * protocol reports it early, else estimated at one token per 4 bytes of the request. An answer cut before any
- * generated content reached the caller, an upstream error, or no answer, costs 0. Usage the upstream reports in a
- * shape no count can be read from (negative, fractional, a string) is taken as no usage: the answer is billed by
- * what was metered, as one without usage.
+ * characters / 4 (a JSON answer: its bytes written / 4; a billed one is written whole or not at all, proxy.ts), at
+ * most max_tokens; input from message_start where the protocol reports it early, else estimated at one token per 4
+ * bytes of the request. An answer cut before any generated content reached the caller, an upstream error, or no
+ * answer, costs 0. Usage the upstream reports in a shape no count can be read from (negative, fractional, a string)
+ * is taken as no usage: the answer is billed by what was metered, as one without usage. A call whose answer showed
+ * its price is not billed here: finish debits the bill shown (call.bill).
  */
 export function billedUsage(p: TextPoliced, exchange: Exchange | undefined, clientAborted: boolean): Usage {
   const status = exchange?.status ?? 0;

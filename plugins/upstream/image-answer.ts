@@ -130,6 +130,11 @@ export class ImageHeadProbe {
   /** width x height, once read; null until then (or for good, past HEAD_CHARS). */
   pixels: number | null = null;
 
+  /** `pixels` is final: read, or given up past HEAD_CHARS. */
+  get decided(): boolean {
+    return this.done;
+  }
+
   add(b64: Buffer): void {
     if (this.done) return;
     this.held.push(Buffer.from(b64));

@@ -1,12 +1,14 @@
 /**
  * One image call's upstream exchange, and how its image reaches the caller (`ImageDelivery`):
  * - pass: the provider's own ImagesResponse (OpenAI protocol, b64_json) goes through byte for byte as it arrives,
- *   its 200 head (and the few bytes before the image) held back until the image's first characters show an image,
- *   so a provider that hangs up or answers without one still gets the caller a 502; its reader checks that the
- *   answer held a whole image.
+ *   its 200 head (and the bytes before it) held back until the image's first characters show an image and its
+ *   header its pixels, so a provider that hangs up or answers without one still gets the caller a 502, and the head
+ *   can say the price of the class rendered (x-gw-price); its reader checks that the answer held a whole image.
  * - convert: a Gemini answer becomes an ImagesResponse while it is read: the 200 head and
  *   `{"created":..,"output_format":..,"data":[{"b64_json":"` are written once the image's first base64 characters
- *   show an image signature, then its base64 goes out slice by slice as it arrives, and the usage closes the body.
+ *   show an image signature and its header its pixels, then its base64 goes out slice by slice as it arrives, and
+ *   the usage closes the body. What waits for the pixels is at most the probe's 256 KiB of base64 (ImageHeadProbe):
+ *   a PNG's are in its first 32 characters, a JPEG's after its metadata.
  * - store (url): the image's base64 is decoded as it arrives into one buffer, within the room reserved for it
  *   before the call (plugins/store/image-store.ts), stored in that room, and answered as `{"created":..,"data":[{"url":..}]}`.
  * So an image is held whole only where the caller asked for a URL. What billing reads (call.exchange): the image's
@@ -45,26 +47,34 @@ export type ImageDelivery =
       readonly urlOf: (id: string) => string;
     };
 
-/** Send an image call upstream; the caller is answered by the exchange. Returns the reply, sent later. */
+/**
+ * Send an image call upstream; the caller is answered by the exchange. `price` answers the x-gw-price of the image
+ * once delivered, asked when the head goes out (call.exchange then knows its pixels). Returns the reply, sent later.
+ */
 export function exchangeImage(
   upstreams: Upstreams,
   reply: FastifyReply,
   call: ExchangeOwner,
   req: ImageUpstreamRequest,
   delivery: ImageDelivery,
+  price: () => string,
   metrics?: Metrics,
 ): FastifyReply {
-  return new ImageExchange(upstreams, reply, call, { delivered: 0 }, req, metrics, delivery).dispatch();
+  return new ImageExchange(upstreams, reply, call, { delivered: 0 }, req, metrics, delivery, price).dispatch();
 }
 
 class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private reader: ImageAnswerReader | undefined;
+  /** The image's signature was read (pass, convert): its head waits for its pixels. */
+  private imageSeen = false;
   /** The head is written (pass, convert). */
   private began = false;
-  /** pass: the upstream's head, and its bytes before the image began. */
+  /** pass: the upstream's head, and its bytes not yet written. convert: the image's base64 not yet written. */
   private upstreamHeaders: IncomingHttpHeaders | null = null;
   private held: Buffer[] = [];
-  /** convert: what to write before the next slice. */
+  /** Image characters in `held`: handed to the caller (imageChars) when the head goes out. */
+  private heldChars = 0;
+  /** convert: the head of the body, written with the first slice. */
   private prefix = '';
   /** The image's string closed (convert, store). */
   private imageDone = false;
@@ -80,6 +90,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     req: ImageUpstreamRequest,
     metrics: Metrics | undefined,
     private readonly delivery: ImageDelivery,
+    private readonly price: () => string,
   ) {
     super(upstreams, reply, call, exchange, req, metrics);
   }
@@ -94,8 +105,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
         this.upstreamHeaders = headers;
         this.reader = this.req.reader({
           begin: () => {
-            this.began = true;
-            this.writeHead(this.upstreamHeaders, true);
+            this.imageSeen = true;
           },
           // Written by data() with the chunk it came in, once the reader has seen it.
           piece: (b64) => this.handed(b64),
@@ -116,10 +126,32 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     }
   }
 
-  /** Image characters on their way to the caller: counted for billing, and the header read for the pixels. */
+  /**
+   * Image characters on their way to the caller: counted for billing once written (held until the head goes out),
+   * and the header read for the pixels.
+   */
   private handed(b64: Buffer): void {
-    this.exchange.imageChars = (this.exchange.imageChars ?? 0) + b64.length;
+    if (this.began) this.exchange.imageChars = (this.exchange.imageChars ?? 0) + b64.length;
+    else this.heldChars += b64.length;
     this.probed(b64);
+  }
+
+  /**
+   * Write the head and what waited for it, once the image is certain and its pixels known (or never to be: past
+   * the probe's reach; `whole`: the image's string has closed), so x-gw-price names the class billed.
+   */
+  private beginWhenSized(whole = false): void {
+    if (!this.imageSeen || this.began || !(whole || this.probe.decided)) return;
+    this.began = true;
+    const pass = this.delivery.kind === 'pass';
+    this.writeHead(pass ? this.upstreamHeaders : null, pass);
+    const held = Buffer.concat(this.held);
+    this.held = [];
+    if (pass) this.write(held);
+    else this.write(this.prefix + held.toString('latin1'));
+    this.prefix = '';
+    this.exchange.imageChars = (this.exchange.imageChars ?? 0) + this.heldChars;
+    this.heldChars = 0;
   }
 
   private probed(b64: Buffer): void {
@@ -128,9 +160,13 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     this.exchange.imagePixels = this.probe.pixels;
   }
 
-  /** The 200 head on the raw response: our headers, the upstream's content type (and length, passed through). */
+  /**
+   * The 200 head on the raw response: our headers, the upstream's content type (and length, passed through), and
+   * the price of the image.
+   */
   private writeHead(upstream: IncomingHttpHeaders | null, pass: boolean): void {
     const out = this.reply.getHeaders() as Record<string, unknown>;
+    out['x-gw-price'] = this.price();
     out['content-type'] =
       pass && typeof upstream?.['content-type'] === 'string' ? upstream['content-type'] : 'application/json';
     const upstreamId = upstream?.['x-request-id'] ?? upstream?.['request-id'];
@@ -144,18 +180,13 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private convertSink(): ImageSink {
     return {
       begin: (format) => {
-        this.began = true;
-        this.writeHead(null, false);
+        this.imageSeen = true;
         this.prefix = `{"created":${Math.floor(Date.now() / 1000)},"output_format":"${format}","data":[{"b64_json":"`;
       },
       piece: (b64) => {
-        if (this.prefix === '') {
-          this.write(b64);
-        } else {
-          // One write for the head of the body and the first slice.
-          this.write(this.prefix + b64.toString('latin1'));
-          this.prefix = '';
-        }
+        // Before the head, the slice waits (copied: it may be a view of the upstream's chunk), then goes out with it.
+        if (this.began) this.write(b64);
+        else this.held.push(Buffer.from(b64));
         this.handed(b64);
       },
       end: () => {
@@ -181,16 +212,17 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
 
   protected data(chunk: Buffer): void {
     this.reader!.feed(chunk);
-    if (this.delivery.kind !== 'pass') return;
-    if (this.began && this.held.length === 0) {
-      this.write(chunk);
-    } else if (this.began) {
-      this.held.push(chunk);
-      this.write(Buffer.concat(this.held));
-      this.held = [];
-    } else {
-      this.held.push(chunk);
+    if (this.delivery.kind === 'store') return;
+    if (this.delivery.kind === 'convert') {
+      this.beginWhenSized();
+      return;
     }
+    if (this.began) {
+      this.write(chunk);
+      return;
+    }
+    this.held.push(chunk);
+    this.beginWhenSized();
   }
 
   protected end(): void {
@@ -198,6 +230,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     const res = this.reply.raw;
     switch (this.delivery.kind) {
       case 'pass':
+        if (end.image) this.beginWhenSized(true);
         if (!this.began) {
           sendUpstreamError(this.reply, end.failure ?? noImage());
           return;
@@ -231,6 +264,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
 
   /** The end of a converted body: the image's string, the usage if any, and the image counted. */
   private closeConverted(end: ImageAnswerEnd | null): void {
+    this.beginWhenSized(true);
     const usage = end?.usage ? `,"usage":${JSON.stringify(end.usage)}` : '';
     this.exchange.delivered = 1;
     this.reply.raw.end(`"}]${usage}}`);
@@ -284,7 +318,11 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     };
     if (end.usage) body.usage = end.usage;
     this.exchange.delivered = 1;
-    reply.code(200).header('content-type', 'application/json').send(JSON.stringify(body));
+    reply
+      .code(200)
+      .header('content-type', 'application/json')
+      .header('x-gw-price', this.price())
+      .send(JSON.stringify(body));
   }
 
   protected override failedMidAnswer(err: Error): boolean {

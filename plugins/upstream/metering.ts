@@ -7,7 +7,9 @@
  * write per upstream chunk, never more; the chunk itself when it is forwarded unchanged), reads usage
  * (Anthropic: message_start and message_delta; OpenAI: the include_usage chunk), counts the content
  * deltas that went out, and removes the OpenAI usage chunk when the caller did not ask for it (the gateway
- * always asks upstream). Only the events that carry usage are JSON-parsed (DESIGN "Hot path").
+ * always asks upstream). Only the events that carry usage are JSON-parsed (DESIGN "Hot path"); the one that closes
+ * the usage (OpenAI's usage chunk, Anthropic's message_delta) is written again with the call's price in
+ * `usage.cost` when the meter is given a pricer, so a stream's caller sees what it pays where headers cannot say it.
  * JsonMeter passes a JSON answer through and reads its usage at the end.
  */
 import { StringDecoder } from 'node:string_decoder';
@@ -53,7 +55,17 @@ const ANTHROPIC_DELTA = /"(?:text|thinking|partial_json)"\s*:\s*"/g;
 /** An OpenAI chunk delta with generated content: text, tool-call arguments, reasoning or a refusal. */
 const TOKEN_DELTA = /"(?:content|arguments|reasoning_content|reasoning|refusal)"\s*:\s*"[^"]/g;
 
-/** Meters an SSE answer of `protocol`; with `dropUsageChunk` the OpenAI usage-only chunk is not forwarded. */
+/**
+ * The price of a stream's usage, as `usage.cost` shows it (a USD decimal with 6 decimals), given the usage the meter
+ * has read so far (Anthropic: message_start's and message_delta's merged); null: not priced, the event goes out as
+ * it came. Called once the event is on its way to the caller: the call is billed what it answers.
+ */
+export type StreamPricer = (usage: RawUsage) => string | null;
+
+/**
+ * Meters an SSE answer of `protocol`; with `dropUsageChunk` the OpenAI usage-only chunk is not forwarded; with
+ * `price`, the usage event forwarded carries `usage.cost`.
+ */
 export class SseMeter implements Meter {
   readonly reading = newReading();
   private readonly decoder = new StringDecoder('utf8');
@@ -62,6 +74,7 @@ export class SseMeter implements Meter {
   constructor(
     private readonly protocol: Protocol,
     private readonly dropUsageChunk = false,
+    private readonly price?: StreamPricer,
   ) {}
 
   feed(chunk: Buffer): Buffer | string | null {
@@ -93,9 +106,14 @@ export class SseMeter implements Meter {
     return out;
   }
 
-  /** Anthropic: named events; everything is forwarded, usage read from message_start / message_delta. */
+  /**
+   * Anthropic: named events; everything is forwarded, usage read from message_start / message_delta (the latter
+   * written again with its cost).
+   */
   private anthropic(block: string): string {
     let start = 0;
+    let out = '';
+    let kept = 0;
     while (start < block.length) {
       const end = nextEventEnd(block, start);
       const event = block.slice(start, end);
@@ -116,7 +134,14 @@ export class SseMeter implements Meter {
       } else if (name === 'message_delta') {
         const data = parseData(event) as { usage?: RawUsage } | null;
         // message_delta usage is cumulative; fields it carries replace message_start's.
-        if (data?.usage) this.reading.usage = { ...(this.reading.usage ?? {}), ...stripNulls(data.usage) };
+        if (data?.usage) {
+          this.reading.usage = { ...(this.reading.usage ?? {}), ...stripNulls(data.usage) };
+          const priced = this.priced(event, data as { usage: RawUsage }, this.reading.usage);
+          if (priced !== null) {
+            out += block.slice(kept, start - event.length) + priced;
+            kept = start;
+          }
+        }
       } else if (name === 'message_stop') {
         this.reading.complete = true;
       } else if (name === 'error') {
@@ -124,7 +149,17 @@ export class SseMeter implements Meter {
         this.reading.streamError = data?.error?.message ?? 'stream error';
       }
     }
-    return block;
+    return kept === 0 ? block : out + block.slice(kept);
+  }
+
+  /** `event` written again with `usage.cost`, the price of `usage`; null without a pricer or a price. */
+  private priced(event: string, data: { usage: RawUsage }, usage: RawUsage): string | null {
+    const cost = this.price?.(usage) ?? null;
+    if (cost === null) return null;
+    data.usage.cost = cost;
+    // The lines before the data (event:, id:) as they came, one data line, the event's own line ends.
+    const nl = event.endsWith('\r\n') ? '\r\n' : '\n';
+    return `${event.slice(0, event.indexOf('data:'))}data: ${JSON.stringify(data)}${nl}${nl}`;
   }
 
   /**
@@ -154,6 +189,11 @@ export class SseMeter implements Meter {
         kept = e;
       } else {
         this.countOpenAI(block, s, e);
+        const priced = data?.usage ? this.priced(event, data as { usage: RawUsage }, data.usage) : null;
+        if (priced !== null) {
+          out += block.slice(kept, s) + priced;
+          kept = e;
+        }
       }
       start = e;
       USAGE_OBJECT.lastIndex = e;
@@ -232,7 +272,8 @@ export class JsonMeter implements Meter {
   end(): null {
     if (this.size <= this.maxBytes) {
       try {
-        const body = JSON.parse(Buffer.concat(this.chunks, this.size).toString('utf8')) as { usage?: RawUsage };
+        const whole = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size);
+        const body = JSON.parse(whole.toString('utf8')) as { usage?: RawUsage };
         if (body && typeof body.usage === 'object' && body.usage !== null) this.reading.usage = body.usage;
         this.reading.complete = true;
       } catch {

@@ -1,7 +1,8 @@
 /**
  * Proxy: forwards a policed call to its upstream over an undici keep-alive pool and streams the answer back
  * through a meter, unbuffered: each upstream chunk is metered and written to the caller's socket as it arrives
- * (undici's dispatch handler, no stream objects per call; DESIGN "Hot path"), with backpressure both ways.
+ * (undici's dispatch handler, no stream objects per call; DESIGN "Hot path"), with backpressure both ways. The one
+ * exception is a priced JSON answer (UpstreamRequest.price): held whole, then written with its x-gw-price.
  * A 2xx answer is written on the raw response (the reply is hijacked once the upstream's headers are in, so
  * Fastify's onSend hooks do not see proxied bodies; onResponse hooks still run). Upstream failures before that
  * reach the caller as GatewayErrors in the caller's protocol, never as the provider's raw body, a stack or an
@@ -22,6 +23,11 @@ export interface UpstreamRequest extends ExchangeRequest {
   meter(contentType: string | undefined): Meter;
   /** Whether the upstream's content-length is passed on (an answer forwarded byte for byte). */
   keepLength(contentType: string | undefined): boolean;
+  /**
+   * The price of a 2xx JSON (not event-stream) answer once it is whole (x-gw-price; it fixes the call's bill): given,
+   * such an answer is held until its end, then written with the header.
+   */
+  price?(): string;
 }
 
 /** Response headers copied from upstream onto ours: content type and retry hints only (our x-request-id stays). */
@@ -66,6 +72,14 @@ const MAX_WAITING_BYTES = 64 * 1024;
  */
 class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   private meter: Meter | undefined;
+  /**
+   * A priced JSON answer, held until its end: its status and headers, and its chunks. Its price is in its body's
+   * usage, read at the end, and a header must go before the body. A provider produces a non-streamed answer whole
+   * before it sends it, so holding it costs the caller its transfer time only; its size is bounded by the call's
+   * max_tokens (a text answer of the gateway's ceiling is a few MB of JSON), and JsonMeter keeps it whole for its
+   * usage anyway. Nothing is written, nor metered, until the end: a caller that leaves first is charged nothing.
+   */
+  private held: { statusCode: number; headers: IncomingHttpHeaders; chunks: Buffer[]; bytes: number } | undefined;
   /** An event stream: its chunks wait in windows. A JSON answer's are written as they come (one or a few). */
   private windowed = false;
   private waiting: Buffer[] = [];
@@ -90,15 +104,36 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
     this.meter = meter;
     this.exchange.meter = meter;
     this.windowed = meter instanceof SseMeter;
+    if (!this.windowed && this.req.price !== undefined) {
+      this.held = { statusCode, headers, chunks: [], bytes: 0 };
+      return;
+    }
+    this.writeHead(statusCode, headers, this.req.keepLength(contentType), undefined);
+  }
+
+  /** Our head on the raw response: the reply's headers, the upstream's copied ones, and `extra`. */
+  private writeHead(
+    statusCode: number,
+    headers: IncomingHttpHeaders,
+    keepLength: boolean,
+    extra: Record<string, string> | undefined,
+  ): void {
     const reply = this.reply;
     const out = reply.getHeaders() as Record<string, unknown>;
-    copyResponseHeaders(out, headers, this.req.keepLength(contentType));
+    copyResponseHeaders(out, headers, keepLength);
+    if (extra !== undefined) Object.assign(out, extra);
     if (this.upstreams.closing) out.connection = 'close';
     reply.hijack();
     reply.raw.writeHead(statusCode, out as Record<string, string>);
   }
 
   protected data(chunk: Buffer): void {
+    const held = this.held;
+    if (held !== undefined) {
+      held.chunks.push(chunk);
+      held.bytes += chunk.length;
+      return;
+    }
     if (this.window !== undefined) {
       // A caller that reads: the chunk waits for the window. One that does not (its socket full): written at once,
       // so the write sees the full socket and pauses the upstream; waiting would read the whole answer into memory
@@ -116,6 +151,10 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   }
 
   protected end(): void {
+    if (this.held !== undefined) {
+      this.endHeld(this.held);
+      return;
+    }
     clearTimeout(this.window);
     this.window = undefined;
     const res = this.reply.raw;
@@ -152,6 +191,23 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
     // A write of nothing calls back once everything written before it has left.
     socket.write('', cut);
     return true;
+  }
+
+  /** A held answer's end: metered whole, priced, then written with its x-gw-price and length in one write. */
+  private endHeld(held: NonNullable<ProxyHandler['held']>): void {
+    this.held = undefined;
+    if (this.reply.raw.destroyed) return;
+    const body = Buffer.concat(held.chunks, held.bytes);
+    const meter = this.meter!;
+    const out = meter.feed(body);
+    const tail = meter.end();
+    const whole = tail === null ? (out ?? '') : Buffer.concat([Buffer.from(out ?? ''), Buffer.from(tail)]);
+    const price = this.req.price!();
+    this.writeHead(held.statusCode, held.headers, false, {
+      'content-length': String(Buffer.byteLength(whole)),
+      'x-gw-price': price,
+    });
+    this.reply.raw.end(whole);
   }
 
   /** The waiting chunks, taken. */

@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { getCallRecord, listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
-import { publishPrices, parseUsd } from '../../pricing/index.js';
+import { formatUsd, publishPrices, parseUsd } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { referencePng } from '../helpers/media.js';
 import { until } from '../helpers/wait.js';
@@ -117,6 +117,7 @@ t.test('a delivered image costs exactly its listed price; the record says images
     t.equal(response.headers.get('x-gw-billing-chain'), 'chain_a', 'the billed chain is named');
     const rec = await settled(response.headers.get('x-request-id')!);
     t.equal(rec.priceAtomic, price(model, size), `${model} ${size} ${rf}: ${listed[model]![size]} USD`);
+    t.equal(response.headers.get('x-gw-price'), formatUsd(rec.priceAtomic), 'x-gw-price says it');
     t.equal(rec.held, price(model, size), 'held at one image of that size');
     t.match(rec, { model, size, status: /^(pending|settled)$/ });
     t.same(rec.usage, {
@@ -140,6 +141,7 @@ t.test('an edit costs one image of its size', async (t) => {
     .withResponse();
   const rec = await settled(response.headers.get('x-request-id')!);
   t.equal(rec.priceAtomic, price('img-pro', '2K'));
+  t.equal(response.headers.get('x-gw-price'), formatUsd(rec.priceAtomic), 'x-gw-price says it');
   t.equal(before - (await available()), price('img-pro', '2K'));
 });
 
@@ -160,6 +162,7 @@ t.test('refusals and provider failures cost nothing', async (t) => {
       t.equal(e.status, status, `${model} ${prompt} ${rf}`);
       const rec = await settled(e.headers!.get('x-request-id')!);
       t.match(rec, { status: 'free', priceAtomic: 0n, held: price(model, '4K') }, 'held, then released');
+      t.equal(e.headers!.get('x-gw-price'), '0.000000', 'and the error says it costs nothing');
       t.equal(await available(), before, 'the wallet is whole');
     }
   }
@@ -385,6 +388,7 @@ t.test(
         { size: '1K', priceAtomic: 100_000n, held: 300_000n },
         `${model}: held at 4K, its 256x256 image billed at 1K`,
       );
+      t.equal(response.headers.get('x-gw-price'), '0.100000', 'x-gw-price names the class billed, not the one asked');
       t.equal(before - (await available()), 100_000n);
     }
   },

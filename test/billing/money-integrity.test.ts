@@ -9,12 +9,12 @@ import { Billing } from '../../plugins/billing/billing.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { keys } from '../../plugins/store/keys.js';
 import { limitsConfigSchema } from '../../policies/limits.js';
-import { getCallRecord, type CallRecord } from '../../plugins/billing/call-records.js';
+import { getCallRecord, listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
 import { redisNow } from '../../plugins/billing/wallets.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { request, type IncomingMessage } from 'node:http';
 import sharp from 'sharp';
-import { makeUsage, worstCaseText } from '../../pricing/index.js';
+import { formatUsd, makeUsage, worstCaseText } from '../../pricing/index.js';
 import { closeDevChains, startHarness, type Harness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 import { newRequestId } from '../../plugins/request-ids.js';
@@ -182,49 +182,70 @@ t.test('a caller that stops reading is cut at max_duration_ms too, and billed fo
 });
 
 t.test(
-  'a caller that hangs up partway through a JSON answer is billed what was written to it, bytes / 4, not 0',
+  'a JSON answer is written whole at its end, with its price: a caller that leaves while it arrives pays nothing, one that leaves partway through reading it pays its x-gw-price',
   async (t) => {
-    // 32,000 tokens of JSON (about 130 KB), arriving in 16 KiB slices 150 ms apart; the caller leaves after 40 KB.
+    // 32,000 tokens of JSON (about 130 KB), arriving in 16 KiB slices 150 ms apart: over a second.
     const body = JSON.stringify({
       model: 'gamma-k3',
       max_tokens: 32_000,
       messages: [{ role: 'user', content: '#sim:tokens=32000 #sim:chunk_delay_ms=150' }],
     });
-    const { id, received } = await new Promise<{ id: string; received: number }>((resolve, reject) => {
-      const req = request(
-        `${h.url}/v1/chat/completions`,
-        {
-          method: 'POST',
-          headers: {
-            authorization: `Bearer ${h.key}`,
-            'content-type': 'application/json',
-            'content-length': Buffer.byteLength(body),
-          },
+    const send = () =>
+      request(`${h.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${h.key}`,
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
         },
-        (res) => {
+      });
+
+    // Leaves once the provider is answering, long before the answer's end: nothing was written to it.
+    const asked = h.sim.received.length;
+    const early = send();
+    let answered = false;
+    early.on('response', () => {
+      answered = true;
+    });
+    early.on('error', () => {});
+    early.end(body);
+    await until('the provider asked', async () => (h.sim.received.length > asked ? true : null));
+    early.destroy();
+    const left = await until('the call the caller left, debited', async () => {
+      const [r] = await listCallRecords(h.redis, h.account, 1);
+      return r && r.status !== 'held' ? r : null;
+    });
+    t.notOk(answered, 'no head before the answer is whole');
+    t.same([left.status, left.priceAtomic], ['free', 0n], 'free: nothing was written to it');
+
+    // Reads 40 KB of the answer, then leaves: the whole answer was written to its connection, at the price it was told.
+    const { id, price, received } = await new Promise<{ id: string; price: string; received: number }>(
+      (resolve, reject) => {
+        const req = send();
+        req.on('response', (res: IncomingMessage) => {
           let got = 0;
           res.on('data', (d: Buffer) => {
             got += d.length;
             if (got >= 40_000) {
               req.destroy();
-              resolve({ id: String(res.headers['x-request-id']), received: got });
+              resolve({
+                id: String(res.headers['x-request-id']),
+                price: String(res.headers['x-gw-price']),
+                received: got,
+              });
             }
           });
           res.on('error', () => {});
-        },
-      );
-      req.on('error', () => {});
-      req.on('close', () => reject(new Error('closed before 40 KB')));
-      req.end(body);
-    });
-    const rec = await finished(h, id);
-    const total = Number(rec.usage.output_tokens);
-    t.ok(
-      total >= Math.floor(received / 4),
-      `${total} output tokens billed for the ${received} bytes it read (at least bytes / 4)`,
+        });
+        req.on('error', () => {});
+        req.on('close', () => reject(new Error('closed before 40 KB')));
+        req.end(body);
+      },
     );
-    t.ok(total < 20_000, 'not the whole answer: only what was written before it left');
-    t.ok(rec.priceAtomic > 0n && rec.priceAtomic < rec.held);
+    const rec = await finished(h, id);
+    t.ok(received < 130_000, `it left after ${received} bytes`);
+    t.equal(rec.usage.output_tokens, 32_000, 'billed the whole answer written to it');
+    t.equal(price, formatUsd(rec.priceAtomic), 'the price its head said');
   },
 );
 

@@ -95,6 +95,61 @@ for (const sizes of [[100000], [1], [7, 13], [3, 64, 5]]) {
   });
 }
 
+t.test(
+  'a priced stream: only its usage event is written again, with usage.cost, at any cut and line end',
+  async (t) => {
+    for (const [nl, sizes] of [
+      ['\n', [100000]],
+      ['\n', [1]],
+      ['\r\n', [7, 13]],
+    ] as [string, number[]][]) {
+      const fix = (s: string) => (nl === '\n' ? s : s.replace(/\n/g, '\r\n'));
+      const seen: unknown[] = [];
+      const price = (u: Record<string, unknown>) => {
+        seen.push(structuredClone(u));
+        return '0.001234';
+      };
+      const a = new SseMeter('anthropic', false, price);
+      const aOut = await run(a, fix(anthropicStream), sizes);
+      const aEvents = aOut.split(`${nl}${nl}`);
+      const aIn = fix(anthropicStream).split(`${nl}${nl}`);
+      const i = aIn.findIndex((e) => e.startsWith('event: message_delta'));
+      t.same(
+        aEvents.filter((_, j) => j !== i),
+        aIn.filter((_, j) => j !== i),
+        'every other event as it came',
+      );
+      t.equal(
+        aEvents[i],
+        `event: message_delta${nl}data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2,"cost":"0.001234"}}`,
+      );
+      t.same(seen, [a.reading.usage], 'priced once, on the usage merged with message_start');
+      t.equal(a.reading.bytesOut, Buffer.byteLength(aOut), 'bytes out: what was written');
+
+      const o = new SseMeter('openai', false, price);
+      const oOut = await run(o, fix(openaiStream), sizes);
+      t.match(
+        oOut,
+        /"usage":\{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,"prompt_tokens_details":\{"cached_tokens":0\},"cost":"0.001234"\}\}/,
+      );
+      t.equal(oOut.replace(',"cost":"0.001234"', ''), fix(openaiStream), 'nothing else changed');
+      t.equal(o.reading.deltas, 2);
+      t.equal(o.reading.complete, true);
+
+      const dropped = new SseMeter('openai', true, price);
+      seen.length = 0;
+      t.notMatch(
+        await run(dropped, fix(openaiStream), sizes),
+        /cost/,
+        'a usage chunk not asked for is dropped, not priced',
+      );
+      t.same(seen, []);
+    }
+    const unpriced = new SseMeter('anthropic', false, () => null);
+    t.equal(await run(unpriced, anthropicStream, [100000]), anthropicStream, 'no price: the event as it came');
+  },
+);
+
 t.test('one upstream chunk gives at most one write downstream', async (t) => {
   const m = new SseMeter('openai', true);
   const writes = { count: 0 };

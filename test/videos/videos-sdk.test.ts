@@ -6,7 +6,7 @@ import OpenAI from 'openai';
 import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
-import { DEFAULT_PRICES } from '../../pricing/index.js';
+import { DEFAULT_PRICES, formatUsd } from '../../pricing/index.js';
 import { closeDevChains } from '../helpers/harness.js';
 import { probe, referencePng } from '../helpers/media.js';
 import { until } from '../helpers/wait.js';
@@ -34,6 +34,7 @@ async function settledRecord(requestId: string) {
 t.test(
   'a clip completes: in_progress at once, then completed; the MP4 has the size and length asked; charged the listed price',
   async (t) => {
+    const before = await readWallet(h.redis, h.account, 'chain_a');
     const { seen, requestId, chain } = await createAndPoll(openai, {
       model: 'vidA-v6',
       prompt: 'A lighthouse at dusk',
@@ -75,7 +76,18 @@ t.test(
     t.equal(record.model, 'vidA-v6');
     t.equal(record.owner, `job:${done.id}`, 'the hold belonged to the job');
     t.equal(record.late, false);
-    t.equal((await readWallet(h.redis, h.account, 'chain_a')).held, 0n, 'nothing left held');
+    const after = await readWallet(h.redis, h.account, 'chain_a');
+    t.equal(after.held, before.held, 'nothing left held');
+    // The price in the job object is the debit, to the atomic unit: the record's and the wallet's change.
+    const priced = (v: unknown) => v as { price: string | null; price_atomic: string | null };
+    t.same([priced(submitted).price, priced(submitted).price_atomic], [null, null], 'no price while it renders');
+    t.equal(priced(done).price, formatUsd(record.priceAtomic), "the completed job's price is the record's");
+    t.equal(priced(done).price_atomic, record.priceAtomic.toString());
+    t.equal(
+      priced(done).price,
+      formatUsd(before.synced - after.synced + after.pending - before.pending),
+      'the wallet paid it',
+    );
   },
 );
 
@@ -131,6 +143,8 @@ t.test('a failed job is free: its hold released, its content a 409 in the OpenAI
   t.ok(failed.error?.message);
   const record = await settledRecord(requestId);
   t.same([record.status, record.priceAtomic], ['free', 0n], 'charged nothing');
+  const priced = failed as unknown as { price: string | null; price_atomic: string | null };
+  t.same([priced.price, priced.price_atomic], ['0.000000', '0'], 'and its job object says so');
   const e = await openai.videos.downloadContent(failed.id).catch((err: unknown) => err);
   t.ok(e instanceof OpenAI.APIError && e.status === 409);
   t.equal((e as InstanceType<typeof OpenAI.APIError>).code, 'video_failed');
