@@ -42,6 +42,10 @@ tbody th { background: none; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.wrap { white-space: normal; word-break: break-all; }
 form.inline { display: inline; margin: 0; }
+/* A key's limits form: the row under the key's, folded. */
+tr:has(+ tr.edit) td { border-bottom: 0; }
+tr.edit td { white-space: normal; padding-top: 0; }
+tr.edit summary { cursor: pointer; color: var(--accent); font-size: 0.875rem; }
 .row { display: flex; flex-wrap: wrap; align-items: flex-end; gap: 0.75rem; margin: 0.5rem 0 1rem; }
 .row > label { display: flex; flex-direction: column; gap: 0.25rem; font-weight: 600; font-size: 0.9rem; }
 input, select { font: inherit; padding: 0.45rem 0.55rem; border: 1px solid var(--muted); border-radius: 6px; background: var(--bg); color: var(--fg); min-width: 10rem; }
@@ -86,5 +90,6 @@ dd { margin: 0; word-break: break-all; }
   table.stack th, table.stack td { display: flex; justify-content: space-between; gap: 1rem; border: 0; padding: 0.15rem 0.6rem; white-space: normal; text-align: right; }
   table.stack th[scope="row"] { background: none; text-align: left; }
   table.stack td::before { content: attr(data-label); color: var(--muted); text-align: left; }
+  table.stack tr.edit td { display: block; text-align: left; }
 }
 `;
