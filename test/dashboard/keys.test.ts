@@ -88,12 +88,20 @@ t.test('a named key: shown once with the snippets, listed with its dates, workin
   );
   const page = await send(alice.b, 'GET', '/keys');
   t.notOk(page.text.includes(key), 'not shown again');
-  t.match(page.text, new RegExp(`<tr data-key-id="${id}"><td data-label="Name">laptop &lt;b&gt;</td>`));
+  t.match(
+    page.text,
+    new RegExp(
+      `<tr data-key-id="${id}"><td data-label="Key"><div>laptop &lt;b&gt;<br><span class="mono muted" data-field="id">${id}</span><br><span class="muted">created <span class="nowrap">\\d{4}-\\d\\d-\\d\\d</span> <span class="nowrap">\\d\\d:\\d\\d UTC</span></span></div></td>`,
+    ),
+  );
   t.match(page.text, /<td data-label="Last used"><span class="muted">never<\/span><\/td>/);
   t.equal((await chat(h.url, key)).status, 200);
   const used = await until('last used to show', async () => (await listKeys(h.redis, alice.account))[0]?.last_used_at);
   t.ok(used);
-  t.match((await send(alice.b, 'GET', '/keys')).text, /<td data-label="Last used">\d{4}-\d\d-\d\d \d\d:\d\d UTC<\/td>/);
+  t.match(
+    (await send(alice.b, 'GET', '/keys')).text,
+    /<td data-label="Last used"><span class="nowrap">\d{4}-\d\d-\d\d<\/span> <span class="nowrap">\d\d:\d\d UTC<\/span><\/td>/,
+  );
 });
 
 t.test('revoking on the Keys page: 401 at once on both instances, even with the key cached', async (t) => {
@@ -159,7 +167,10 @@ t.test("one account never sees or revokes another's keys", async (t) => {
 t.test('a key made with the CLI shows, unnamed, and the dashboard revokes it', async (t) => {
   const { id, key } = await createKey(h.redis, alice.account);
   const page = await send(alice.b, 'GET', '/keys');
-  t.match(page.text, new RegExp(`<tr data-key-id="${id}"><td data-label="Name"><span class="muted">unnamed</span>`));
+  t.match(
+    page.text,
+    new RegExp(`<tr data-key-id="${id}"><td data-label="Key"><div><span class="muted">unnamed</span>`),
+  );
   t.equal((await send(alice.b, 'POST', `/keys/${id}/revoke`, { form: { _csrf: alice.csrf } })).status, 303);
   await until('401', async () => (await chat(h.url, key)).status === 401, 2_000, 10);
 });
@@ -167,6 +178,12 @@ t.test('a key made with the CLI shows, unnamed, and the dashboard revokes it', a
 /** A day as a date input sends it, `days` from today (UTC). */
 function day(days: number): string {
   return new Date(Date.now() + days * 86_400_000).toISOString().slice(0, 10);
+}
+
+/** A time as the keys' table writes it: its day and its hour, each kept whole. */
+function when(ms: number): string {
+  const [d, ...hour] = formatTime(ms).split(' ');
+  return `<span class="nowrap">${d}</span> <span class="nowrap">${hour.join(' ')}</span>`;
 }
 
 /** The row of a key on the page, and its limits form's row. */
@@ -241,16 +258,22 @@ t.test(
     t.equal((await h.redis.hgetall(keys.keySpend(id))).t, price.toString(), 'the key-spend hash holds the price');
 
     const row = rowOf((await send(alice.b, 'GET', '/keys')).text, id);
-    t.match(row, '<td data-label="Limit"><span data-field="limit">0.500000 USD per day</span></td>');
+    t.match(
+      row,
+      '<td class="limit" data-label="Limit"><div><span class="nowrap" data-field="limit">0.500000 USD per day</span><br>',
+    );
     t.match(row, `<span data-field="spent-window">${call.price}</span> today`, "the window's spend: the call's price");
     t.match(row, `<span data-field="spent-total">${call.price}</span> in all`);
     const resets = keyWindow('daily', Date.now()).end!;
     t.match(
       row,
-      `<span data-field="left">${spent.limit!.left}</span><br><span class="muted">resets ${formatTime(resets)}</span>`,
+      `<span data-field="left">${spent.limit!.left}</span> left<br><span class="muted">resets ${when(resets)}</span></div>`,
     );
     t.match(row, '<span data-field="models"><code>gamma-*</code>, <code>alpha-haiku-4-5</code></span>');
-    t.match(row, `<span data-field="expires">${expires} 00:00 UTC</span>`);
+    t.match(
+      row,
+      `<span data-field="expires"><span class="nowrap">${expires}</span> <span class="nowrap">00:00 UTC</span></span>`,
+    );
     t.match(row, `action="/dash/keys/${id}/limits"`, 'a form to change them');
     t.match(row, 'name="limit" inputmode="decimal" pattern="\\d+(\\.\\d{1,6})?"', 'its fields filled with the limits');
     t.match(row, 'value="0.500000"');
@@ -271,10 +294,13 @@ t.test('a key made with only a name has no limit, every model, no expiry', async
   t.match(await getKey(h.redis, id), { limit: null, models: null, expires_at: null });
   t.same(await h.redis.hgetall(keys.keySpend(id)), {}, 'no limit, no reset stored');
   const row = rowOf((await send(alice.b, 'GET', '/keys')).text, id);
-  t.match(row, '<td data-label="Limit"><span class="muted">no limit</span></td>');
-  t.match(row, '<td class="wrap" data-label="Models"><span class="muted">all models</span></td>');
+  t.match(row, '<td class="limit" data-label="Limit"><span class="muted">no limit</span></td>');
+  t.match(row, '<td class="list" data-label="Models"><span class="muted">all models</span></td>');
   t.match(row, '<td data-label="Expires"><span class="muted">never</span></td>');
-  t.match(row, '<td data-label="Spent"><span data-field="spent-total">0.000000</span> in all</td>');
+  t.match(
+    row,
+    '<td class="spent" data-label="Spent"><div><span data-field="spent-total">0.000000</span> in all</div></td>',
+  );
 });
 
 t.test(

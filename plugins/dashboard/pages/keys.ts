@@ -79,23 +79,24 @@ function limitFields(v: KeysView, id: string, k: KeyInfo | null): SafeHtml {
 <label for="${f('expires')}">Expires (00:00 UTC) <input id="${f('expires')}" name="expires" type="date" aria-describedby="${hint}" value="${k?.expires_at ? dateValue(k.expires_at) : ''}"${id ? '' : html` min="${dateValue(v.now + 86_400_000)}"`}></label>`;
 }
 
+/** A time that wraps, if it must, between its day and its hour. */
+function when(ms: number): SafeHtml {
+  const [day, ...hour] = formatTime(ms).split(' ');
+  return html`<span class="nowrap">${day}</span> <span class="nowrap">${hour.join(' ')}</span>`;
+}
+
 function limitCell(k: KeyInfo): SafeHtml {
-  return k.limit === null
-    ? html`<span class="muted">no limit</span>`
-    : html`<span data-field="limit">${describeLimit(BigInt(k.limit.amount_atomic), k.limit.reset)}</span>`;
+  if (k.limit === null) return html`<span class="muted">no limit</span>`;
+  const resets = k.limit.resets_at === null ? 'never resets' : html`resets ${when(k.limit.resets_at)}`;
+  return html`<div><span class="nowrap" data-field="limit">${describeLimit(BigInt(k.limit.amount_atomic), k.limit.reset)}</span><br><span data-field="left">${k.limit.left}</span> left<br><span class="muted">${resets}</span></div>`;
 }
 
 function spentCell(k: KeyInfo): SafeHtml {
   const total = html`<span data-field="spent-total">${k.spent.total}</span> in all`;
   const held =
     k.spent.held_atomic === '0' ? '' : html`<br><span class="muted">${k.spent.held} held by running calls</span>`;
-  if (k.limit === null || k.limit.reset === 'never') return html`${total}${held}`;
-  return html`<span data-field="spent-window">${k.spent.window}</span> ${WINDOW_NAMES[k.limit.reset]}<br>${total}${held}`;
-}
-
-function leftCell(k: KeyInfo): SafeHtml {
-  if (k.limit === null) return html`<span class="muted">—</span>`;
-  return html`<span data-field="left">${k.limit.left}</span><br><span class="muted">${k.limit.resets_at === null ? 'never resets' : `resets ${formatTime(k.limit.resets_at)}`}</span>`;
+  if (k.limit === null || k.limit.reset === 'never') return html`<div>${total}${held}</div>`;
+  return html`<div><span data-field="spent-window">${k.spent.window}</span> ${WINDOW_NAMES[k.limit.reset]}<br>${total}${held}</div>`;
 }
 
 function modelsCell(k: KeyInfo): SafeHtml {
@@ -108,7 +109,7 @@ function expiresCell(v: KeysView, k: KeyInfo): SafeHtml {
   if (k.expires_at === null) return html`<span class="muted">never</span>`;
   return k.expires_at <= v.now
     ? html`<span class="tag bad">expired ${formatTime(k.expires_at)}</span>`
-    : html`<span data-field="expires">${formatTime(k.expires_at)}</span>`;
+    : html`<span data-field="expires">${when(k.expires_at)}</span>`;
 }
 
 function keyRow(v: KeysView, k: KeyInfo): SafeHtml {
@@ -118,14 +119,14 @@ function keyRow(v: KeysView, k: KeyInfo): SafeHtml {
       ? html`<span class="tag bad">revoked ${formatTime(k.revoked_at)}</span>`
       : html`<form class="inline" method="post" action="${v.base}/keys/${k.id}/revoke">
 <input type="hidden" name="_csrf" value="${v.csrf}"><button class="danger" type="submit" aria-label="${`Revoke key ${label}`}">Revoke</button></form>`;
-  const row = html`<tr data-key-id="${k.id}"><td data-label="Name">${k.name || html`<span class="muted">unnamed</span>`}</td><td class="mono" data-label="ID">${k.id}</td>
-<td data-label="Limit">${limitCell(k)}</td><td data-label="Spent">${spentCell(k)}</td><td data-label="Left">${leftCell(k)}</td>
-<td class="wrap" data-label="Models">${modelsCell(k)}</td><td data-label="Expires">${expiresCell(v, k)}</td>
-<td data-label="Created">${formatTime(k.created_at)}</td><td data-label="Last used">${k.last_used_at === null ? html`<span class="muted">never</span>` : formatTime(k.last_used_at)}</td><td>${action}</td></tr>`;
+  const row = html`<tr data-key-id="${k.id}"><td data-label="Key"><div>${k.name || html`<span class="muted">unnamed</span>`}<br><span class="mono muted" data-field="id">${k.id}</span><br><span class="muted">created ${when(k.created_at)}</span></div></td>
+<td class="limit" data-label="Limit">${limitCell(k)}</td><td class="spent" data-label="Spent">${spentCell(k)}</td>
+<td class="list" data-label="Models">${modelsCell(k)}</td><td data-label="Expires">${expiresCell(v, k)}</td>
+<td data-label="Last used">${k.last_used_at === null ? html`<span class="muted">never</span>` : when(k.last_used_at)}</td><td class="action">${action}</td></tr>`;
   if (k.revoked_at !== null) return row;
   // A revoked key's limits no longer matter: only a live key (expired ones too: a later expiry revives it) has the form.
   return html`${row}
-<tr class="edit" data-key-limits="${k.id}"><td colspan="10"><details><summary>Change the limits of ${label}</summary>
+<tr class="edit" data-key-limits="${k.id}"><td colspan="7"><details><summary>Change the limits of ${label}</summary>
 <form method="post" action="${v.base}/keys/${k.id}/limits" class="row" aria-label="${`Limits of key ${label}`}">
 <input type="hidden" name="_csrf" value="${v.csrf}">
 ${limitFields(v, k.id, k)}
@@ -157,9 +158,9 @@ ${limitFields(v, '', null)}
 ${
   v.keys.length === 0
     ? html`<p class="muted">No keys yet.</p>`
-    : html`<div class="table-wrap" role="region" aria-label="Your keys" tabindex="0"><table class="stack">
-<thead><tr><th scope="col">Name</th><th scope="col">ID</th><th scope="col">Limit</th><th scope="col">Spent (USD)</th><th scope="col">Left (USD)</th><th scope="col">Models</th><th scope="col">Expires</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col"><span class="visually-hidden">Action</span></th></tr></thead>
+    : html`<div class="table-wrap" role="region" aria-label="Your keys" tabindex="0"><table class="stack keys">
+<thead><tr><th scope="col">Key</th><th scope="col">Limit</th><th scope="col">Spent (USD)</th><th scope="col">Models</th><th scope="col">Expires</th><th scope="col">Last used</th><th scope="col"><span class="visually-hidden">Action</span></th></tr></thead>
 <tbody>${v.keys.map((k) => keyRow(v, k))}</tbody></table></div>`
 }
-<p class="muted">A revoked key answers 401 at once, on every gateway instance, and so does a key past its expiry. "Left" is what calls may still hold: the limit less this window's spend and what running calls hold. "Last used" is updated at most once a minute.</p>`;
+<p class="muted">A revoked key answers 401 at once, on every gateway instance, and so does a key past its expiry. What is left is what calls may still hold: the limit less this window's spend and what running calls hold. "Last used" is updated at most once a minute.</p>`;
 }
