@@ -33,6 +33,7 @@ p { margin: 0.5rem 0; }
 .notice.bad { border-left-color: var(--bad); }
 .secret { border-left-color: var(--ok); }
 .secret code { font-size: 1rem; word-break: break-all; }
+/* Positioned: a visually-hidden header stays inside the scroll box instead of widening the page. */
 .table-wrap { position: relative; overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; margin: 0.5rem 0 1rem; }
 table { border-collapse: collapse; width: 100%; font-size: 0.9rem; }
 th, td { text-align: left; padding: 0.45rem 0.6rem; border-bottom: 1px solid var(--line); vertical-align: top; white-space: nowrap; }
