@@ -191,10 +191,12 @@ export async function listKeys(redis: Redis, address: string): Promise<KeyInfo[]
   return out.sort((a, b) => b.created_at - a.created_at || a.id.localeCompare(b.id));
 }
 
-/** One key by id (null when unknown), as listKeys shows it. */
-export async function getKey(redis: Redis, id: string): Promise<KeyInfo | null> {
+/** One key by id (null when unknown), as listKeys shows it. With `account`, only a key of that account. */
+export async function getKey(redis: Redis, id: string, opts: { account?: string } = {}): Promise<KeyInfo | null> {
   const hash = await redis.get(keys.apiKeyId(id));
   if (!hash) return null;
+  if (opts.account !== undefined && !(await redis.sismember(keys.accountKeys(opts.account.toLowerCase()), id)))
+    return null;
   const [now, h, spend] = await Promise.all([
     redisMs(redis),
     redis.hmget(keys.apiKey(hash), ...INFO_FIELDS),

@@ -18,7 +18,7 @@ import { sessionOf, viewerOf } from './guard.js';
 import { resolveOptions, type DashboardOptions } from './options.js';
 import { errorBody } from './pages/sign-in.js';
 import { home, issueNonce, signInPage, signOut, signupClosedPage, verify } from './routes/auth.js';
-import { createKeyForm, keysPage, revokeKeyForm } from './routes/keys.js';
+import { createKeyForm, keyLimitsForm, keysPage, revokeKeyForm } from './routes/keys.js';
 import { pricesJson, pricesPage, script, stylesheet } from './routes/public.js';
 import { usageCsvExport, usagePage } from './routes/usage.js';
 import {
@@ -96,6 +96,7 @@ function routes(app: FastifyInstance, d: Dashboard): void {
   post('/sign-out', signOut);
   get('/keys', keysPage);
   post('/keys', createKeyForm);
+  post('/keys/:id/limits', keyLimitsForm);
   post('/keys/:id/revoke', revokeKeyForm);
   get('/wallets', walletsPage);
   get('/wallets/balances.json', balancesJson);

@@ -59,6 +59,8 @@ export interface DashboardSettings {
   gatewayUrl: string | undefined;
   /** Claude Code's model variables for the models the gateway serves, shown with its snippet. */
   claudeModels: readonly (readonly [string, string])[];
+  /** The ids of the models the gateway serves (config `models`), offered for a key's allow-list. */
+  modelIds: readonly string[];
   explorers: Readonly<Partial<Record<ChainName, string>>>;
   devFund: boolean;
 }
@@ -160,6 +162,10 @@ export function resolveOptions(input: unknown): DashboardSettings {
       return found;
     };
   }
+  // Only ids matter here; the embedded default's address is not used.
+  const modelIds = Object.freeze(
+    (config?.models ?? (embeddedDefault('http://127.0.0.1').models as { id: string }[])).map((m) => m.id),
+  );
   return {
     redis: opts.redis,
     redisOptions,
@@ -170,10 +176,8 @@ export function resolveOptions(input: unknown): DashboardSettings {
     secureCookie: o.secureCookie ?? section?.secure_cookie ?? !embedded,
     sessionTtlMs: o.sessionTtlMs ?? Math.round((section?.session_ttl_hours ?? 24) * 3_600_000),
     gatewayUrl: o.gatewayUrl ?? section?.gateway_url?.replace(/\/+$/, ''),
-    // Only ids matter here; the embedded default's address is not used.
-    claudeModels: claudeCodeModelEnv(
-      (config?.models ?? (embeddedDefault('http://127.0.0.1').models as { id: string }[])).map((m) => m.id),
-    ),
+    claudeModels: claudeCodeModelEnv(modelIds),
+    modelIds,
     explorers: Object.freeze({ ...stripSlashes(section?.explorers ?? {}), ...(o.explorers ?? {}) }),
     devFund: o.devFund ?? embedded,
   };

@@ -33,7 +33,8 @@ p { margin: 0.5rem 0; }
 .notice.bad { border-left-color: var(--bad); }
 .secret { border-left-color: var(--ok); }
 .secret code { font-size: 1rem; word-break: break-all; }
-.table-wrap { overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; margin: 0.5rem 0 1rem; }
+/* Positioned: a visually-hidden header stays inside the scroll box instead of widening the page. */
+.table-wrap { position: relative; overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; margin: 0.5rem 0 1rem; }
 table { border-collapse: collapse; width: 100%; font-size: 0.9rem; }
 th, td { text-align: left; padding: 0.45rem 0.6rem; border-bottom: 1px solid var(--line); vertical-align: top; white-space: nowrap; }
 tr:last-child td { border-bottom: 0; }
@@ -42,6 +43,16 @@ tbody th { background: none; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.wrap { white-space: normal; word-break: break-all; }
 form.inline { display: inline; margin: 0; }
+/* A key's limits form: the row under the key's, folded. */
+tr:has(+ tr.edit) td { border-bottom: 0; }
+tr.edit td { white-space: normal; padding-top: 0; }
+tr.edit summary { cursor: pointer; color: var(--accent); font-size: 0.875rem; }
+/* The keys' table fits its page: amounts and times wrap at their spaces, a model id never inside. */
+table.keys td { white-space: normal; }
+table.keys td.list code, table.keys td.action { white-space: nowrap; }
+.nowrap { white-space: nowrap; }
+table.keys td.spent { min-width: 9rem; }
+table.keys .tag { white-space: normal; border-radius: 6px; }
 .row { display: flex; flex-wrap: wrap; align-items: flex-end; gap: 0.75rem; margin: 0.5rem 0 1rem; }
 .row > label { display: flex; flex-direction: column; gap: 0.25rem; font-weight: 600; font-size: 0.9rem; }
 input, select { font: inherit; padding: 0.45rem 0.55rem; border: 1px solid var(--muted); border-radius: 6px; background: var(--bg); color: var(--fg); min-width: 10rem; }
@@ -57,7 +68,7 @@ button:disabled { opacity: 0.6; cursor: progress; }
 .status details pre { max-height: 12rem; overflow: auto; }
 .status.bad { color: var(--bad); }
 .status.ok { color: var(--ok); }
-.tag { display: inline-block; padding: 0 0.4rem; border-radius: 999px; font-size: 0.8rem; border: 1px solid var(--line); background: var(--panel); }
+.tag { display: inline-block; white-space: nowrap; padding: 0 0.4rem; border-radius: 999px; font-size: 0.8rem; border: 1px solid var(--line); background: var(--panel); }
 .tag.ok { color: var(--ok); border-color: var(--ok); }
 .tag.bad { color: var(--bad); border-color: var(--bad); }
 .tag.warn { color: var(--warn); border-color: var(--warn); }
@@ -86,5 +97,6 @@ dd { margin: 0; word-break: break-all; }
   table.stack th, table.stack td { display: flex; justify-content: space-between; gap: 1rem; border: 0; padding: 0.15rem 0.6rem; white-space: normal; text-align: right; }
   table.stack th[scope="row"] { background: none; text-align: left; }
   table.stack td::before { content: attr(data-label); color: var(--muted); text-align: left; }
+  table.stack tr.edit td { display: block; text-align: left; }
 }
 `;

@@ -2,7 +2,8 @@
  * The dashboard in a real browser (Debian's chromium, driven by playwright-core) on `farebox serve`'s embedded
  * default: a person signs in with a browser wallet, makes a key and uses it with the openai SDK, funds and deposits
  * on the dev chains, picks the default chain, requests a withdrawal, sees the call in Usage with its price and
- * settlement, revokes the key (the SDK then gets 401) and signs out. At phone width (390 px), a deposit above the
+ * settlement, revokes the key (the SDK then gets 401), makes a key with a spend limit and an allow-list, changes
+ * its limit on its row and sees a call's price as its spend, and signs out. At phone width (390 px), a deposit above the
  * wallet's balance is refused before the wallet is asked to sign, a revert and a wallet's long error show one short
  * sentence, and no page is wider than the phone. Writes a screenshot of every page: to a temporary
  * folder, or with FAREBOX_SCREENSHOTS=1 to docs/screenshots/, the README's (a run changes times and keys in them).
@@ -21,6 +22,7 @@ import { getAccount, listKeys } from '../../plugins/accounts/accounts.js';
 import { listUsage } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
 import { escrowAbi, testStablecoinAbi } from '../../plugins/chains/abi.js';
+import { formatUsd } from '../../pricing/index.js';
 import { DEV_KEYS, devViemChain } from '../../plugins/chains/dev-chains.js';
 import { serve } from '../../plugins/serve.js';
 import { connectRedis } from '../../plugins/store/redis.js';
@@ -129,6 +131,15 @@ async function shot(name: string, fullPage = true): Promise<void> {
 async function fitsPhone(t: Test, what: string): Promise<void> {
   const width = Number(await page.evaluate('document.documentElement.scrollWidth'));
   t.ok(width <= 390, `${what}: ${width} px wide at a 390 px viewport`);
+}
+
+/** How far the Keys page's table scrolls sideways (0: it fits its page). */
+async function keysTableOverflow(): Promise<number> {
+  return Number(
+    await page.evaluate(
+      '(() => { const e = document.querySelector(\'[aria-label="Your keys"]\'); return e.scrollWidth - e.clientWidth; })()',
+    ),
+  );
 }
 
 /**
@@ -441,6 +452,67 @@ t.test('revoking the key on the Keys page makes the SDK get 401 at once', async 
   );
   t.equal(err.status, 401);
 });
+
+t.test(
+  'Keys: a key made with a limit and an allow-list, its limit changed on its row, then its spend is the price of a call',
+  async (t) => {
+    await page.goto(`${board}/keys`);
+    await page.fill('#key-name', 'bounded');
+    await page.fill('#key-limit', '0.5');
+    await page.selectOption('#key-reset', 'daily');
+    await page.fill('#key-models', 'gamma-*, alpha-haiku-4-5');
+    await page.click('button:has-text("Create key")');
+    await page.waitForSelector('#new-key');
+    const bounded = ((await page.textContent('#new-key')) ?? '').trim();
+    const id = (await listKeys(redis, account)).find((k) => k.name === 'bounded')!.id;
+    await page.goto(`${board}/keys`);
+    const row = page.locator(`tr[data-key-id="${id}"]`);
+    t.equal(await row.locator('[data-field="limit"]').textContent(), '0.500000 USD per day');
+    t.equal(await row.locator('[data-field="models"]').textContent(), 'gamma-*, alpha-haiku-4-5');
+    t.equal(await row.locator('[data-field="left"]').textContent(), '0.500000');
+
+    await page.click(`tr[data-key-limits="${id}"] summary`);
+    t.equal(await page.inputValue(`#limit-${id}`), '0.500000', "the form holds the key's limit");
+    await page.fill(`#limit-${id}`, '0.25');
+    await page.click(`tr[data-key-limits="${id}"] button:has-text("Save limits")`);
+    await page.waitForURL(/done=limits/);
+    t.match(await page.textContent('[role="status"]'), /Limits saved/);
+    t.equal(await row.locator('[data-field="limit"]').textContent(), '0.250000 USD per day');
+    t.equal((await listKeys(redis, account)).find((k) => k.id === id)?.limit?.amount_atomic, '250000');
+
+    const openai = new OpenAI({ baseURL: openaiBase, apiKey: bounded, maxRetries: 0 });
+    const off = await openai.chat.completions
+      .create({ model: 'alpha-sonnet-4-6', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e);
+    t.ok(off instanceof OpenAI.PermissionDeniedError, 'a model off the list: 403');
+    const { response } = await openai.chat.completions
+      .create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'Hello #sim:tokens=12' }] })
+      .withResponse();
+    const callId = response.headers.get('x-request-id')!;
+    const call = await until('the call to be priced', async () => {
+      const r = await fetch(`${openaiBase}/calls/${callId}`, { headers: { authorization: `Bearer ${bounded}` } });
+      const v = (await r.json()) as { price: string | null; price_atomic: string | null };
+      return v.price_atomic ? v : null;
+    });
+    const price = BigInt(call.price_atomic!);
+    t.ok(price > 0n, 'a billed call');
+    await until('the page to show the spend', async () => {
+      await page.goto(`${board}/keys`);
+      return (await row.locator('[data-field="spent-total"]').textContent()) === call.price;
+    });
+    t.equal(await row.locator('[data-field="spent-window"]').textContent(), call.price, "today's spend: the price");
+    t.equal(await row.locator('[data-field="left"]').textContent(), formatUsd(250_000n - price), 'left: 0.25 less it');
+    t.equal((await listKeys(redis, account)).find((k) => k.id === id)?.spent.total_atomic, price.toString());
+    t.equal(await keysTableOverflow(), 0, 'the keys table needs no sideways scroll at 1000 px');
+    await shot('keys-limits.png');
+
+    await page.setViewportSize({ width: 390, height: 844 });
+    t.teardown(() => page.setViewportSize({ width: 1000, height: 760 }));
+    await page.click(`tr[data-key-limits="${id}"] summary`);
+    await fitsPhone(t, 'Keys with a limits form open');
+    t.equal(await keysTableOverflow(), 0, 'nor at 390 px, its limits form open');
+  },
+);
 
 t.test('sign out ends the session on the server: the old cookie opens nothing', async (t) => {
   await page.click('button:has-text("Sign out")');
