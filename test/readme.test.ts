@@ -70,3 +70,47 @@ t.test(
     t.same(records.map((r) => r.model).sort(), ['alpha-sonnet-4-6', 'beta-5.6-sol', 'img-2', 'img-pro']);
   },
 );
+
+t.test(
+  'the README price example runs as pasted: each price it prints is its debit, and the balance is after them',
+  async (t) => {
+    const part = readme.slice(readme.indexOf('A caller reads the price of each call, its receipt and its balance'));
+    const code = /node --input-type=module -e "\n([\s\S]*?)\n"\n```/.exec(part)?.[1];
+    t.ok(code, 'the README has its price example');
+    const h = await startHarness({ chains: true });
+    t.teardown(async () => {
+      await h.close();
+      await closeDevChains();
+    });
+    await h.fund('chain_a', 10_000_000n);
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--input-type=module', '-e', code!.replaceAll('http://127.0.0.1:8080', h.url)],
+      { env: { ...process.env, FAREBOX_KEY: h.key }, timeout: 60_000 },
+    );
+    const lines = stdout.trim().split('\n');
+    t.equal(lines.length, 5, stdout);
+    const [price, id] = /^price (\d+\.\d{6}) (req_[0-9a-f]{32})$/.exec(lines[0]!)!.slice(1);
+    t.match(lines[1], new RegExp(`^receipt (held null|pending ${price}|settled ${price})$`), 'the receipt');
+    const stream = /^stream (\d+\.\d{6})$/.exec(lines[2]!)![1]!;
+    const message = /^message (\d+\.\d{6})$/.exec(lines[3]!)![1]!;
+    const available = /^available (\d+\.\d{6})$/.exec(lines[4]!)![1]!;
+    const records = await until('the three calls debited', async () => {
+      const r = await listUsage(h.redis, h.account);
+      return r.length === 3 && r.every((x) => x.status !== 'held') ? r : null;
+    });
+    // A record names its call by the request id its answer carried.
+    t.equal(records.find((r) => r.call_id === id)?.price, price, 'the JSON answer: x-gw-price is its debit');
+    const streamed = records.filter((r) => r.call_id !== id).map((r) => [r.model, r.price]);
+    t.same(
+      streamed.sort(),
+      [
+        ['alpha-haiku-4-5', message],
+        ['gamma-k3', stream],
+      ],
+      'the streams: usage.cost is their debit',
+    );
+    const spent = [price!, stream, message].reduce((a, p) => a + parseUsd(p), 0n);
+    t.equal(parseUsd(available), 10_000_000n - spent, 'the balance after the three');
+  },
+);
