@@ -121,7 +121,8 @@ return {1, avail - v, unpack(out)}
 //   wallet may then be committed beyond its balance; the escrow refuses what it cannot pay.
 // - A record released at 0, or none, answers {-1, 0, 0}.
 // - A hold the key's spend counted (ks): its amount leaves the key's held (h) as it leaves the wallet's, and the price
-//   is added to what the key spent in the window the debit lands in (s) and in all (t).
+//   is added to what the key spent in the window the debit lands in (s) and in all (t). The mark goes with a debit
+//   (a release keeps it, for a debit that comes late).
 const DEBIT = `
 local USAGE = {${USAGE_FIELDS.map((f) => `'${USAGE_RECORD_FIELDS[f]}'`).join(', ')}}
 ${upgradeRecordLua}
@@ -187,6 +188,8 @@ elseif ARGV[9] ~= '' then
 end
 redis.call('HSET', KEYS[2], unpack(fields))
 if ARGV[20] == '1' then redis.call('HDEL', KEYS[2], 'e') else redis.call('HDEL', KEYS[2], 'o', 'e') end
+-- Debited, the call's spend is the key's: nothing reads the mark again (a release keeps it for a late debit).
+if price > 0 and rec[8] then redis.call('HDEL', KEYS[2], 'ks') end
 redis.call('PEXPIRE', KEYS[2], ARGV[8])
 if #KEYS > 7 then
   local n = #KEYS - 7

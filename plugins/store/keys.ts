@@ -28,9 +28,10 @@
  *                                    e expiry (while held), p price, s status, x tx (its 64 hex digits), r request id
  *                                    (only when the call id does not spell it), in out cr cw5 cw1 img vs (usage
  *                                    counts above 0), z image size class, cap late rel (capped, debited after
- *                                    release, release reason), rb blk (rebuilt from the escrow's event after Redis
- *                                    lost the call's writes, and that event's block: apply-events.ts). A record
- *                                    written before this layout has long names and its usage as JSON.
+ *                                    release, release reason), ks (the key's spend counts the hold; until debited),
+ *                                    rb blk (rebuilt from the escrow's event after Redis lost the call's writes, and
+ *                                    that event's block: apply-events.ts). A record written before this layout has
+ *                                    long names and its usage as JSON.
  *   holds                    zset    request id by hold expiry (ms)
  *   owner-holds:<owner>      set     request ids held by one owner (a gateway instance or a job)
  *   instances                zset    gateway instance by last heartbeat (ms)

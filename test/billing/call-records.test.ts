@@ -409,8 +409,8 @@ t.test(
     await placeHold(redis, h);
     t.same(
       await fieldsOf(h),
-      ['a', 'c', 'e', 'h', 'k', 'm', 'o', 'p', 's', 't'],
-      'held: the hold, its owner and expiry',
+      ['a', 'c', 'e', 'h', 'k', 'ks', 'm', 'o', 'p', 's', 't'],
+      "held: the hold, its owner and expiry, and that the key's spend counts it",
     );
     await debitHold(redis, { ...h, price: 12_345n, usageJson: USAGE_JSON });
     t.same(
