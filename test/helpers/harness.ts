@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey } from '../../plugins/accounts/accounts.js';
+import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { buildConfig, embeddedDefault, type ConfigInput, type FareboxConfig } from '../../plugins/config.js';
 import farebox from '../../plugins/gateway.js';
 import { closeRedis, connectRedis, deleteKeys } from '../../plugins/store/redis.js';
@@ -35,6 +36,53 @@ export interface Harness {
   /** Fund `account` (default: the harness account) on a dev chain and wait for the synced balance. */
   fund(chain: ChainName, amount: bigint, account?: string): Promise<bigint>;
   close(): Promise<void>;
+}
+
+/**
+ * Every answer a harness gateway gave a test's fetch (the SDKs' too) with `x-gw-price`: its request id and the price,
+ * by the gateway's URL. At close, each is checked against its call's record: the price a caller is shown is the
+ * debit, in every test file that makes a billed call through a harness.
+ */
+const shownPrices = new Map<string, Shown[]>();
+/** An answer with its price: its request id, the price, and whether it was an image (README "Images"). */
+type Shown = { id: string; price: string; image: boolean };
+const fetchOfNode = globalThis.fetch;
+globalThis.fetch = async (input, init) => {
+  const res = await fetchOfNode(input, init);
+  const price = res.headers.get('x-gw-price');
+  const id = res.headers.get('x-request-id');
+  if (price !== null && id !== null) {
+    const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
+    const image = url.includes('/v1/images/');
+    for (const [origin, shown] of shownPrices) if (url.startsWith(`${origin}/`)) shown.push({ id, price, image });
+  }
+  return res;
+};
+
+/**
+ * The answers of `shown` whose call's record says another price (each once its debit landed; 5 s at most a call).
+ * A call with no record (refused before its hold, or its record removed by the test) or still held is not compared,
+ * nor is anything while Redis does not answer (a test that stopped it). An image's head says its price before the
+ * image goes out: one cut before it did (the provider broke off, the caller left) is free, as the README says.
+ */
+async function pricesNotDebited(redis: Redis, shown: readonly Shown[]): Promise<string[]> {
+  const wrong: string[] = [];
+  for (const { id, price, image } of shown) {
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      const record = await getCallRecord(redis, id).catch(() => undefined);
+      if (record === undefined) return wrong;
+      if (record === null) break;
+      if (record.status !== 'held') {
+        if (record.price !== price && !(image && record.status === 'free'))
+          wrong.push(`${id}: x-gw-price ${price}, debited ${record.price} (${record.status})`);
+        break;
+      }
+      if (Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+  return wrong;
 }
 
 let shared: { chains: Promise<DevChains>; testMethods: boolean } | undefined;
@@ -135,6 +183,8 @@ export async function startHarness(
   const url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
   const account = await createAccount(redis, {});
   const { key, id } = await createKey(redis, account.address);
+  const shown: Shown[] = [];
+  shownPrices.set(url, shown);
   return {
     url,
     app,
@@ -150,10 +200,13 @@ export async function startHarness(
     metricsUrl: config.metrics.on_api_port ? `${url}/metrics` : `http://127.0.0.1:${metrics.server.port}/metrics`,
     fund: (chain, amount, acct = account.address) => fundOnDevChain(redis, config.chains!, chain, acct, amount),
     async close() {
+      shownPrices.delete(url);
+      const wrong = opts.chains ? await pricesNotDebited(redis, shown) : [];
       await app.close();
       if (!opts.sim) await sim.close();
       if (!opts.prefix) await dropPrefix(redis, prefix);
       await redis.quit();
+      if (wrong.length > 0) throw new Error(`prices shown are not the debits:\n${wrong.join('\n')}`);
     },
   };
 }

@@ -11,6 +11,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet, type WalletState } from '../../plugins/billing/wallets.js';
 import { formatUsd } from '../../pricing/index.js';
+import { callIdOf } from '../../plugins/request-ids.js';
+import { keys } from '../../plugins/store/keys.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
@@ -346,3 +348,26 @@ t.test('errors cost nothing and say so: x-gw-price 0.000000', async (t) => {
   t.equal(res.status, 200);
   t.equal(res.headers.get('x-gw-price'), null, 'count_tokens: no x-gw-price');
 });
+
+t.test(
+  "every harness with chains checks at close that each x-gw-price its callers saw is the call's debit",
+  async (t) => {
+    const g = await startHarness({ chains: true });
+    let closed = false;
+    t.teardown(() => (closed ? undefined : g.close().catch(() => {})));
+    await g.fund('chain_a', 1_000_000n);
+    const { response } = await new OpenAI({ baseURL: `${g.url}/v1`, apiKey: g.key, maxRetries: 0 }).chat.completions
+      .create({ model: 'gamma-k3', messages: [{ role: 'user', content: 'hi #sim:tokens=5' }] })
+      .withResponse();
+    const id = response.headers.get('x-request-id')!;
+    const record = await until('debited', async () => {
+      const r = await getCallRecord(g.redis, id);
+      return r && r.status !== 'held' ? r : null;
+    });
+    t.equal(record.price, response.headers.get('x-gw-price'));
+    // A debit that differed from what the caller saw: the close says so.
+    await g.redis.hincrby(keys.call(callIdOf(id)), 'p', 1);
+    closed = true;
+    await t.rejects(g.close(), /prices shown are not the debits:\n.*x-gw-price \d+\.\d{6}, debited/);
+  },
+);
