@@ -19,7 +19,7 @@ import {
 import { keys } from '../../plugins/store/keys.js';
 import { makeUsage } from '../../pricing/index.js';
 import { testRedis } from '../helpers/harness.js';
-import { setSyncedBalance } from '../helpers/money.js';
+import { holdFor, setSyncedBalance } from '../helpers/money.js';
 import { weigh, writeFirstLayout } from '../helpers/record-layouts.js';
 import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
 
@@ -30,22 +30,14 @@ function fresh() {
   return `0x${randomBytes(20).toString('hex')}`;
 }
 
-function hold(account: string, amount: bigint, o: Partial<HoldInput> = {}): HoldInput {
-  const requestId = o.requestId ?? newRequestId();
-  return {
-    requestId,
-    callId: callIdOf(requestId),
-    account,
-    chain: 'chain_a',
-    amount,
+const hold = (account: string, amount: bigint, o: Partial<HoldInput> = {}): HoldInput =>
+  holdFor(account, amount, {
     owner: 'records-test',
     ttlMs: 120_000,
-    model: 'gamma-k3',
     keyId: 'key_records',
     retentionMs: RETENTION,
     ...o,
-  };
-}
+  });
 
 const debit = (h: HoldInput, price: bigint, owner = h.owner) =>
   debitHold(redis, {

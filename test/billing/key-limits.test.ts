@@ -18,8 +18,7 @@ import {
 } from '../../plugins/accounts/key-limits.js';
 import { debitHold, placeHold, readWallet, type HoldInput } from '../../plugins/billing/wallets.js';
 import { keys } from '../../plugins/store/keys.js';
-import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
-import { setSyncedBalance } from '../helpers/money.js';
+import { holdFor, setSyncedBalance } from '../helpers/money.js';
 import { testRedis } from '../helpers/harness.js';
 
 const { redis } = await testRedis(t);
@@ -64,23 +63,10 @@ t.test("the window's start in Lua is keyWindow's, across days, weeks, months and
 });
 
 let seq = 0;
-function hold(keyId: string, amount: bigint, now: number): HoldInput {
-  const requestId = newRequestId();
+const hold = (keyId: string, amount: bigint, now: number): HoldInput => {
   seq++;
-  return {
-    requestId,
-    callId: callIdOf(requestId),
-    account,
-    chain: 'chain_a',
-    amount,
-    owner: 'key-limits-test',
-    ttlMs: 60_000,
-    model: 'gamma-k3',
-    keyId,
-    now,
-    retentionMs: 3_600_000,
-  };
-}
+  return holdFor(account, amount, { owner: 'key-limits-test', keyId, now });
+};
 const debit = (h: HoldInput, price: bigint, now = h.now, release?: 'expired') =>
   debitHold(redis, {
     ...h,

@@ -11,7 +11,7 @@ import { limitsConfigSchema } from '../../policies/limits.js';
 import { debitHold, placeHold, readWallet, type HoldInput } from '../../plugins/billing/wallets.js';
 import { countQueuedDebits, getCallRecord } from '../../plugins/billing/call-records.js';
 import { keys } from '../../plugins/store/keys.js';
-import { setSyncedBalance } from '../helpers/money.js';
+import { holdFor, setSyncedBalance } from '../helpers/money.js';
 import { createEvmChain } from '../../plugins/chains/evm.js';
 import { closeDevChains, startHarness, testRedis } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
@@ -89,22 +89,13 @@ const occurrences = (sent: Buffer[], text: string) => Buffer.concat(sent).toStri
 
 const account = `0x${randomBytes(20).toString('hex')}`;
 let seq = 0;
-function hold(amount: bigint): HoldInput {
-  const requestId = `req_${randomBytes(16).toString('hex')}_${seq++}`;
-  return {
-    requestId,
-    callId: callIdOf(requestId),
-    account,
-    chain: 'chain_a',
-    amount,
+const hold = (amount: bigint): HoldInput =>
+  holdFor(account, amount, {
+    requestId: `req_${randomBytes(16).toString('hex')}_${seq++}`,
     owner: 'resend-test',
-    ttlMs: 60_000,
-    model: 'gamma-k3',
     keyId: 'key_resend',
     now: Date.now(),
-    retentionMs: 3_600_000,
-  };
-}
+  });
 
 await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
 
