@@ -50,6 +50,8 @@ function newReading(): MeterReading {
 }
 
 const USAGE_OBJECT = /"usage"\s*:\s*\{/g;
+/** The opening of an Anthropic text delta's value, as Anthropic writes the event's JSON (compact, type first). */
+const TEXT_DELTA = '"delta":{"type":"text_delta","text":"';
 /** The generated value of an Anthropic delta: text, thinking, or a tool call's JSON. */
 const ANTHROPIC_DELTA = /"(?:text|thinking|partial_json)"\s*:\s*"/g;
 /** An OpenAI chunk delta with generated content: text, tool-call arguments, reasoning or a refusal. */
@@ -120,8 +122,15 @@ export class SseMeter implements Meter {
       start = end;
       const name = eventName(event);
       if (name === 'content_block_delta') {
-        // A signature_delta closes a thinking block: no tokens in it.
-        if (!event.includes('"signature_delta"')) {
+        // A text delta as Anthropic writes it (the delta's type first, then its text): its text is the first
+        // ANTHROPIC_DELTA of the event, found in one search.
+        const text = event.indexOf(TEXT_DELTA);
+        if (text >= 0) {
+          this.reading.deltas++;
+          this.reading.deltaBytes += event.length;
+          this.reading.deltaChars += stringChars(event, text + TEXT_DELTA.length);
+        } else if (!event.includes('"signature_delta"')) {
+          // A signature_delta closes a thinking block: no tokens in it.
           this.reading.deltas++;
           this.reading.deltaBytes += event.length;
           ANTHROPIC_DELTA.lastIndex = 0;
