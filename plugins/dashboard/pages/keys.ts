@@ -145,7 +145,7 @@ export function keysBody(v: KeysView): SafeHtml {
 ${limitFields(v, '', null)}
 <button type="submit">Create key</button>
 </form>
-<p class="muted" id="limits-hint">Optional: a spend limit in USD (empty: no limit) with its reset at 00:00 UTC (weekly: on Monday; monthly: on the 1st), the models the key may call (comma-separated ids or <code>prefix-*</code> patterns; empty: all models), and an expiry (the key answers 401 from 00:00 UTC of that day; empty: never). Calls held at once count against the limit, so it is never passed.</p>
+<p class="muted" id="limits-hint">Optional: a spend limit in USD (empty: no limit) with its reset at 00:00 UTC (weekly: on Monday; monthly: on the 1st), the models the key may call (comma-separated ids or <code>prefix-*</code> patterns; empty: all models), and an expiry (the key answers 401 from 00:00 UTC of that day; empty: never). A call runs only if its worst case fits in what is left, and calls still running count against it.</p>
 <datalist id="model-ids">${v.modelIds.map((m) => html`<option value="${m}"></option>`)}</datalist>
 <details><summary>The models this gateway serves</summary><p data-snippet="model-ids">${v.modelIds.map((m, i) => html`${i ? ', ' : ''}<code>${m}</code>`)}</p></details>
 <h2>Connect a client</h2>
