@@ -267,13 +267,19 @@ function eventStart(block: string, i: number): number {
   return 0;
 }
 
+/**
+ * The most of a JSON answer the meter keeps to read its usage, and the most of one the proxy holds (proxy.ts): far
+ * above any text answer (a text model's max_tokens of JSON is a few MB), so only a broken provider reaches it.
+ */
+export const JSON_ANSWER_MAX_BYTES = 64 * 1024 * 1024;
+
 /** Passes a JSON answer through chunk by chunk and parses it once at the end for its usage. */
 export class JsonMeter implements Meter {
   readonly reading = newReading();
   private readonly chunks: Buffer[] = [];
   private size = 0;
 
-  constructor(private readonly maxBytes = 64 * 1024 * 1024) {}
+  constructor(private readonly maxBytes = JSON_ANSWER_MAX_BYTES) {}
 
   feed(chunk: Buffer): Buffer {
     this.size += chunk.length;

@@ -12,7 +12,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyReply } from 'fastify';
 import type { Metrics } from '../metrics/metrics.js';
 import { UpstreamExchange, type ExchangeOwner, type ExchangeRequest } from './exchange.js';
-import { SseMeter, type Meter } from './metering.js';
+import { JSON_ANSWER_MAX_BYTES, SseMeter, type Meter } from './metering.js';
 import type { Upstreams } from './pools.js';
 
 export { sendUpstreamError, upstreamError } from './exchange.js';
@@ -130,8 +130,16 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   protected data(chunk: Buffer): void {
     const held = this.held;
     if (held !== undefined) {
-      held.chunks.push(chunk);
+      // Past JSON_ANSWER_MAX_BYTES, a provider that sends no end (or more than any answer): the caller gets a 502
+      // and pays nothing, rather than the gateway holding it in memory until the call's deadline.
+      if (held.bytes > JSON_ANSWER_MAX_BYTES) return;
       held.bytes += chunk.length;
+      if (held.bytes > JSON_ANSWER_MAX_BYTES) {
+        held.chunks = [];
+        this.controller?.abort(new Error(`a JSON answer over ${JSON_ANSWER_MAX_BYTES} bytes`));
+        return;
+      }
+      held.chunks.push(chunk);
       return;
     }
     if (this.window !== undefined) {
@@ -196,7 +204,7 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   /** A held answer's end: metered whole, priced, then written with its x-gw-price and length in one write. */
   private endHeld(held: NonNullable<ProxyHandler['held']>): void {
     this.held = undefined;
-    if (this.reply.raw.destroyed) return;
+    if (this.reply.raw.destroyed || held.bytes > JSON_ANSWER_MAX_BYTES) return;
     const body = Buffer.concat(held.chunks, held.bytes);
     const meter = this.meter!;
     const out = meter.feed(body);

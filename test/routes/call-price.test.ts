@@ -14,7 +14,7 @@ import { formatUsd } from '../../pricing/index.js';
 import { callIdOf } from '../../plugins/request-ids.js';
 import { keys } from '../../plugins/store/keys.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
-import { until } from '../helpers/wait.js';
+import { rejection, until } from '../helpers/wait.js';
 
 // A provider that reports more output than the call's max_tokens allows: its price passes the hold, which the debit
 // cuts it to, and so does the price shown.
@@ -26,6 +26,19 @@ const overReporting = createServer((req, res) => {
   req.on('end', () => {
     const usage = { prompt_tokens: 5, completion_tokens: 1_000_000, total_tokens: 1_000_005 };
     const base = { id: 'chatcmpl-1', created: 1, model: 'over' };
+    if (text.includes('endless')) {
+      // A JSON answer that never ends: 1 MiB slices until the gateway gives up on it.
+      res.writeHead(200, { 'content-type': 'application/json' });
+      const slice = Buffer.alloc(1024 * 1024, 'a');
+      res.write('{"choices":[{"message":{"content":"');
+      const more = () => {
+        while (!res.destroyed && res.write(slice));
+        if (!res.destroyed) res.once('drain', more);
+      };
+      res.on('close', () => res.removeAllListeners('drain'));
+      more();
+      return;
+    }
     if ((JSON.parse(text) as { stream?: boolean }).stream !== true) {
       res.writeHead(200, { 'content-type': 'application/json' });
       const message = { role: 'assistant', content: 'hi' };
@@ -293,6 +306,25 @@ t.test('a price above the hold is shown cut to the hold, as the debit cuts it', 
   record = await shownIsDebit(t, streamed.headers.get('x-request-id')!, cost as string, before);
   t.ok(record.capped);
   t.equal(record.priceAtomic, record.held);
+});
+
+t.test('a JSON answer past 64 MiB is not held on: a 502, x-gw-price 0.000000, free', async (t) => {
+  const before = await quiet();
+  const err = await rejection(
+    openai.chat.completions.create({
+      model: 'gamma-over',
+      max_tokens: 16,
+      messages: [{ role: 'user', content: 'endless' }],
+    }),
+  );
+  t.match(err, { status: 502, error: { code: 'upstream_error' } });
+  t.equal(err.headers.get('x-gw-price'), '0.000000');
+  const record = await until('released', async () => {
+    const r = await getCallRecord(h.redis, err.headers.get('x-request-id'));
+    return r && r.status !== 'held' ? r : null;
+  });
+  t.match(record, { status: 'free', priceAtomic: 0n });
+  t.equal(spent(before, await quiet()), 0n, 'the wallet paid nothing');
 });
 
 t.test('errors cost nothing and say so: x-gw-price 0.000000', async (t) => {
