@@ -130,6 +130,11 @@ export interface Endpoint<P extends Policed = Policed> {
    * either. Endpoints that take multipart are routed in a context with @fastify/multipart (intake/multipart.ts).
    */
   readonly body?: 'json' | 'multipart' | 'json-or-multipart';
+  /**
+   * Top-level members of a JSON body that forward sends upstream as the caller's bytes: the body parser gives them
+   * as skeletons (intake/json-skeleton.ts), which police may check but never serialize.
+   */
+  readonly forwards?: ReadonlySet<string>;
   /** Validate the request against the endpoint's schema, route its model, rewrite it for the upstream (400s). */
   police(request: FastifyRequest, ctx: PoliceContext): P | Promise<P>;
   /** Its worst-case price and token estimate, from the policed request only. */

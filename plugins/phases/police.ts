@@ -17,7 +17,7 @@ import type { PoliceContext, Policed } from '../call.js';
 export function policeCall(ctx: PoliceContext & { readonly clients: readonly ClientSignature[] }) {
   return function police(request: FastifyRequest, reply: FastifyReply): void | Promise<void> {
     const policed = request.farebox.endpoint!.police(request, ctx);
-    // The body's text and bytes were police's to read: a long stream does not keep a megabyte of them alive.
+    // The body's text, bytes and members were police's to read. (request.body stays: a host's hooks may read it.)
     request.farebox.json = undefined;
     if (policed instanceof Promise) return policed.then((p) => policeClient(request, reply, p, ctx.clients));
     policeClient(request, reply, policed, ctx.clients);

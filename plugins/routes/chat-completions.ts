@@ -3,7 +3,7 @@ import type { TextModel, ModelRoute } from '../../policies/catalog.js';
 import { rewriteChat } from '../../policies/rewrite.js';
 import { chatBody, parseBody } from '../../policies/schemas.js';
 import type { Endpoint } from '../call.js';
-import { billText, forwardText, quoteText, textPoliced, type TextPoliced } from './text.js';
+import { CALLER_MEMBERS, billText, forwardText, quoteText, textPoliced, type TextPoliced } from './text.js';
 
 /** The chat completions endpoint. */
 export const chatCompletions: Endpoint<TextPoliced> = {
@@ -12,6 +12,7 @@ export const chatCompletions: Endpoint<TextPoliced> = {
   path: '/chat/completions',
   protocol: 'openai',
   clientRule: 'chat_completions',
+  forwards: CALLER_MEMBERS,
   police(request, ctx) {
     const parsed = parseBody(chatBody, request.body);
     const route = ctx.catalog.route('chat_completions', parsed.model) as ModelRoute<TextModel>;

@@ -2,7 +2,7 @@
 import type { TextModel, ModelRoute } from '../../policies/catalog.js';
 import { countTokensBody, parseBody } from '../../policies/schemas.js';
 import type { Endpoint } from '../call.js';
-import { billNothing, forwardText, textPoliced, type TextPoliced } from './text.js';
+import { CALLER_MEMBERS, billNothing, forwardText, textPoliced, type TextPoliced } from './text.js';
 
 /** The count_tokens endpoint. */
 export const countTokens: Endpoint<TextPoliced> = {
@@ -11,6 +11,7 @@ export const countTokens: Endpoint<TextPoliced> = {
   path: '/messages/count_tokens',
   protocol: 'anthropic',
   clientRule: 'count_tokens',
+  forwards: CALLER_MEMBERS,
   billed: false,
   police(request, ctx) {
     const parsed = parseBody(countTokensBody, request.body);

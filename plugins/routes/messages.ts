@@ -3,7 +3,7 @@ import type { TextModel, ModelRoute } from '../../policies/catalog.js';
 import { rewriteMessages } from '../../policies/rewrite.js';
 import { messagesBody, parseBody } from '../../policies/schemas.js';
 import type { Endpoint } from '../call.js';
-import { billText, forwardText, quoteText, textPoliced, type TextPoliced } from './text.js';
+import { CALLER_MEMBERS, billText, forwardText, quoteText, textPoliced, type TextPoliced } from './text.js';
 
 /** The messages endpoint. */
 export const messages: Endpoint<TextPoliced> = {
@@ -12,6 +12,7 @@ export const messages: Endpoint<TextPoliced> = {
   path: '/messages',
   protocol: 'anthropic',
   clientRule: 'messages',
+  forwards: CALLER_MEMBERS,
   police(request, ctx) {
     const parsed = parseBody(messagesBody, request.body);
     const route = ctx.catalog.route('messages', parsed.model) as ModelRoute<TextModel>;

@@ -8,7 +8,8 @@ import type { FastifyReply } from 'fastify';
 import type { Bill } from '../billing/billing.js';
 import { FREE } from '../billing/billing.js';
 import type { Call, ForwardContext, Policed, Quoted } from '../call.js';
-import type { JsonMember, JsonText } from '../intake/json-body.js';
+import type { JsonText } from '../intake/json-body.js';
+import type { JsonMember } from '../intake/json-skeleton.js';
 import { JsonMeter, SseMeter, type RawUsage } from '../upstream/metering.js';
 import type { Exchange } from '../upstream/exchange.js';
 import { textUpstreamHeaders, textWire } from '../upstream/protocols/registry.js';
@@ -34,9 +35,13 @@ import {
 /** A policed text request. */
 export interface TextPoliced extends Policed {
   readonly route: ModelRoute<TextModel>;
-  readonly rewrite: RewriteResult;
-  /** The rewritten body as sent upstream: serialized once, or spliced from the caller's bytes (upstreamBody). */
-  readonly upstreamBody: string | Buffer;
+  /** What the rewrite decided; its body is in upstreamBody (a call does not keep the parsed body alive). */
+  readonly rewrite: Omit<RewriteResult, 'body'>;
+  /**
+   * The rewritten body as sent upstream: serialized once, or spliced from the caller's bytes (upstreamBody), its
+   * parts written in turn under the content-length upstreamHeaders names.
+   */
+  readonly upstreamBody: string | readonly Buffer[];
   readonly upstreamHeaders: Record<string, string>;
   /** Upper bound on the input-side tokens (policies/text-bounds.ts). */
   readonly inputBound: number;
@@ -84,11 +89,18 @@ export function textPoliced(
   let headers: Record<string, string> | undefined;
   if (rewrite.clampedTo !== undefined) headers = { 'x-gw-clamped-max-tokens': String(rewrite.clampedTo) };
   if (betas.dropped.length > 0) (headers ??= {})['x-gw-dropped-beta'] = betas.dropped.join(',');
+  const upstreamHeaders = textUpstreamHeaders(route.provider, incoming, rewrite.stream, betas.forwarded);
+  if (typeof upstream.body !== 'string') upstreamHeaders['content-length'] = String(upstream.bytes);
   return {
     route,
-    rewrite,
+    rewrite: {
+      maxOutputTokens: rewrite.maxOutputTokens,
+      clampedTo: rewrite.clampedTo,
+      stream: rewrite.stream,
+      callerWantsUsage: rewrite.callerWantsUsage,
+    },
     upstreamBody: upstream.body,
-    upstreamHeaders: textUpstreamHeaders(route.provider, incoming, rewrite.stream, betas.forwarded),
+    upstreamHeaders,
     inputBound,
     cacheWrite,
     n,
@@ -98,64 +110,49 @@ export function textPoliced(
 }
 
 /**
- * Top-level members forwarded as the caller wrote them when the rewrite leaves them as they are (policies/rewrite.ts
- * never changes them): the conversation, nearly all of an agent's megabyte. The price reads them only through the
- * body's size and its walk (bodyFacts), which read what the provider parses from them.
+ * Top-level members forwarded as the caller wrote them (Endpoint.forwards): the conversation, nearly all of an agent's
+ * megabyte. policies/rewrite.ts never changes them; the price reads them only through the body's size and its walk
+ * (bodyFacts), which reads what the provider parses from them.
  */
-const CALLER_MEMBERS: ReadonlySet<string> = new Set(['messages', 'system']);
+export const CALLER_MEMBERS: ReadonlySet<string> = new Set(['messages', 'system']);
 
 /** A text request's body as sent upstream, and its size. */
 interface UpstreamBody {
-  readonly body: string | Buffer;
+  /** Serialized, or the parts of a splice (not copied into one buffer: a megabyte less to allocate and copy). */
+  readonly body: string | readonly Buffer[];
   /** UTF-8 bytes of `body`. */
   readonly bytes: number;
 }
 
 /**
- * The upstream body: the rewritten body serialized, except the caller's messages and system, which are copied from
- * its text (the last of each, as JSON.parse took it). The checks read the parsed body (bodyFacts), which is what the
- * provider parses from those bytes. Serialized whole when it is small (SPLICE_FROM_BYTES), when there is nothing to
- * splice, or when a top-level key is written with an escape (`"mess\u0061ges"` is a messages member the splice
- * would not see).
+ * The upstream body: the rewritten body serialized, except the caller's messages and system when the body parser
+ * left them as skeletons (intake/json-body.ts), which are the caller's bytes (the last of each, as the parser took
+ * it): a skeleton is never serialized.
  */
 function upstreamBody(body: Readonly<Record<string, unknown>>, json: JsonText | undefined): UpstreamBody {
   const kept = new Map<string, JsonMember>();
-  let escaped = false;
-  if (json?.members) {
-    for (const m of json.members) {
-      if (CALLER_MEMBERS.has(m.key) && m.key in body) kept.set(m.key, m);
-      else if (m.key.includes('\\')) escaped = true;
-    }
-  }
-  if (kept.size === 0 || escaped || json!.bytes.length < SPLICE_FROM_BYTES) {
+  if (json) for (const m of json.members) if (CALLER_MEMBERS.has(m.key) && m.key in body) kept.set(m.key, m);
+  if (kept.size === 0) {
     const text = JSON.stringify(body);
     return { body: text, bytes: Buffer.byteLength(text, 'utf8') };
   }
   const rest: Record<string, unknown> = {};
   for (const k in body) if (!kept.has(k)) rest[k] = body[k];
   const head = JSON.stringify(rest);
-  const open = head.length > 2 ? `${head.slice(0, -1)},` : '{';
-  const { text, bytes, ascii } = json!;
-  const spans = [...kept.values()];
-  if (!ascii) {
-    let out = open;
-    for (let i = 0; i < spans.length; i++) out += (i > 0 ? ',' : '') + text.slice(spans[i]!.start, spans[i]!.end);
-    out += '}';
-    return { body: out, bytes: Buffer.byteLength(out, 'utf8') };
-  }
-  // ASCII text: its indexes are the bytes' indexes, so the caller's members are copied as bytes.
-  const parts: Buffer[] = [Buffer.from(open, 'utf8')];
-  for (let i = 0; i < spans.length; i++) {
-    if (i > 0) parts.push(COMMA);
-    parts.push(bytes.subarray(spans[i]!.start, spans[i]!.end));
+  const parts: Buffer[] = [Buffer.from(head.length > 2 ? `${head.slice(0, -1)},` : '{', 'utf8')];
+  let bytes = parts[0]!.length + 1;
+  for (const m of kept.values()) {
+    if (parts.length > 1) {
+      parts.push(COMMA);
+      bytes++;
+    }
+    parts.push(json!.bytes.subarray(m.start, m.end));
+    bytes += m.end - m.start;
   }
   parts.push(CLOSE);
-  const out = Buffer.concat(parts);
-  return { body: out, bytes: out.length };
+  return { body: parts, bytes };
 }
 
-/** Below this size a body is serialized whole: its splice would cost more than the serialization it saves. */
-const SPLICE_FROM_BYTES = 8 * 1024;
 const COMMA = Buffer.from(',');
 const CLOSE = Buffer.from('}');
 

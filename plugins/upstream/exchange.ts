@@ -53,7 +53,11 @@ export interface ExchangeRequest {
   readonly url: string;
   readonly method: 'GET' | 'POST';
   readonly headers: Record<string, string>;
-  readonly body: Dispatcher.DispatchOptions['body'];
+  /**
+   * A body of parts is written part after part under the content-length its headers name (undici's dispatch takes
+   * an Iterable body, as its documentation says, though its types leave it out).
+   */
+  readonly body: Dispatcher.DispatchOptions['body'] | readonly Buffer[];
   /** The provider's name (metrics label). */
   readonly provider: string;
   /** Longest wait for the answer to start, and longest silence inside it (provider timeout_ms). */
@@ -103,7 +107,7 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
         path,
         method: this.req.method,
         headers: this.req.headers,
-        body: this.req.body,
+        body: this.req.body as Dispatcher.DispatchOptions['body'],
         headersTimeout: this.req.timeoutMs,
         bodyTimeout: this.req.timeoutMs,
       },

@@ -1,5 +1,5 @@
 /**
- * A JSON body's one pass (plugins/intake/json-body.ts) and its forward (routes/text.ts upstreamBody): the caller's
+ * A JSON body's one pass (plugins/intake/json-body.ts, json-skeleton.ts) and its forward (routes/text.ts upstreamBody): the caller's
  * messages and system go upstream as the caller's bytes, every other member as the gateway read it, and what the
  * gateway priced is what the provider reads (duplicate keys, escapes, non-ASCII text).
  */
@@ -7,37 +7,8 @@ import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
-import { MAX_JSON_DEPTH, scanJson, TOO_DEEP } from '../../plugins/intake/json-body.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { startHarness } from '../helpers/harness.js';
-
-t.test('scanJson: the top-level members as written, duplicates included; the depth bound', async (t) => {
-  const text = '{ "model" : "a", "messages":[{"content":"x, \\"}\\" ]"},[1,{"b":2}]] ,"max_tokens":5,"model":"b"}';
-  const members = scanJson(text);
-  t.not(members, TOO_DEEP);
-  const got = (members as { key: string; start: number; end: number }[]).map((m) => [
-    m.key,
-    text.slice(m.start, m.end),
-  ]);
-  t.same(got, [
-    ['model', '"model" : "a"'],
-    ['messages', '"messages":[{"content":"x, \\"}\\" ]"},[1,{"b":2}]] '],
-    ['max_tokens', '"max_tokens":5'],
-    ['model', '"model":"b"'],
-  ]);
-  t.same(scanJson('{}'), []);
-  t.equal(scanJson('[{"a":1}]'), null, 'not an object');
-  t.equal(scanJson('"x"'), null);
-  t.same(
-    scanJson('{"a":"\\\\"}'),
-    [{ key: 'a', start: 1, end: 9 }],
-    'a string ending in an escaped backslash ends at its quote',
-  );
-  const nest = (n: number) => `{"a":${'['.repeat(n - 1)}${']'.repeat(n - 1)}}`;
-  t.not(scanJson(nest(MAX_JSON_DEPTH)), TOO_DEEP, `${MAX_JSON_DEPTH} levels pass`);
-  t.equal(scanJson(nest(MAX_JSON_DEPTH + 1)), TOO_DEEP);
-  t.doesNotThrow(() => scanJson('{"a":"never closed'), 'an unclosed string ends the scan');
-});
 
 // What the gateway sends upstream, byte for byte: a recording proxy in front of the simulator.
 const sim = await startSimulator({ host: '127.0.0.1', port: 0 });
@@ -84,7 +55,7 @@ const post = (path: string, body: string) =>
     body,
   });
 const lastSent = () => sent[sent.length - 1]!;
-/** Earlier turns that make a body large enough to be spliced (routes/text.ts SPLICE_FROM_BYTES). */
+/** Earlier turns that make a body large enough to be spliced (intake/json-body.ts SKELETON_FROM_BYTES). */
 const HISTORY = [
   { role: 'user', content: 'Earlier. '.repeat(1_200) },
   { role: 'assistant', content: 'Noted.' },
@@ -147,15 +118,46 @@ t.test('escapes: the checks read the decoded body; an escaped top-level key seri
   );
   t.equal(ok.status, 200);
   t.ok(lastSent().includes('"caf\\u00e9 #sim:tokens=2"'), 'messages spliced with their escape');
-  // Two messages members, the second (the one JSON.parse keeps) behind an escaped key.
+  // Two messages members, the second (the one JSON.parse keeps) behind an escaped key, in a body large enough for a
+  // splice.
   const twice = await post(
     '/v1/messages',
-    '{"model":"alpha-haiku-4-5","max_tokens":5,"messages":[{"role":"user","content":"one #sim:tokens=2"}],"mess\\u0061ges":[{"role":"user","content":"two #sim:tokens=2"}]}',
+    `{"model":"alpha-haiku-4-5","max_tokens":5,"messages":[${history},{"role":"user","content":"one #sim:tokens=2"}],"mess\\u0061ges":[{"role":"user","content":"two #sim:tokens=2"}]}`,
   );
   t.equal(twice.status, 200);
   const up = lastSent();
   t.equal(count(up, '"messages"'), 1, 'serialized whole: one messages member');
   t.same((JSON.parse(up) as { messages: unknown }).messages, [{ role: 'user', content: 'two #sim:tokens=2' }]);
+});
+
+t.test('a large body: escaped keys and values are read as the provider reads them', async (t) => {
+  const n = sent.length;
+  // input_audio as an escaped key and type, among earlier turns that make the body a skeleton's.
+  const audio = `{"model":"gamma-k3","messages":[${history},{"role":"user","content":[{"type":"\\u0069nput_audio","\\u0069nput_audio":{"data":"AAAA","format":"wav"}}]}]}`;
+  t.ok(audio.length > 8 * 1024);
+  const r = await post('/v1/chat/completions', audio);
+  t.equal(r.status, 400);
+  t.match(await r.json(), { error: { code: 'unsupported_parameter', param: 'messages' } });
+  t.equal(r.headers.get('x-gw-price'), '0.000000');
+  t.equal(sent.length, n, 'never upstream');
+});
+
+t.test('a large body: what the gateway does not decode reaches the provider, which refuses it for free', async (t) => {
+  const n = sent.length;
+  // A long string with an escape JSON does not have: the gateway crosses it; the provider refuses the body.
+  const bad = `{"model":"alpha-haiku-4-5","max_tokens":5,"messages":[${history},{"role":"user","content":"${'x'.repeat(200)}\\q"}]}`;
+  const r = await post('/v1/messages', bad);
+  t.equal(r.status, 400);
+  t.match(await r.json(), { type: 'error', error: { type: 'invalid_request_error' } });
+  t.ok(r.headers.get('x-request-id'));
+  t.equal(r.headers.get('x-gw-price'), '0.000000', 'free: the harness checks it against the debit');
+  t.equal(sent.length, n + 1, 'the provider refused it');
+  // A short one the gateway reads: refused by the gateway, never sent.
+  const short = `{"model":"alpha-haiku-4-5","max_tokens":5,"messages":[${history},{"role":"user","content":"a\\qb"}]}`;
+  const r2 = await post('/v1/messages', short);
+  t.equal(r2.status, 400);
+  t.match(await r2.json(), { type: 'error', error: { type: 'invalid_request_error' } });
+  t.equal(sent.length, n + 1, 'never upstream');
 });
 
 t.test('non-ASCII text is spliced as text: upstream reads the same characters', async (t) => {
