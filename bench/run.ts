@@ -6,9 +6,10 @@
  *
  * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500),
  * BENCH_CONCURRENCY (50,200), REDIS_URL (redis://127.0.0.1:6379), BENCH_PROFILE=<scenario> (instead: a CPU
- * profile of farebox's main thread under that load at 50 connections; BENCH_PROFILE_PROCESS=settle, chains or sim:
- * of the settle process's, the dev chains' or the simulator's instead). Writes bench/results/latest.{json,md};
- * with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the .cpuprofile opens in Chrome DevTools).
+ * profile of farebox's main thread under that load at 50 connections, a real-traffic scenario at its own;
+ * BENCH_PROFILE_PROCESS=settle, chains or sim: of the settle process's, the dev chains' or the simulator's instead).
+ * Writes bench/results/latest.{json,md}; with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the
+ * .cpuprofile opens in Chrome DevTools).
  * Scenarios: chat-json, chat-stream, messages-stream, and video-poll (GET /v1/videos/{id} of one submitted job, on
  * farebox and direct only: a caller's poll against the provider's own answer to it).
  * Real traffic (bench/scenarios.ts REAL_TRAFFIC, bodies from bench/agent-bodies.ts): agent turns as the Claude Code
@@ -355,7 +356,7 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   await ask(child, { type: 'profile-stop', file }, 'profile-stopped', 60_000);
   const sum = summarizeProfile(file, ROOT);
   const md = [
-    `# ${PROCESS_NAME} CPU profile: ${scenario}, 50 connections, ${DURATION} s (${new Date().toISOString()})`,
+    `# ${PROCESS_NAME} CPU profile: ${scenario}, ${connections} connections, ${DURATION} s (${new Date().toISOString()})`,
     '',
     `${r.rps} req/s, p50 ${r.latency?.p50} ms, p99 ${r.latency?.p99} ms. Main thread busy ${sum.busyMs} ms, idle ${sum.idleMs} ms;`,
     'shares below are of the busy time.',
