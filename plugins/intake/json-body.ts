@@ -27,7 +27,8 @@ export const SKELETON_FROM_BYTES = 8 * 1024;
 /** The content-type parser of application/json under /v1 (parseAs buffer, bodyLimit the server's). */
 export function parseJsonBody(request: FastifyRequest, body: Buffer, done: ContentTypeParserDoneFunction): void {
   request.farebox.bodyBytes = body.length;
-  const forwards = request.routeOptions.config.endpoint?.forwards;
+  // The call's endpoint, set by identify (routeOptions would build an object for each call).
+  const forwards = request.farebox.endpoint?.forwards;
   const ascii = isAscii(body);
   let parsed: unknown;
   try {

@@ -29,6 +29,8 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
       endpoint,
       startedAt: process.hrtime.bigint(),
       bodyBytes: 0,
+      // Set by the JSON body parser for a body parsed with skeletons; here so that every call has one shape.
+      json: undefined,
       ended: false,
       clientAborted: false,
       finished: false,
