@@ -121,7 +121,10 @@ const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 class Parser {
   /** Index just past the last value `value` read. */
   pos = 0;
-  /** Index of the first backslash at or after `bsFrom`, or the text's length when there is none. */
+  /**
+   * Index of the first backslash at or after where it was last searched from (the text's length when there is none):
+   * strings are met in order, so it is searched for again only once a string opens past it.
+   */
   private bs = -1;
 
   constructor(
@@ -187,8 +190,10 @@ class Parser {
 
   /** The string opened at `open` (its closing quote at `close`): exact, or a stand-in when long (see the file). */
   string(open: number, close: number, key: string | undefined): string {
-    if (close - open - 1 > SHORT_STRING && (key === undefined || !EXACT_KEYS.has(key))) {
-      return this.text.slice(open + 1, close);
+    if (close - open - 1 > SHORT_STRING) {
+      if (key === undefined || !EXACT_KEYS.has(key)) return this.text.slice(open + 1, close);
+      // A long exact string (an inline image, megabytes of base64): JSON.parse's native pass, not a loop here.
+      return this.exact(open, close + 1) as string;
     }
     if (this.escapedBefore(open, close)) return this.exact(open, close + 1) as string;
     return this.plain(open + 1, close);

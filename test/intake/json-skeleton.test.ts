@@ -74,6 +74,9 @@ t.test('a forwarded long string is its characters as written; an exact member is
   t.equal(m.role, 'user');
   t.equal(m.url, `data:image/png;base64,${'B'.repeat(300)}`, 'url is exact at any length');
   t.same(s.value.tools, [{ description: long }], 'members not forwarded are exact');
+  // base64 as PHP writes it: its slashes escaped.
+  const data = (skeleton(`{"messages":[{"data":"${'A'.repeat(200)}\\/B"}]}`)!.value.messages as { data: string }[])[0];
+  t.equal(data!.data, `${'A'.repeat(200)}/B`, 'data is exact at any length, escapes decoded');
   // A string of SHORT_STRING characters as written is exact, escapes decoded.
   const edge = `\\u0069${'y'.repeat(SHORT_STRING - 6)}`;
   t.equal((skeleton(`{"messages":["${edge}"]}`)!.value.messages as string[])[0], `i${'y'.repeat(SHORT_STRING - 6)}`);
