@@ -7,6 +7,7 @@ import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { startHarness } from '../helpers/harness.js';
 
@@ -195,3 +196,32 @@ t.test('a small body is serialized whole: the same members, compact', async (t) 
   t.notOk(up.includes('\n'), 'no caller whitespace');
   t.same((JSON.parse(up) as { messages: unknown }).messages, [{ role: 'user', content: 'hi #sim:tokens=2' }]);
 });
+
+t.test(
+  'through the OpenAI SDK: a large agent turn reaches the provider as its bytes, and costs its price',
+  async (t) => {
+    const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
+    // Tool calls and results as an agent sends them: escaped JSON in arguments, quotes, newlines, non-ASCII, 64 KiB.
+    const messages: OpenAI.Chat.ChatCompletionMessageParam[] = [{ role: 'system', content: 'Be brief. ✓' }];
+    for (let i = 0; messages.length < 40; i++) {
+      const id = `call_${i}`;
+      messages.push({
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id, type: 'function', function: { name: 'Read', arguments: JSON.stringify({ path: `/src/m${i}.ts` }) } },
+        ],
+      });
+      messages.push({ role: 'tool', tool_call_id: id, content: `  const a = "x";\n\tlet é = '日本';\n`.repeat(120) });
+    }
+    messages.push({ role: 'user', content: 'Go on. #sim:tokens=3' });
+    const { data, response } = await openai.chat.completions
+      .create({ model: 'gamma-k3', max_tokens: 20, messages })
+      .withResponse();
+    t.equal(data.usage?.completion_tokens, 3);
+    const up = lastSent();
+    t.ok(up.length > 64 * 1024);
+    t.ok(up.includes(`"messages":${JSON.stringify(messages)}`), "the caller's messages, byte for byte");
+    t.same((JSON.parse(up) as { messages: unknown }).messages, messages);
+  },
+);
