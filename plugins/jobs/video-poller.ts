@@ -109,16 +109,18 @@ export class VideoPoller {
     this.loop = this.run();
   }
 
-  /** Stop polling, hand the lease over, and let polls in flight end (for at most `waitMs`). */
+  /**
+   * Stop polling, hand the lease over, and let the pass and the polls in flight end, for at most `waitMs` in all: a
+   * pass waiting on a Redis that does not answer does not hold a shutdown (it finds the poller stopped when it ends,
+   * and a lease not handed over lapses).
+   */
   async stop(waitMs = 2_000): Promise<void> {
     this.running = false;
     this.wake?.();
-    await this.loop;
-    await Promise.race([
-      Promise.allSettled([...this.inFlight.values()]),
-      new Promise((r) => setTimeout(r, waitMs).unref()),
-    ]);
-    if (this.lease.held) await this.lease.release().catch(() => {});
+    const timeUp = new Promise<'time up'>((r) => setTimeout(() => r('time up'), waitMs).unref());
+    if ((await Promise.race([this.loop, timeUp])) === 'time up') return;
+    if ((await Promise.race([Promise.allSettled([...this.inFlight.values()]), timeUp])) === 'time up') return;
+    if (this.lease.held) await Promise.race([this.lease.release().catch(() => {}), timeUp]);
   }
 
   private async run(): Promise<void> {

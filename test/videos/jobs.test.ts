@@ -18,6 +18,7 @@ import { Upstreams } from '../../plugins/upstream/pools.js';
 import { DEFAULT_PRICES } from '../../pricing/index.js';
 import { closeDevChains, dropPrefix, testPrefix, type Harness } from '../helpers/harness.js';
 import { probe } from '../helpers/media.js';
+import { outageRelay } from '../helpers/outage.js';
 import { until } from '../helpers/wait.js';
 import { sdk, videoHarness } from './helpers.js';
 
@@ -77,18 +78,18 @@ t.test('a gateway restarted while its job renders: another instance completes it
 });
 
 /** A second instance's video jobs on the same Redis and config, its poller not started (driven by the test). */
-function instanceOf(h: Harness, name: string): VideoJobs {
+function instanceOf(h: Harness, name: string, redis: Redis = h.redis): VideoJobs {
   const metrics = createMetrics({ defaults: false });
   const billing = new Billing(
-    h.redis,
+    redis,
     { retentionMs: 86_400_000, holdTtlMs: 60_000, instanceTimeoutMs: 2_000 },
     metrics,
     quiet,
   );
-  const admission = new Admission(new RateLimiter(h.redis, h.config.limits), billing, quiet);
+  const admission = new Admission(new RateLimiter(redis, h.config.limits), billing, quiet);
   const config = { ...h.config, videos: { ...h.config.videos, poller: true } };
   return new VideoJobs({
-    redis: h.redis,
+    redis,
     config,
     upstreams: new Upstreams(),
     admission,
@@ -356,4 +357,25 @@ t.test('one poller at a time: the lease names one instance, and another takes it
     10_000,
     100,
   );
+});
+
+t.test('a poller whose Redis stops answering mid-pass still stops within its bound', async (t) => {
+  const h = await videoHarness({ videos: { poller: false } });
+  t.teardown(() => h.close());
+  const relay = await outageRelay();
+  t.teardown(() => relay.close());
+  const conn = connectRedis({ url: relay.url, prefix: h.redis.options.keyPrefix! });
+  conn.on('error', () => {});
+  t.teardown(() => conn.disconnect());
+  const jobs = instanceOf(h, 'stuck', conn);
+  jobs.start();
+  await until('the lease held', async () => (await h.redis.get('video-poller-lease')) === 'stuck');
+  relay.down();
+  // Its next pass's command waits in the connection's queue for a Redis that is gone.
+  const queue = (conn as unknown as { offlineQueue: { length: number } }).offlineQueue;
+  await until('a command waiting for Redis', async () => queue.length > 0);
+  const started = Date.now();
+  await jobs.stop();
+  // The poller's bound is 2 s; before it had one, stop waited for the command to give up (20 reconnects, ~10 s).
+  t.ok(Date.now() - started < 4_000, `stopped in ${Date.now() - started} ms`);
 });
