@@ -12,7 +12,6 @@
  * `usage.cost` when the meter is given a pricer, so a stream's caller sees what it pays where headers cannot say it.
  * JsonMeter passes a JSON answer through and reads its usage at the end.
  */
-import { StringDecoder } from 'node:string_decoder';
 import type { Protocol } from '../../policies/errors.js';
 
 /** The usage object as the upstream reported it, in its own protocol's fields. */
@@ -40,18 +39,20 @@ export interface MeterReading {
 export interface Meter {
   readonly reading: MeterReading;
   /** What to forward for this chunk (null: nothing yet). */
-  feed(chunk: Buffer): Buffer | string | null;
+  feed(chunk: Buffer): Buffer | null;
   /** What is left to forward once the upstream has ended (null: nothing). */
-  end(): Buffer | string | null;
+  end(): Buffer | null;
 }
 
 function newReading(): MeterReading {
   return { usage: null, deltas: 0, deltaBytes: 0, deltaChars: 0, complete: false, streamError: null, bytesOut: 0 };
 }
 
-const USAGE_OBJECT = /"usage"\s*:\s*\{/g;
-/** The opening of an Anthropic text delta's value, as Anthropic writes the event's JSON (compact, type first). */
-const TEXT_DELTA = '"delta":{"type":"text_delta","text":"';
+/**
+ * An Anthropic text delta, as Anthropic writes the event's JSON (compact, type first), from the brace that opens it
+ * (OPENING_CONTENT says why), after `"delta":`.
+ */
+const TEXT_DELTA = '{"type":"text_delta","text":"';
 /** The generated value of an Anthropic delta: text, thinking, or a tool call's JSON. */
 const ANTHROPIC_DELTA = /"(?:text|thinking|partial_json)"\s*:\s*"/g;
 /** An OpenAI chunk delta with generated content: text, tool-call arguments, reasoning or a refusal. */
@@ -67,11 +68,18 @@ export type StreamPricer = (usage: RawUsage) => string | null;
 /**
  * Meters an SSE answer of `protocol`; with `dropUsageChunk` the OpenAI usage-only chunk is not forwarded; with
  * `price`, the usage event forwarded carries `usage.cost`.
+ *
+ * A block of events is read as latin1, one character per byte, so that an index into its text is an index into its
+ * bytes: the SSE syntax, JSON's quotes, backslashes and the keys the meter looks for are ASCII, and no byte of a
+ * UTF-8 sequence is ASCII. What goes out is bytes cut from what came in; UTF-8 is decoded only in the events parsed
+ * for their usage, and generated characters are counted from UTF-8 lead bytes (stringUnits).
  */
 export class SseMeter implements Meter {
   readonly reading = newReading();
-  private readonly decoder = new StringDecoder('utf8');
-  private carry = '';
+  /** The start of an event not yet whole, joined to the next chunk. */
+  private carry: Buffer | null = null;
+  /** Index of the first OPENING_CONTENT at or after the last search in the OpenAI block metered (its length: none). */
+  private content = -1;
 
   constructor(
     private readonly protocol: Protocol,
@@ -79,32 +87,36 @@ export class SseMeter implements Meter {
     private readonly price?: StreamPricer,
   ) {}
 
-  feed(chunk: Buffer): Buffer | string | null {
-    const whole = this.carry.length === 0;
-    const text = whole ? this.decoder.write(chunk) : this.carry + this.decoder.write(chunk);
+  feed(chunk: Buffer): Buffer | null {
+    const bytes = this.carry === null ? chunk : Buffer.concat([this.carry, chunk]);
+    const text = bytes.toString('latin1');
     const cut = lastEventEnd(text);
     if (cut < 0) {
-      this.carry = text;
+      this.carry = bytes;
       return null;
     }
-    this.carry = cut === text.length ? '' : text.slice(cut);
-    const block = cut === text.length ? text : text.slice(0, cut);
-    const out = this.protocol === 'anthropic' ? this.anthropic(block) : this.openai(block);
-    if (out.length === 0) return null;
-    // A chunk of whole events forwarded unchanged goes out as it came: no re-encoding of the text.
-    const same = whole && out === text && this.carry.length === 0;
-    const bytes = same ? chunk.length : Buffer.byteLength(out, 'utf8');
-    this.reading.bytesOut += bytes;
-    return same ? chunk : out;
+    this.carry = cut === bytes.length ? null : bytes.subarray(cut);
+    return this.meter(
+      cut === bytes.length ? bytes : bytes.subarray(0, cut),
+      cut === text.length ? text : text.slice(0, cut),
+    );
   }
 
-  end(): string | null {
-    const rest = this.carry + this.decoder.end();
-    this.carry = '';
-    if (rest.length === 0) return null;
-    const out = this.protocol === 'anthropic' ? this.anthropic(rest) : this.openai(rest);
+  end(): Buffer | null {
+    const rest = this.carry;
+    this.carry = null;
+    if (rest === null || rest.length === 0) return null;
+    return this.meter(rest, rest.toString('latin1'));
+  }
+
+  /** What to forward for a block of events (`block` is `bytes` read as latin1); null when nothing is left of it. */
+  private meter(bytes: Buffer, block: string): Buffer | null {
+    const edits: Edit[] = [];
+    if (this.protocol === 'anthropic') this.anthropic(bytes, block, edits);
+    else this.openai(bytes, block, edits);
+    const out = edits.length === 0 ? bytes : applyEdits(bytes, edits);
     if (out.length === 0) return null;
-    this.reading.bytesOut += Buffer.byteLength(out, 'utf8');
+    this.reading.bytesOut += out.length;
     return out;
   }
 
@@ -112,53 +124,58 @@ export class SseMeter implements Meter {
    * Anthropic: named events; everything is forwarded, usage read from message_start / message_delta (the latter
    * written again with its cost).
    */
-  private anthropic(block: string): string {
-    let start = 0;
-    let out = '';
-    let kept = 0;
-    while (start < block.length) {
-      const end = nextEventEnd(block, start);
-      const event = block.slice(start, end);
-      start = end;
-      const name = eventName(event);
-      if (name === 'content_block_delta') {
-        // A text delta as Anthropic writes it (the delta's type first, then its text): its text is the first
-        // ANTHROPIC_DELTA of the event, found in one search.
-        const text = event.indexOf(TEXT_DELTA);
-        if (text >= 0) {
-          this.reading.deltas++;
-          this.reading.deltaBytes += event.length;
-          this.reading.deltaChars += stringChars(event, text + TEXT_DELTA.length);
-        } else if (!event.includes('"signature_delta"')) {
-          // A signature_delta closes a thinking block: no tokens in it.
-          this.reading.deltas++;
-          this.reading.deltaBytes += event.length;
-          ANTHROPIC_DELTA.lastIndex = 0;
-          const m = ANTHROPIC_DELTA.exec(event);
-          if (m) this.reading.deltaChars += stringChars(event, m.index + m[0].length);
-        }
-      } else if (name === 'message_start') {
-        const data = parseData(event) as { message?: { usage?: RawUsage } } | null;
-        if (data?.message?.usage) this.reading.usage = { ...data.message.usage };
-      } else if (name === 'message_delta') {
-        const data = parseData(event) as { usage?: RawUsage } | null;
-        // message_delta usage is cumulative; fields it carries replace message_start's.
-        if (data?.usage) {
-          this.reading.usage = { ...(this.reading.usage ?? {}), ...stripNulls(data.usage) };
-          const priced = this.priced(event, data as { usage: RawUsage }, this.reading.usage);
-          if (priced !== null) {
-            out += block.slice(kept, start - event.length) + priced;
-            kept = start;
+  private anthropic(bytes: Buffer, block: string, edits: Edit[]): void {
+    let s = 0;
+    while (s < block.length) {
+      const e = nextEventEnd(block, s);
+      const name = eventName(block, s, e);
+      if (name >= 0) {
+        if (named(block, name, 'content_block_delta')) this.anthropicDelta(block, s, e);
+        else if (named(block, name, 'message_start')) {
+          const data = parseData(bytes.toString('utf8', s, e)) as { message?: { usage?: RawUsage } } | null;
+          if (data?.message?.usage) this.reading.usage = { ...data.message.usage };
+        } else if (named(block, name, 'message_delta')) {
+          const event = bytes.toString('utf8', s, e);
+          const data = parseData(event) as { usage?: RawUsage } | null;
+          // message_delta usage is cumulative; fields it carries replace message_start's.
+          if (data?.usage) {
+            this.reading.usage = { ...(this.reading.usage ?? {}), ...stripNulls(data.usage) };
+            const priced = this.priced(event, data as { usage: RawUsage }, this.reading.usage);
+            if (priced !== null) edits.push({ from: s, to: e, with: priced });
           }
+        } else if (named(block, name, 'message_stop')) {
+          this.reading.complete = true;
+        } else if (named(block, name, 'error')) {
+          const data = parseData(bytes.toString('utf8', s, e)) as { error?: { message?: string } } | null;
+          this.reading.streamError = data?.error?.message ?? 'stream error';
         }
-      } else if (name === 'message_stop') {
-        this.reading.complete = true;
-      } else if (name === 'error') {
-        const data = parseData(event) as { error?: { message?: string } } | null;
-        this.reading.streamError = data?.error?.message ?? 'stream error';
       }
+      s = e;
     }
-    return kept === 0 ? block : out + block.slice(kept);
+  }
+
+  /** A content_block_delta event, block[s, e): counted unless it is a thinking block's signature. */
+  private anthropicDelta(block: string, s: number, e: number): void {
+    // A text delta as Anthropic writes it (the delta's type first, then its text): its text is the first
+    // ANTHROPIC_DELTA of the event, found in one search.
+    const text = block.indexOf(TEXT_DELTA, s);
+    if (text >= 0 && text < e && block.startsWith('"delta":', text - 8)) {
+      this.counted(s, e, stringUnits(block, text + TEXT_DELTA.length));
+      return;
+    }
+    const event = block.slice(s, e);
+    // A signature_delta closes a thinking block: no tokens in it.
+    if (event.includes('"signature_delta"')) return;
+    ANTHROPIC_DELTA.lastIndex = 0;
+    const m = ANTHROPIC_DELTA.exec(event);
+    this.counted(s, e, m ? stringUnits(event, m.index + m[0].length) : 0);
+  }
+
+  /** One content delta of `units` generated characters, the event block[s, e), went out. */
+  private counted(s: number, e: number, units: number): void {
+    this.reading.deltas++;
+    this.reading.deltaBytes += e - s;
+    this.reading.deltaChars += units;
   }
 
   /** `event` written again with `usage.cost`, the price of `usage`; null without a pricer or a price. */
@@ -173,43 +190,31 @@ export class SseMeter implements Meter {
 
   /**
    * OpenAI: data-only events ending in [DONE]; the usage chunk is read and maybe removed. Only the events that hold a
-   * usage object are sliced out and parsed; the rest of the block is counted in place and forwarded as it is.
+   * usage object are parsed; the rest of the block is counted in place and forwarded as it is.
    */
-  private openai(block: string): string {
-    USAGE_OBJECT.lastIndex = 0;
-    let found = USAGE_OBJECT.exec(block);
-    if (found === null) {
-      this.countOpenAI(block, 0, block.length);
-      return block;
-    }
-    let out = '';
-    let kept = 0;
+  private openai(bytes: Buffer, block: string, edits: Edit[]): void {
+    this.content = -1;
+    let found = usageObject(block, 0);
     let start = 0;
-    while (found !== null) {
-      const s = eventStart(block, found.index);
+    while (found >= 0) {
+      const s = eventStart(block, found);
       const e = nextEventEnd(block, s);
       this.countOpenAI(block, start, s);
-      const event = block.slice(s, e);
+      const event = bytes.toString('utf8', s, e);
       const data = parseData(event) as { usage?: RawUsage; choices?: unknown[] } | null;
       if (data?.usage) this.reading.usage = data.usage;
       const usageOnly = Array.isArray(data?.choices) && data.choices.length === 0;
       if (usageOnly && this.dropUsageChunk) {
-        out += block.slice(kept, s);
-        kept = e;
+        edits.push({ from: s, to: e, with: '' });
       } else {
         this.countOpenAI(block, s, e);
         const priced = data?.usage ? this.priced(event, data as { usage: RawUsage }, data.usage) : null;
-        if (priced !== null) {
-          out += block.slice(kept, s) + priced;
-          kept = e;
-        }
+        if (priced !== null) edits.push({ from: s, to: e, with: priced });
       }
       start = e;
-      USAGE_OBJECT.lastIndex = e;
-      found = USAGE_OBJECT.exec(block);
+      found = usageObject(block, e);
     }
     this.countOpenAI(block, start, block.length);
-    return kept === 0 ? block : out + block.slice(kept);
   }
 
   private countOpenAI(block: string, from: number, to: number): void {
@@ -220,39 +225,85 @@ export class SseMeter implements Meter {
         this.reading.complete = true;
       } else {
         // Only deltas that carry generated text count: not the role chunk, not the finish chunk.
-        const value = deltaValue(block, s, e);
-        if (value >= 0) {
-          this.reading.deltas++;
-          this.reading.deltaBytes += e - s;
-          this.reading.deltaChars += stringChars(block, value);
-        }
+        const value = this.deltaValue(block, s, e);
+        if (value >= 0) this.counted(s, e, stringUnits(block, value));
       }
       s = e;
     }
   }
+
+  /**
+   * Where the generated string of the OpenAI chunk block[s, e) starts (just past its opening quote), or -1 when the
+   * chunk carries none: TOKEN_DELTA's first match in the chunk. The usual chunk's delta opens with its text,
+   * `"delta":{"content":"…`, and what precedes it (the chunk's id, object, created, model, the choice's index) holds
+   * no generated value: it is found by searching the block once for OPENING_CONTENT, not each chunk for a regex.
+   */
+  private deltaValue(block: string, s: number, e: number): number {
+    let c = this.content;
+    if (c < s) {
+      c = block.indexOf(OPENING_CONTENT, s);
+      this.content = c = c < 0 ? block.length : c;
+    }
+    const value = c + OPENING_CONTENT.length;
+    if (c < e && block.charCodeAt(value) !== 34 && c >= s + 8 && block.startsWith('"delta":', c - 8)) return value;
+    return otherDeltaValue(block, s, e);
+  }
 }
 
-/**
- * Where the generated string of the OpenAI chunk block.slice(s, e) starts (just past its opening quote), or -1 when
- * the chunk carries none: TOKEN_DELTA's first match, read in the chunk alone (a chunk without one, such as a tool
- * call's, must not send the search through the rest of the block). Providers write compact JSON, so a non-empty
- * `"content":"` with none of TOKEN_DELTA's other keys before it is that match, found without the regex.
- */
-function deltaValue(block: string, s: number, e: number): number {
+/** TOKEN_DELTA's first match in the OpenAI chunk block[s, e) (deltaValue), for a chunk of another shape. */
+function otherDeltaValue(block: string, s: number, e: number): number {
   const event = block.slice(s, e);
+  // Compact JSON: a non-empty `"content":"` with none of TOKEN_DELTA's other keys before it is that match.
   const c = event.indexOf('"content":"');
-  if (c >= 0 && event.charCodeAt(c + 11) !== 34) {
-    // The delta's first member (the usual chunk): what precedes it is the chunk's id, object, created, model and the
-    // choice's index, none of them a generated value, so nothing before it is TOKEN_DELTA's. Searching those for the
-    // other keys was a third of a long stream's CPU.
-    if (c >= 9 && event.startsWith('"delta":{', c - 9)) return s + c + 11;
-    const before = event.slice(0, c);
-    if (!OTHER_DELTA_KEYS.some((k) => before.includes(k))) return s + c + 11;
+  if (c >= 0 && event.charCodeAt(c + 11) !== 34 && !OTHER_DELTA_KEYS.some((k) => within(event, k, 0, c))) {
+    return s + c + 11;
   }
   TOKEN_DELTA.lastIndex = 0;
   const m = TOKEN_DELTA.exec(event);
   // The match ends one character into the string value.
   return m ? s + m.index + m[0].length - 1 : -1;
+}
+
+/**
+ * An object that opens with its `content` string, searched for from its brace: a quote, which starts a search for a
+ * key, is every few bytes of a JSON text, and a search that keeps failing on it costs more than one on a brace.
+ */
+const OPENING_CONTENT = '{"content":"';
+
+/**
+ * Index of the first `"usage"` key at or after `from` in `block` whose value is an object (not the `null` an OpenAI
+ * chunk carries before its usage chunk), or -1.
+ */
+function usageObject(block: string, from: number): number {
+  USAGE_OBJECT.lastIndex = from;
+  return USAGE_OBJECT.exec(block)?.index ?? -1;
+}
+
+const USAGE_OBJECT = /"usage"\s*:\s*\{/g;
+
+/** A part of a block written differently: its bytes [from, to) replaced by `with`. */
+interface Edit {
+  from: number;
+  to: number;
+  with: string;
+}
+
+/** `bytes` with its edits (in order, not overlapping) applied. */
+function applyEdits(bytes: Buffer, edits: Edit[]): Buffer {
+  const parts: Buffer[] = [];
+  let kept = 0;
+  for (const edit of edits) {
+    parts.push(bytes.subarray(kept, edit.from), Buffer.from(edit.with, 'utf8'));
+    kept = edit.to;
+  }
+  parts.push(bytes.subarray(kept));
+  return Buffer.concat(parts);
+}
+
+/** `key` occurs in s[from, to). */
+function within(s: string, key: string, from: number, to: number): boolean {
+  const i = s.indexOf(key, from);
+  return i >= 0 && i < to;
 }
 
 /** What TOKEN_DELTA could match before a chunk's `"content":"` (reasoning covers reasoning_content). */
@@ -304,14 +355,20 @@ export class JsonMeter implements Meter {
   }
 }
 
-/** Characters of the JSON string value starting at `from` (just past its opening quote); an escape counts as one. */
-function stringChars(s: string, from: number): number {
+/**
+ * Characters (UTF-16 code units, as JavaScript counts a string's length) of the JSON string value whose UTF-8 bytes,
+ * read as latin1, start at `from` (just past its opening quote): a lead byte is one, two for a 4-byte sequence (a
+ * surrogate pair); continuation bytes none; an escape one.
+ */
+function stringUnits(s: string, from: number): number {
   let n = 0;
   for (let i = from; i < s.length; i++) {
     const c = s.charCodeAt(i);
-    if (c === 34) return n; // closing quote
-    if (c === 92) i += s.charCodeAt(i + 1) === 117 ? 5 : 1; // \uXXXX or \x
-    n++;
+    if (c < 0x80) {
+      if (c === 34) return n; // closing quote
+      if (c === 92) i += s.charCodeAt(i + 1) === 117 ? 5 : 1; // \uXXXX or \x
+      n++;
+    } else if (c >= 0xc0) n += c >= 0xf0 ? 2 : 1;
   }
   return n;
 }
@@ -366,13 +423,19 @@ function nextEventEnd(s: string, from: number): number {
   return s.length;
 }
 
-function eventName(event: string): string | null {
-  const i = event.indexOf('event:');
-  if (i < 0) return null;
-  const start = skipSpace(event, i + 6);
-  let end = start;
-  while (end < event.length && event.charCodeAt(end) !== 10 && event.charCodeAt(end) !== 13) end++;
-  return event.slice(start, end);
+/** Index of the name of the event block[s, e) (its `event:` line's value), or -1 when it has none. */
+function eventName(block: string, s: number, e: number): number {
+  for (let i = block.indexOf('event:', s); i >= 0 && i < e; i = block.indexOf('event:', i + 6)) {
+    if (i === s || block.charCodeAt(i - 1) === 10) return skipSpace(block, i + 6);
+  }
+  return -1;
+}
+
+/** The event name at `at` is `name`. */
+function named(block: string, at: number, name: string): boolean {
+  if (!block.startsWith(name, at)) return false;
+  const c = block.charCodeAt(at + name.length);
+  return c === 10 || c === 13;
 }
 
 function parseData(event: string): unknown {

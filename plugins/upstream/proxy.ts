@@ -59,6 +59,7 @@ export function proxyCall(
  * meter pass and a system call per event.
  */
 export const WRITE_WINDOW_MS = 1;
+const EMPTY = Buffer.alloc(0);
 /** How long a cut answer's last writes may take to leave before the cut (ProxyHandler.failedMidAnswer). */
 const CUT_AFTER_MS = 1_000;
 /** The most a window holds: past it, what waits is written at once. */
@@ -209,10 +210,10 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
     const meter = this.meter!;
     const out = meter.feed(body);
     const tail = meter.end();
-    const whole = tail === null ? (out ?? '') : Buffer.concat([Buffer.from(out ?? ''), Buffer.from(tail)]);
+    const whole = tail === null ? (out ?? EMPTY) : Buffer.concat(out === null ? [tail] : [out, tail]);
     const price = this.req.price!();
     this.writeHead(held.statusCode, held.headers, false, {
-      'content-length': String(Buffer.byteLength(whole)),
+      'content-length': String(whole.length),
       'x-gw-price': price,
     });
     this.reply.raw.end(whole);

@@ -165,9 +165,9 @@ t.test('a chunk of whole events forwarded unchanged is passed on as the same buf
   const half = Buffer.from('event: ping\ndata: {"type":', 'utf8');
   t.equal(m.feed(half), null, 'no whole event yet');
   t.equal(
-    m.feed(Buffer.from(' "ping"}\n\n', 'utf8')),
+    m.feed(Buffer.from(' "ping"}\n\n', 'utf8'))?.toString(),
     'event: ping\ndata: {"type": "ping"}\n\n',
-    'joined with the carry: a new string',
+    'joined with the carry',
   );
 });
 
@@ -320,3 +320,56 @@ t.test(
     }
   },
 );
+
+t.test(
+  'deltas in any script, cut inside their UTF-8 sequences: counted as JavaScript counts them, forwarded byte for byte',
+  async (t) => {
+    const texts = ['日本語のテキスト', 'emoji 🙂👍🏽 ok', 'Ünïcödé \u2028 \\ "q"', 'ascii', '\u{10348}x', 'é'];
+    const units = texts.reduce((n, s) => n + s.length, 0);
+    // OpenAI-compatible providers that repeat the role in every chunk write a delta that does not open with content.
+    const openai =
+      texts
+        .map((content, i) =>
+          chunk({
+            ...base,
+            choices: [{ index: 0, delta: i % 2 ? { content } : { role: 'assistant', content }, finish_reason: null }],
+          }),
+        )
+        .join('') + 'data: [DONE]\n\n';
+    const anthropic =
+      texts
+        .map(
+          (text) =>
+            `event: content_block_delta\ndata: ${JSON.stringify({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text } })}\n\n`,
+        )
+        .join('') + 'event: message_stop\ndata: {"type":"message_stop"}\n\n';
+    for (const sizes of [[1], [2, 5], [3], [100000]]) {
+      const o = new SseMeter('openai');
+      t.equal(await run(o, openai, sizes), openai, `openai ${sizes}: as it came`);
+      t.equal(o.reading.deltas, texts.length);
+      t.equal(o.reading.deltaChars, units, `openai ${sizes}: UTF-16 units`);
+      t.equal(o.reading.bytesOut, Buffer.byteLength(openai));
+      const a = new SseMeter('anthropic');
+      t.equal(await run(a, anthropic, sizes), anthropic, `anthropic ${sizes}: as it came`);
+      t.equal(a.reading.deltas, texts.length);
+      t.equal(a.reading.deltaChars, units, `anthropic ${sizes}: UTF-16 units`);
+      t.ok(a.reading.complete);
+    }
+  },
+);
+
+t.test('an event is named by its own event: line, whole', async (t) => {
+  const m = new SseMeter('anthropic', false, () => '0.000001');
+  const text =
+    'event: message_stop_later\ndata: {"type":"x"}\n\n' +
+    'data: {"type":"x","note":"\\nevent: message_stop"}\n\n' +
+    'event: message_deltas\ndata: {"type":"message_delta","usage":{"output_tokens":5}}\n\n' +
+    'event: errors\ndata: {"type":"error","error":{"message":"no"}}\n\n' +
+    'id: 7\nevent: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ab"}}\n\n';
+  t.equal(await run(m, text, [4]), text, 'nothing priced or dropped');
+  t.equal(m.reading.complete, false);
+  t.equal(m.reading.usage, null);
+  t.equal(m.reading.streamError, null);
+  t.equal(m.reading.deltas, 1, 'a field line after id: names its event');
+  t.equal(m.reading.deltaChars, 2);
+});
