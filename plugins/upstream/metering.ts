@@ -78,7 +78,11 @@ export class SseMeter implements Meter {
   readonly reading = newReading();
   /** The start of an event not yet whole, joined to the next chunk. */
   private carry: Buffer | null = null;
-  /** Index of the first OPENING_CONTENT at or after the last search in the OpenAI block metered (its length: none). */
+  /**
+   * Index of the first OPENING_CONTENT (OpenAI) or TEXT_DELTA (Anthropic) at or after the last search in the block
+   * metered (its length: none): a stream of other deltas does not send a search through the rest of the block for
+   * each of its events.
+   */
   private content = -1;
 
   constructor(
@@ -125,6 +129,7 @@ export class SseMeter implements Meter {
    * written again with its cost).
    */
   private anthropic(bytes: Buffer, block: string, edits: Edit[]): void {
+    this.content = -1;
     let s = 0;
     while (s < block.length) {
       const e = nextEventEnd(block, s);
@@ -158,8 +163,12 @@ export class SseMeter implements Meter {
   private anthropicDelta(block: string, s: number, e: number): void {
     // A text delta as Anthropic writes it (the delta's type first, then its text): its text is the first
     // ANTHROPIC_DELTA of the event, found in one search.
-    const text = block.indexOf(TEXT_DELTA, s);
-    if (text >= 0 && text < e && block.startsWith('"delta":', text - 8)) {
+    let text = this.content;
+    if (text < s) {
+      text = block.indexOf(TEXT_DELTA, s);
+      this.content = text = text < 0 ? block.length : text;
+    }
+    if (text < e && block.startsWith('"delta":', text - 8)) {
       this.counted(s, e, stringUnits(block, text + TEXT_DELTA.length));
       return;
     }
