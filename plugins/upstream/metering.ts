@@ -434,8 +434,13 @@ function nextEventEnd(s: string, from: number): number {
 
 /** Index of the name of the event block[s, e) (its `event:` line's value), or -1 when it has none. */
 function eventName(block: string, s: number, e: number): number {
-  for (let i = block.indexOf('event:', s); i >= 0 && i < e; i = block.indexOf('event:', i + 6)) {
-    if (i === s || block.charCodeAt(i - 1) === 10) return skipSpace(block, i + 6);
+  // Line by line within the event: a search of the block for `event:` would run on through the events after one
+  // that has none.
+  for (let i = s; i < e; ) {
+    if (block.startsWith('event:', i)) return skipSpace(block, i + 6);
+    const lf = block.indexOf('\n', i);
+    if (lf < 0) return -1;
+    i = lf + 1;
   }
   return -1;
 }
