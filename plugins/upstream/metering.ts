@@ -80,8 +80,8 @@ export class SseMeter implements Meter {
   private carry: Buffer | null = null;
   /**
    * Index of the first OPENING_CONTENT (OpenAI) or TEXT_DELTA (Anthropic) at or after the last search in the block
-   * metered (its length: none): a stream of other deltas does not send a search through the rest of the block for
-   * each of its events.
+   * metered (its length: none; `opening`): a stream of other deltas does not send a search through the rest of the
+   * block for each of its events.
    */
   private content = -1;
 
@@ -163,11 +163,7 @@ export class SseMeter implements Meter {
   private anthropicDelta(block: string, s: number, e: number): void {
     // A text delta as Anthropic writes it (the delta's type first, then its text): its text is the first
     // ANTHROPIC_DELTA of the event, found in one search.
-    let text = this.content;
-    if (text < s) {
-      text = block.indexOf(TEXT_DELTA, s);
-      this.content = text = text < 0 ? block.length : text;
-    }
+    const text = this.opening(block, s, TEXT_DELTA);
     if (text < e && block.startsWith('"delta":', text - 8)) {
       this.counted(s, e, stringUnits(block, text + TEXT_DELTA.length));
       return;
@@ -178,6 +174,18 @@ export class SseMeter implements Meter {
     ANTHROPIC_DELTA.lastIndex = 0;
     const m = ANTHROPIC_DELTA.exec(event);
     this.counted(s, e, m ? stringUnits(event, m.index + m[0].length) : 0);
+  }
+
+  /**
+   * Index of the block's first `pattern` (the protocol's one) at or after `s`, its length when there is none: searched
+   * for again only once the events metered have passed the one found.
+   */
+  private opening(block: string, s: number, pattern: string): number {
+    if (this.content < s) {
+      const i = block.indexOf(pattern, s);
+      this.content = i < 0 ? block.length : i;
+    }
+    return this.content;
   }
 
   /** One content delta of `units` generated characters, the event block[s, e), went out. */
@@ -248,11 +256,7 @@ export class SseMeter implements Meter {
    * no generated value: it is found by searching the block once for OPENING_CONTENT, not each chunk for a regex.
    */
   private deltaValue(block: string, s: number, e: number): number {
-    let c = this.content;
-    if (c < s) {
-      c = block.indexOf(OPENING_CONTENT, s);
-      this.content = c = c < 0 ? block.length : c;
-    }
+    const c = this.opening(block, s, OPENING_CONTENT);
     const value = c + OPENING_CONTENT.length;
     if (c < e && block.charCodeAt(value) !== 34 && c >= s + 8 && block.startsWith('"delta":', c - 8)) return value;
     return otherDeltaValue(block, s, e);
