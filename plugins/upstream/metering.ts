@@ -76,8 +76,14 @@ export type StreamPricer = (usage: RawUsage) => string | null;
  */
 export class SseMeter implements Meter {
   readonly reading = newReading();
-  /** The start of an event not yet whole, joined to the next chunk. */
-  private carry: Buffer | null = null;
+  /** The start of an event not yet whole, in the chunks that brought it, and their length. */
+  private carry: Buffer[] = [];
+  private carried = 0;
+  /**
+   * An event ran past `maxEventBytes` without its end: it is dropped and nothing more is metered or forwarded; the
+   * proxy cuts the answer there, as for an upstream that failed mid-answer.
+   */
+  overflowed = false;
   /**
    * Index of the first OPENING_CONTENT (OpenAI) or TEXT_DELTA (Anthropic) at or after the last search in the block
    * metered (its length: none; `opening`): a stream of other deltas does not send a search through the rest of the
@@ -89,17 +95,24 @@ export class SseMeter implements Meter {
     private readonly protocol: Protocol,
     private readonly dropUsageChunk = false,
     private readonly price?: StreamPricer,
+    private readonly maxEventBytes = JSON_ANSWER_MAX_BYTES,
   ) {}
 
   feed(chunk: Buffer): Buffer | null {
-    const bytes = this.carry === null ? chunk : Buffer.concat([this.carry, chunk]);
+    if (this.overflowed) return null;
+    let bytes = chunk;
+    if (this.carried > 0) {
+      // What is carried ends no event, so only a line feed of this chunk can: without one, the chunk joins the carry
+      // uncopied (an event that comes in many chunks is joined once, not once per chunk).
+      if (!blankLineIn(this.carry[this.carry.length - 1]!, chunk)) return this.hold(chunk);
+      bytes = Buffer.concat([...this.carry, chunk], this.carried + chunk.length);
+      this.carry = [];
+      this.carried = 0;
+    }
     const text = bytes.toString('latin1');
     const cut = lastEventEnd(text);
-    if (cut < 0) {
-      this.carry = bytes;
-      return null;
-    }
-    this.carry = cut === bytes.length ? null : bytes.subarray(cut);
+    if (cut < 0) return this.hold(bytes);
+    if (cut < bytes.length) this.hold(bytes.subarray(cut));
     return this.meter(
       cut === bytes.length ? bytes : bytes.subarray(0, cut),
       cut === text.length ? text : text.slice(0, cut),
@@ -107,10 +120,24 @@ export class SseMeter implements Meter {
   }
 
   end(): Buffer | null {
-    const rest = this.carry;
-    this.carry = null;
-    if (rest === null || rest.length === 0) return null;
+    if (this.carried === 0) return null;
+    const rest = Buffer.concat(this.carry, this.carried);
+    this.carry = [];
+    this.carried = 0;
     return this.meter(rest, rest.toString('latin1'));
+  }
+
+  /** Carry `bytes`, the start of an event; past maxEventBytes the answer has overflowed. */
+  private hold(bytes: Buffer): null {
+    this.carried += bytes.length;
+    if (this.carried > this.maxEventBytes) {
+      this.overflowed = true;
+      this.carry = [];
+      this.carried = 0;
+      return null;
+    }
+    this.carry.push(bytes);
+    return null;
   }
 
   /** What to forward for a block of events (`block` is `bytes` read as latin1); null when nothing is left of it. */
@@ -332,8 +359,9 @@ function eventStart(block: string, i: number): number {
 }
 
 /**
- * The most of a JSON answer the meter keeps to read its usage, and the most of one the proxy holds (proxy.ts): far
- * above any text answer (a text model's max_tokens of JSON is a few MB), so only a broken provider reaches it.
+ * The most of a JSON answer the meter keeps to read its usage, the most of one the proxy holds (proxy.ts), and the
+ * most of one event of a stream SseMeter carries while it waits for the event's end: far above any text answer (a
+ * text model's max_tokens of JSON is a few MB), so only a broken provider reaches it.
  */
 export const JSON_ANSWER_MAX_BYTES = 64 * 1024 * 1024;
 
@@ -411,6 +439,23 @@ function blankLineEnd(s: string, lf: number): number {
   const prev = s.charCodeAt(lf - 1);
   if (prev === 10) return lf + 1;
   return prev === 13 && s.charCodeAt(lf - 2) === 10 ? lf + 1 : -1;
+}
+
+/**
+ * Whether `chunk` holds a line feed that ends a blank line, the bytes before it read on into `before` (the chunk
+ * that came before it); true as well when that cannot be told from these two alone (lastEventEnd then decides).
+ */
+function blankLineIn(before: Buffer, chunk: Buffer): boolean {
+  const at = (i: number) => (i >= 0 ? chunk[i] : before[before.length + i]);
+  for (let lf = chunk.indexOf(10); lf >= 0; lf = chunk.indexOf(10, lf + 1)) {
+    const prev = at(lf - 1);
+    if (prev === 10 || prev === undefined) return true;
+    if (prev === 13) {
+      const first = at(lf - 2);
+      if (first === 10 || first === undefined) return true;
+    }
+  }
+  return false;
 }
 
 /**

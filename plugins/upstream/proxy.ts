@@ -228,7 +228,12 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   }
 
   private deliver(chunk: Buffer): void {
-    const out = this.meter!.feed(chunk);
+    const meter = this.meter!;
+    const out = meter.feed(chunk);
     if (out !== null) this.write(out);
+    // An event past the meter's bound: the upstream is broken, and the answer is cut after what it delivered whole.
+    else if (meter instanceof SseMeter && meter.overflowed) {
+      this.controller?.abort(new Error(`an event-stream event over ${JSON_ANSWER_MAX_BYTES} bytes`));
+    }
   }
 }

@@ -373,3 +373,37 @@ t.test('an event is named by its own event: line, whole', async (t) => {
   t.equal(m.reading.deltas, 1, 'a field line after id: names its event');
   t.equal(m.reading.deltaChars, 2);
 });
+
+t.test('an event that runs past the bound without its end overflows the meter: nothing of it goes out', async (t) => {
+  const first = chunk({ ...base, choices: [{ index: 0, delta: { content: 'Hi' }, finish_reason: null }] });
+  const m = new SseMeter('openai', false, undefined, 1024);
+  t.equal(m.feed(Buffer.from(first + 'data: {"choices":[{"delta":{"content":"'))?.toString(), first, 'the whole event');
+  // Lines, but no blank line: still the same event.
+  for (let i = 0; i < 4; i++) t.equal(m.feed(Buffer.from(`${'x'.repeat(200)}\n`)), null);
+  t.notOk(m.overflowed, 'within the bound');
+  t.equal(m.feed(Buffer.from('y'.repeat(400))), null);
+  t.ok(m.overflowed, 'past it');
+  t.equal(m.feed(Buffer.from('"}}]}\n\n')), null, 'its end, once overflowed, is not forwarded');
+  t.equal(m.end(), null);
+  t.equal(m.reading.deltas, 1, 'only what went out counts');
+  t.equal(m.reading.bytesOut, first.length);
+});
+
+t.test('an event carried over many chunks ends where its blank line ends, split across chunks or not', async (t) => {
+  const e = chunk({ ...base, choices: [{ index: 0, delta: { content: 'z'.repeat(300) }, finish_reason: null }] });
+  for (const nl of ['\n', '\r\n']) {
+    const text = (e + e).replace(/\n/g, nl);
+    for (const cut of [1, 2, 3, 7]) {
+      const m = new SseMeter('openai', false, undefined, 4096);
+      const out: string[] = [];
+      for (let at = 0; at < text.length; at += cut) {
+        const o = m.feed(Buffer.from(text.slice(at, at + cut)));
+        if (o) out.push(o.toString());
+      }
+      t.equal(m.end(), null, 'nothing left at the end');
+      t.equal(out.join(''), text, `${JSON.stringify(nl)}, ${cut}-byte chunks`);
+      t.equal(out.length, 2, 'each event written once it is whole');
+      t.equal(m.reading.deltaChars, 600);
+    }
+  }
+});

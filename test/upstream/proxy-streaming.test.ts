@@ -112,3 +112,40 @@ t.test('a caller that stops reading holds the upstream back; nothing is lost whe
   t.equal(received, all + 'data: [DONE]\n\n'.length, 'every byte arrived, the unrequested usage chunk removed');
   t.match(tail, /data: \[DONE\]\n\n$/);
 });
+
+t.test('an upstream event past 64 MiB without its end cuts the answer after what went out whole', async (t) => {
+  let aborted = false;
+  script = async (res) => {
+    res.write(event('first'));
+    res.write('data: {"choices":[{"index":0,"delta":{"content":"');
+    const piece = 'y'.repeat(1024 * 1024);
+    res.on('close', () => (aborted = true));
+    for (let i = 0; i < 80 && !res.destroyed; i++) {
+      if (!res.write(piece)) await new Promise((r) => res.once('drain', r).once('close', r));
+    }
+    if (!res.destroyed) res.end('"}}]}\n\ndata: [DONE]\n\n');
+  };
+  const res = await fetch(`${h.url}/v1/chat/completions`, { method: 'POST', headers, body });
+  t.equal(res.status, 200);
+  let text = '';
+  const decoder = new TextDecoder();
+  const reader = res.body!.getReader();
+  const failed = await (async () => {
+    try {
+      for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value);
+      return false;
+    } catch {
+      return true;
+    }
+  })();
+  t.ok(failed, 'the caller sees the answer cut, not a clean end');
+  t.equal(text, event('first'), 'only the whole event before it reached the caller');
+  await until('the upstream connection is closed', async () => (aborted ? true : null));
+  // The gateway goes on serving.
+  script = async (res) => {
+    res.write(event('again'));
+    res.end('data: [DONE]\n\n');
+  };
+  const next = await fetch(`${h.url}/v1/chat/completions`, { method: 'POST', headers, body });
+  t.match(await next.text(), /"content":"again"/);
+});
