@@ -102,9 +102,12 @@ export class SseMeter implements Meter {
     if (this.overflowed) return null;
     let bytes = chunk;
     if (this.carried > 0) {
-      // What is carried ends no event, so only a line feed of this chunk can: without one, the chunk joins the carry
-      // uncopied (an event that comes in many chunks is joined once, not once per chunk).
-      if (!blankLineIn(this.carry[this.carry.length - 1]!, chunk)) return this.hold(chunk);
+      // What is carried ends no event, so only a line feed of this chunk can. A long event's carry is joined only
+      // once one may have (not again for every chunk that brings more of it); a short one's at once, as a chunk that
+      // ends inside an event, the usual case, costs less that way.
+      if (this.carried > JOIN_AT_ONCE_BYTES && !blankLineIn(this.carry[this.carry.length - 1]!, chunk)) {
+        return this.hold(chunk);
+      }
       bytes = Buffer.concat([...this.carry, chunk], this.carried + chunk.length);
       this.carry = [];
       this.carried = 0;
@@ -440,6 +443,9 @@ function blankLineEnd(s: string, lf: number): number {
   if (prev === 10) return lf + 1;
   return prev === 13 && s.charCodeAt(lf - 2) === 10 ? lf + 1 : -1;
 }
+
+/** The most an event's carry holds before SseMeter looks for the event's end in a chunk before joining it. */
+const JOIN_AT_ONCE_BYTES = 64 * 1024;
 
 /**
  * Whether `chunk` holds a line feed that ends a blank line, the bytes before it read on into `before` (the chunk

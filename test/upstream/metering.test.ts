@@ -390,20 +390,28 @@ t.test('an event that runs past the bound without its end overflows the meter: n
 });
 
 t.test('an event carried over many chunks ends where its blank line ends, split across chunks or not', async (t) => {
-  const e = chunk({ ...base, choices: [{ index: 0, delta: { content: 'z'.repeat(300) }, finish_reason: null }] });
-  for (const nl of ['\n', '\r\n']) {
-    const text = (e + e).replace(/\n/g, nl);
-    for (const cut of [1, 2, 3, 7]) {
-      const m = new SseMeter('openai', false, undefined, 4096);
-      const out: string[] = [];
-      for (let at = 0; at < text.length; at += cut) {
-        const o = m.feed(Buffer.from(text.slice(at, at + cut)));
-        if (o) out.push(o.toString());
+  for (const length of [300, 70_000]) {
+    const e = chunk({ ...base, choices: [{ index: 0, delta: { content: 'z'.repeat(length) }, finish_reason: null }] });
+    for (const nl of ['\n', '\r\n']) {
+      const event = e.replace(/\n/g, nl);
+      for (const cut of [1, 2, 3, 7]) {
+        const m = new SseMeter('openai', false, undefined, 1024 * 1024);
+        const out: string[] = [];
+        const feed = (piece: string) => {
+          const o = m.feed(Buffer.from(piece));
+          if (o) out.push(o.toString());
+        };
+        // Each event: all but its last six bytes in one chunk, then those in `cut`-byte chunks (the blank line split
+        // across them).
+        for (const ev of [event, event]) {
+          feed(ev.slice(0, -6));
+          for (let at = ev.length - 6; at < ev.length; at += cut) feed(ev.slice(at, Math.min(at + cut, ev.length)));
+        }
+        t.equal(m.end(), null, 'nothing left at the end');
+        t.ok(out.join('') === event + event, `${length}, ${JSON.stringify(nl)}, ${cut}-byte chunks: as it came`);
+        t.equal(out.length, 2, 'each event written once it is whole');
+        t.equal(m.reading.deltaChars, 2 * length);
       }
-      t.equal(m.end(), null, 'nothing left at the end');
-      t.equal(out.join(''), text, `${JSON.stringify(nl)}, ${cut}-byte chunks`);
-      t.equal(out.length, 2, 'each event written once it is whole');
-      t.equal(m.reading.deltaChars, 600);
     }
   }
 });
