@@ -2,9 +2,10 @@
 // as it arrives, never after the whole answer, and a caller that stops reading holds the upstream back instead of
 // the gateway buffering the answer. The upstream here is a plain HTTP server the test drives chunk by chunk.
 import t from 'tap';
+import OpenAI from 'openai';
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startHarness } from '../helpers/harness.js';
+import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { until } from '../helpers/wait.js';
 
 const event = (content: string) =>
@@ -25,10 +26,16 @@ const upstream = createServer((req: IncomingMessage, res: ServerResponse) => {
 await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
 const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
 
-// gamma-k3 goes to the open-weights provider: point it at this upstream.
-const h = await startHarness({ edit: (c) => void (c.providers!['sim-open-weights']!.base_url = `${upstreamUrl}/v1`) });
+// gamma-k3 goes to the open-weights provider: point it at this upstream. Billed on dev chains, so that a caller can
+// read what its call cost.
+const h = await startHarness({
+  chains: true,
+  edit: (c) => void (c.providers!['sim-open-weights']!.base_url = `${upstreamUrl}/v1`),
+});
+await h.fund('chain_a', 5_000_000n);
 t.teardown(async () => {
   await h.close();
+  await closeDevChains();
   upstream.closeAllConnections();
   await new Promise((r) => upstream.close(r));
 });
@@ -149,3 +156,86 @@ t.test('an upstream event past 64 MiB without its end cuts the answer after what
   const next = await fetch(`${h.url}/v1/chat/completions`, { method: 'POST', headers, body });
   t.match(await next.text(), /"content":"again"/);
 });
+
+/** Generated text in three deltas: 17 UTF-16 units (8 + 4 surrogate pairs + 1), 13 code points, 42 UTF-8 bytes. */
+const TEXTS = ['日本語のテキスト', '🙂🙂🙂🙂', 'é'];
+
+/** Write `s` two bytes per write, each write its own chunk: UTF-8 sequences cut across the chunks. */
+async function trickle(res: ServerResponse, s: string): Promise<void> {
+  const bytes = Buffer.from(s);
+  for (let i = 0; i < bytes.length && !res.destroyed; i += 2) {
+    res.write(bytes.subarray(i, i + 2));
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+/** The caller's view of its call (GET /v1/calls/{id}) once it is billed. */
+function billedView(id: string) {
+  return until(`${id} billed`, async () => {
+    const res = await fetch(`${h.url}/v1/calls/${id}`, { headers: { authorization: `Bearer ${h.key}` } });
+    if (res.status !== 200) {
+      await res.text();
+      return null;
+    }
+    const view = (await res.json()) as { price: string | null; usage: { output_tokens: number } };
+    return view.price === null ? null : view;
+  });
+}
+
+t.test(
+  'through the openai SDK, a non-ASCII stream cut inside its UTF-8 sequences arrives as it was written',
+  async (t) => {
+    script = async (res) => {
+      for (const text of TEXTS) await trickle(res, event(text));
+      await trickle(res, USAGE);
+      res.end('data: [DONE]\n\n');
+    };
+    const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
+    const { data: stream, response } = await openai.chat.completions
+      .create({
+        model: 'gamma-k3',
+        stream: true,
+        stream_options: { include_usage: true },
+        messages: [{ role: 'user', content: 'hi' }],
+      })
+      .withResponse();
+    let text = '';
+    let cost: string | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      if (chunk.usage) cost = (chunk.usage as { cost?: string }).cost;
+    }
+    t.equal(text, TEXTS.join(''));
+    const view = await billedView(response.headers.get('x-request-id')!);
+    t.equal(cost, view.price, 'the price in the stream is the price billed');
+    t.equal(view.usage.output_tokens, 2, "the provider's usage, the answer being whole");
+  },
+);
+
+t.test(
+  'through the openai SDK, a non-ASCII stream its upstream cuts is billed its generated characters as JavaScript counts them',
+  async (t) => {
+    script = async (res) => {
+      for (const text of TEXTS) await trickle(res, event(text));
+      res.destroy();
+    };
+    const openai = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: h.key, maxRetries: 0 });
+    const { data: stream, response } = await openai.chat.completions
+      .create({ model: 'gamma-k3', stream: true, messages: [{ role: 'user', content: 'hi' }] })
+      .withResponse();
+    let text = '';
+    const cut = await (async () => {
+      try {
+        for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+        return false;
+      } catch {
+        return true;
+      }
+    })();
+    t.ok(cut, 'the caller sees the answer cut');
+    t.equal(text, TEXTS.join(''), 'every delta sent before the cut arrived whole');
+    const view = await billedView(response.headers.get('x-request-id')!);
+    // The larger of the deltas (3) and 17 characters / 4, rounded up: 5 (bytes would make it 11, code points 4).
+    t.equal(view.usage.output_tokens, 5);
+  },
+);
