@@ -41,14 +41,15 @@
  */
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { createAccount, createKey } from '../plugins/accounts/accounts.js';
-import { connectRedis, deleteKeys } from '../plugins/store/redis.js';
+import { connectRedis, deleteKeys, redisIdentity } from '../plugins/store/redis.js';
+import { defaultSpoolDir } from '../plugins/billing/spool.js';
 import { readWallet } from '../plugins/billing/wallets.js';
 import {
   ask,
@@ -680,6 +681,12 @@ async function main(): Promise<number> {
     (cleaned ??= (async () => {
       await stopAll();
       await deleteKeys(redis, ['*']).catch((err: Error) => log(`could not delete ${prefix}*: ${err.message}`));
+      // The gateway's default spool folder, made at its start: removed when empty (a debit left there is kept).
+      try {
+        rmdirSync(defaultSpoolDir({ redis: redisIdentity(redis), prefix }));
+      } catch {
+        // gone already, or it holds debits
+      }
       redis.disconnect();
       await unpinRedis?.();
     })());

@@ -124,6 +124,8 @@ const openHere = new Set<string>();
 /** The file spool of one gateway instance. */
 export class DebitSpool {
   private readonly dir: string;
+  /** Whether `dir` is the operator's (billing.spool_dir) rather than the default one. */
+  private readonly operatorDir: boolean;
   /** The default folder of earlier versions, looked into for debits left there (never drained: see adopt). */
   private readonly legacyDir: string | undefined;
   private readonly file: string;
@@ -149,17 +151,10 @@ export class DebitSpool {
     private readonly events: SpoolEvents,
     private readonly log: Log,
   ) {
-    if (dir === undefined) {
-      this.dir = defaultSpoolDir(owner);
-      this.legacyDir = legacySpoolDir(owner.prefix);
-      // In a folder every user may write to: links are not followed, so no one can point the spool elsewhere.
-      ownFolder(dirname(this.dir), false, log);
-      ownFolder(this.dir, false, log);
-    } else {
-      // The operator's folder: a link there is the operator's choice.
-      this.dir = dir;
-      ownFolder(dir, true, log);
-    }
+    this.operatorDir = dir !== undefined;
+    this.dir = dir ?? defaultSpoolDir(owner);
+    if (dir === undefined) this.legacyDir = legacySpoolDir(owner.prefix);
+    this.makeFolder();
     this.header = JSON.stringify({ farebox_spool: 1, redis: owner.redis, prefix: owner.prefix });
     this.file = join(this.dir, `${instance}.jsonl`);
     openHere.add(instance);
@@ -250,16 +245,43 @@ export class DebitSpool {
     }
   }
 
+  /** Make the folder if it is missing, and check that it is this user's alone (ownFolder). */
+  private makeFolder(): void {
+    if (this.operatorDir) {
+      // The operator's folder: a link there is the operator's choice.
+      ownFolder(this.dir, true, this.log);
+    } else {
+      // In a folder every user may write to: links are not followed, so no one can point the spool elsewhere.
+      ownFolder(dirname(this.dir), false, this.log);
+      ownFolder(this.dir, false, this.log);
+    }
+  }
+
+  /**
+   * appendSynced into this spool's folder. The folder is made at start but holds a file only while debits wait, so
+   * a cleaner of the temporary folder may remove it in between (an empty folder unused for days): it is made again,
+   * checked as at start.
+   */
+  private appendHere(file: string, line: object): void {
+    try {
+      appendSynced(file, this.header, line);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      this.makeFolder();
+      appendSynced(file, this.header, line);
+    }
+  }
+
   /** Keep a debit at the end of the queue, on disk before in memory. */
   private append(line: Line): void {
-    appendSynced(this.file, this.header, line);
+    this.appendHere(this.file, line);
     this.queue.push(line);
   }
 
   /** Keep a debit Redis refused in this instance's `.refused` file, out of the queue's way. */
   setAside(input: SpooledDebit): void {
     try {
-      appendSynced(`${this.file.slice(0, -'.jsonl'.length)}.refused`, this.header, {
+      this.appendHere(`${this.file.slice(0, -'.jsonl'.length)}.refused`, {
         ...input,
         price: input.price.toString(),
       });

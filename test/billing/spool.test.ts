@@ -352,7 +352,9 @@ t.test(
     const tmp = process.env.TMPDIR;
     process.env.TMPDIR = base;
     t.teardown(() => {
-      process.env.TMPDIR = tmp;
+      // Assigning undefined would set the text 'undefined': a temporary folder inside the checkout.
+      if (tmp === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = tmp;
     });
     const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'farebox:' };
     const legacy = join(base, 'farebox-spool', 'farebox_');
@@ -454,5 +456,45 @@ t.test(
       [],
       'nothing written there',
     );
+  },
+);
+
+t.test(
+  'a spool folder removed while the gateway runs (a cleaner of the temporary folder) is made again for the next debit',
+  async (t) => {
+    const spoolOwner = { redis: 'redis://127.0.0.1:6379/0', prefix: `spool-gone-${process.pid}:` };
+    const operatorDir = join(dir, 'operator', 'spool');
+    for (const folder of [undefined, operatorDir]) {
+      const where = folder ?? defaultSpoolDir(spoolOwner);
+      t.teardown(() => rmSync(where, { recursive: true, force: true }));
+      let away = true;
+      const landed: string[] = [];
+      const spool = new DebitSpool(
+        folder,
+        spoolOwner,
+        `${hostname()}-${process.pid}-gone${folder ? 'op' : 'def'}`,
+        100,
+        async (d) => {
+          if (away) throw new Error('Connection is closed.');
+          landed.push(d.requestId);
+          return taken(d);
+        },
+        redisUnavailable,
+        none,
+        quiet,
+      );
+      t.ok(existsSync(where), `made at start: ${folder ? "the operator's folder" : 'the default folder'}`);
+      rmSync(where, { recursive: true });
+      t.equal(spool.add(debit(7)), true, 'a debit while Redis is away is kept');
+      t.equal(statSync(where).mode & 0o777, 0o700, 'in its folder, made again for this user alone');
+      const [, line] = readFileSync(join(where, readdirSync(where)[0]!), 'utf8')
+        .trim()
+        .split('\n');
+      t.match(JSON.parse(line!), { requestId: 'req_7', price: '7' }, 'on disk before the debit returns');
+      away = false;
+      t.ok(await spool.flush(5_000), 'and reaches Redis once it is back');
+      t.same(landed, ['req_7']);
+      await spool.stop();
+    }
   },
 );
