@@ -172,6 +172,11 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
       // A caller gone meanwhile is not written what waited, so it is not counted.
       if (!res.destroyed) this.deliver(Buffer.concat(waiting));
     }
+    // The last chunks took an event past the meter's bound: the answer is cut, as it is mid-stream (deliver).
+    if (this.overflowed()) {
+      if (!res.destroyed) this.cutOnceWritten(overflowError());
+      return;
+    }
     const tail = this.meter!.end();
     if (tail === null) res.end();
     else res.end(tail);
@@ -179,19 +184,32 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
 
   /**
    * The upstream failed or ran past its time (not the caller leaving): what it sent before is written first, as it
-   * would have been without the window, and the answer is cut once that has left for the caller's socket (at most
-   * CUT_AFTER_MS later, for a caller that does not read), so the caller receives what it is charged for.
+   * would have been without the window, and the answer is cut once all that was written has left for the caller's
+   * socket (cutOnceWritten), so the caller receives what it is charged for.
    */
   protected override failedMidAnswer(err: Error): boolean {
     clearTimeout(this.window);
     this.window = undefined;
-    if (this.waiting.length === 0) return false;
     const waiting = this.take();
     const res = this.reply.raw;
-    if (res.destroyed) return false;
-    this.deliver(Buffer.concat(waiting));
+    if (!res.headersSent || res.destroyed) return false;
+    if (waiting.length > 0) this.deliver(Buffer.concat(waiting));
+    this.cutOnceWritten(err);
+    return true;
+  }
+
+  /**
+   * Cut the caller's answer with `err` once what was written to it has left for its socket: at once when nothing
+   * waits in Node's buffers, else when the last write has gone out or CUT_AFTER_MS later, for a caller that does not
+   * read. Destroyed at once, the bytes still buffered (metered, and so charged) would be thrown away.
+   */
+  private cutOnceWritten(err: Error): void {
+    const res = this.reply.raw;
     const socket = res.socket;
-    if (socket === null || res.writableLength === 0) return false;
+    if (socket === null || res.writableLength === 0) {
+      res.destroy(err);
+      return;
+    }
     const cut = () => {
       clearTimeout(timer);
       res.destroy(err);
@@ -199,7 +217,6 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
     const timer = setTimeout(cut, CUT_AFTER_MS).unref();
     // A write of nothing calls back once everything written before it has left.
     socket.write('', cut);
-    return true;
   }
 
   /** A held answer's end: metered whole, priced, then written with its x-gw-price and length in one write. */
@@ -228,12 +245,19 @@ class ProxyHandler extends UpstreamExchange<UpstreamRequest> {
   }
 
   private deliver(chunk: Buffer): void {
-    const meter = this.meter!;
-    const out = meter.feed(chunk);
+    const out = this.meter!.feed(chunk);
     if (out !== null) this.write(out);
-    // An event past the meter's bound: the upstream is broken, and the answer is cut after what it delivered whole.
-    else if (meter instanceof SseMeter && meter.overflowed) {
-      this.controller?.abort(new Error(`an event-stream event over ${JSON_ANSWER_MAX_BYTES} bytes`));
-    }
+    // An event past the meter's bound: the upstream is broken, and the answer is cut after what it delivered whole
+    // (the chunk that passed the bound may have ended events before it: those went out above).
+    if (this.overflowed()) this.controller?.abort(overflowError());
   }
+
+  /** The meter dropped an event past its bound (SseMeter.overflowed): nothing more goes out. */
+  private overflowed(): boolean {
+    return this.meter instanceof SseMeter && this.meter.overflowed;
+  }
+}
+
+function overflowError(): Error {
+  return new Error(`an event-stream event over ${JSON_ANSWER_MAX_BYTES} bytes`);
 }
