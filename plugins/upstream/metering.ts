@@ -105,7 +105,7 @@ export class SseMeter implements Meter {
       // What is carried ends no event, so only a line feed of this chunk can. A long event's carry is joined only
       // once one may have (not again for every chunk that brings more of it); a short one's at once, as a chunk that
       // ends inside an event, the usual case, costs less that way.
-      if (this.carried > JOIN_AT_ONCE_BYTES && !blankLineIn(this.carry[this.carry.length - 1]!, chunk)) {
+      if (this.carried > JOIN_AT_ONCE_BYTES && !blankLineIn(this.carry, chunk)) {
         return this.hold(chunk);
       }
       bytes = Buffer.concat([...this.carry, chunk], this.carried + chunk.length);
@@ -230,9 +230,21 @@ export class SseMeter implements Meter {
     const cost = this.price?.(usage) ?? null;
     if (cost === null) return null;
     data.usage.cost = cost;
-    // The lines before the data (event:, id:) as they came, one data line, the event's own line ends.
+    // Its other lines (event:, id:) as they came, before or after its data, which becomes one line where its first
+    // data line was; the event's own line ends.
     const nl = event.endsWith('\r\n') ? '\r\n' : '\n';
-    return `${event.slice(0, event.indexOf('data:'))}data: ${JSON.stringify(data)}${nl}${nl}`;
+    let out = '';
+    let wrote = false;
+    for (const line of event.split('\n')) {
+      const l = line.endsWith('\r') ? line.slice(0, -1) : line;
+      if (l === '') continue;
+      if (!l.startsWith('data:')) out += `${l}${nl}`;
+      else if (!wrote) {
+        out += `data: ${JSON.stringify(data)}${nl}`;
+        wrote = true;
+      }
+    }
+    return `${out}${nl}`;
   }
 
   /**
@@ -417,11 +429,22 @@ function stringUnits(s: string, from: number): number {
   return n;
 }
 
-/** Whether the event block.slice(s, e) is `data: [DONE]`. */
+/** Whether the event block[s, e) is `data: [DONE]` (an `id:` line may come first). */
 function isDone(block: string, s: number, e: number): boolean {
-  // `data: [DONE]` with its line ends, and room for an id line: a longer event is content, whatever it says.
+  // A longer event is content, whatever it says.
   if (e - s > 64) return false;
-  return block.slice(s, e).includes('[DONE]');
+  for (let i = s; i < e; ) {
+    if (block.startsWith('data:', i)) {
+      const v = block.charCodeAt(i + 5) === 32 ? i + 6 : i + 5;
+      const after = block.charCodeAt(v + 6);
+      // Its line ends there, or the answer does (a last event without its line end, at the stream's end).
+      return block.startsWith('[DONE]', v) && (after === 10 || after === 13 || v + 6 >= e);
+    }
+    const lf = block.indexOf('\n', i);
+    if (lf < 0 || lf >= e) return false;
+    i = lf + 1;
+  }
+  return false;
 }
 
 function stripNulls(u: RawUsage): RawUsage {
@@ -448,11 +471,12 @@ function blankLineEnd(s: string, lf: number): number {
 const JOIN_AT_ONCE_BYTES = 64 * 1024;
 
 /**
- * Whether `chunk` holds a line feed that ends a blank line, the bytes before it read on into `before` (the chunk
- * that came before it); true as well when that cannot be told from these two alone (lastEventEnd then decides).
+ * Whether `chunk` holds a line feed that ends a blank line, the bytes before it read on into `carry` (the chunks
+ * before it, however short: a CRLF cut after its CR, chunk after chunk, must not join the carry each time); true as
+ * well before the carry's first byte (lastEventEnd then decides).
  */
-function blankLineIn(before: Buffer, chunk: Buffer): boolean {
-  const at = (i: number) => (i >= 0 ? chunk[i] : before[before.length + i]);
+function blankLineIn(carry: readonly Buffer[], chunk: Buffer): boolean {
+  const at = (i: number) => (i >= 0 ? chunk[i] : carriedByte(carry, i));
   for (let lf = chunk.indexOf(10); lf >= 0; lf = chunk.indexOf(10, lf + 1)) {
     const prev = at(lf - 1);
     if (prev === 10 || prev === undefined) return true;
@@ -462,6 +486,16 @@ function blankLineIn(before: Buffer, chunk: Buffer): boolean {
     }
   }
   return false;
+}
+
+/** The byte `i` (negative: -1 is the last) from the end of the chunks of `carry`, or undefined before the first. */
+function carriedByte(carry: readonly Buffer[], i: number): number | undefined {
+  for (let k = carry.length - 1; k >= 0; k--) {
+    const c = carry[k]!;
+    if (-i <= c.length) return c[c.length + i];
+    i += c.length;
+  }
+  return undefined;
 }
 
 /**

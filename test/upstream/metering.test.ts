@@ -415,3 +415,65 @@ t.test('an event carried over many chunks ends where its blank line ends, split 
     }
   }
 });
+
+t.test("a long event's CRLF line ends cut after their CR do not join its carry again at each chunk", async (t) => {
+  const lines = Array.from({ length: 200 }, (_, i) => `data: ${i === 0 ? '{"choices":[],' : ''}"${'x'.repeat(1000)}"`);
+  const event = `${lines.join('\r\n')}\r\n\r\n`;
+  const m = new SseMeter('openai');
+  // Count the joins of more than the join-at-once size (Buffer.concat of the carry).
+  const concat = Buffer.concat;
+  let joins = 0;
+  Buffer.concat = ((list: readonly Uint8Array[], length?: number) => {
+    const out = concat(list, length);
+    if (out.length > 64 * 1024) joins++;
+    return out;
+  }) as typeof Buffer.concat;
+  const out: Buffer[] = [];
+  try {
+    // Each line's CR alone in a chunk; the next chunk begins with its LF.
+    let at = 0;
+    for (let cr = event.indexOf('\r'); cr >= 0; cr = event.indexOf('\r', cr + 1)) {
+      for (const piece of [event.slice(at, cr), '\r']) {
+        const o = m.feed(Buffer.from(piece));
+        if (o) out.push(o);
+      }
+      at = cr + 1;
+    }
+    const o = m.feed(Buffer.from(event.slice(at)));
+    if (o) out.push(o);
+  } finally {
+    Buffer.concat = concat;
+  }
+  t.equal(Buffer.concat(out).toString(), event, 'the event goes out once, as it came');
+  // Once as it passes the size below which a carry is joined at each chunk, once when its blank line has come.
+  t.equal(joins, 2, 'its carry is joined twice in all, past 64 KiB');
+});
+
+t.test('[DONE] ends an answer only as the whole data of its event', async (t) => {
+  const short = 'data: {"choices":[{"delta":{"content":"[DONE]"}}]}\n\n';
+  t.ok(short.length <= 64, 'an event as short as data: [DONE] with an id line');
+  const m = new SseMeter('openai');
+  await run(m, short, [100000]);
+  t.equal(m.reading.deltas, 1, 'a delta whose text is [DONE] is counted');
+  t.equal(m.reading.deltaChars, 6);
+  t.notOk(m.reading.complete, 'and does not end the answer');
+  for (const end of ['data:[DONE]\n\n', 'id: 7\ndata: [DONE]\r\n\r\n', ': ping\ndata: [DONE]\n\n', 'data: [DONE]']) {
+    const done = new SseMeter('openai');
+    await run(done, short + end, [5]);
+    t.ok(done.reading.complete, `${JSON.stringify(end)} ends it`);
+  }
+  const not = new SseMeter('openai');
+  await run(not, `${short}data: [DONE] later\n\n`, [100000]);
+  t.notOk(not.reading.complete, 'data that only begins with [DONE] does not');
+});
+
+t.test('a priced usage event keeps its other lines, wherever they are, and its data as one line', async (t) => {
+  const usage = '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}';
+  const m = new SseMeter('anthropic', false, () => '0.000002');
+  const out = await run(m, `data: ${usage}\nid: 9\nevent: message_delta\n\n`, [4]);
+  t.equal(
+    out,
+    `data: ${usage.replace('"output_tokens":2}', '"output_tokens":2,"cost":"0.000002"}')}\nid: 9\nevent: message_delta\n\n`,
+  );
+  t.same(m.reading.usage, { output_tokens: 2 }, "the usage read is the upstream's");
+});
