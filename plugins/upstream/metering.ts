@@ -229,7 +229,8 @@ export class SseMeter implements Meter {
   private priced(event: string, data: { usage: RawUsage }, usage: RawUsage): string | null {
     const cost = this.price?.(usage) ?? null;
     if (cost === null) return null;
-    data.usage.cost = cost;
+    // A copy: the usage read (OpenAI's is this very object) stays as the upstream sent it.
+    const shown = { ...data, usage: { ...data.usage, cost } };
     // Its other lines (event:, id:) as they came, before or after its data, which becomes one line where its first
     // data line was; the event's own line ends.
     const nl = event.endsWith('\r\n') ? '\r\n' : '\n';
@@ -240,7 +241,7 @@ export class SseMeter implements Meter {
       if (l === '') continue;
       if (!l.startsWith('data:')) out += `${l}${nl}`;
       else if (!wrote) {
-        out += `data: ${JSON.stringify(data)}${nl}`;
+        out += `data: ${JSON.stringify(shown)}${nl}`;
         wrote = true;
       }
     }

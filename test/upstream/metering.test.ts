@@ -133,6 +133,7 @@ t.test(
         /"usage":\{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,"prompt_tokens_details":\{"cached_tokens":0\},"cost":"0.001234"\}\}/,
       );
       t.equal(oOut.replace(',"cost":"0.001234"', ''), fix(openaiStream), 'nothing else changed');
+      t.notOk('cost' in o.reading.usage!, 'the usage read is as the upstream sent it');
       t.equal(o.reading.deltas, 2);
       t.equal(o.reading.complete, true);
 
