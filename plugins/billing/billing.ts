@@ -121,10 +121,11 @@ export class Billing {
   private readonly live = new Map<string, Hold>();
   private timer: NodeJS.Timeout | undefined;
   /**
-   * Redis time of this instance's first sweep since a sweep last failed (Redis away); -Infinity when none has
-   * failed, undefined from a failure to the next success.
+   * Redis time of this instance's first sweep since it started or a sweep last failed (Redis away); undefined until
+   * the next success. A new instance cannot tell the others' heartbeats that lapsed in an outage it did not see from
+   * dead ones: it waits as one that saw it.
    */
-  private heardSince: number | undefined = -Infinity;
+  private heardSince: number | undefined;
   /** Debits waiting for Redis. */
   readonly spool: DebitSpool | undefined;
 
@@ -338,6 +339,7 @@ export class Billing {
     // While Redis was away, every instance's heartbeat and renewals lapsed, the live ones' too: releasing at once
     // would free the holds of calls still running (their debits come late) and let new holds take that room. Nothing
     // is released until this instance has reached Redis again for an instance timeout: the live ones beat meanwhile.
+    // A new instance waits as long, since Redis may have been away just before it started.
     if (at - this.heardSince < this.settings.instanceTimeoutMs) {
       this.metrics.holdsOpen.set(await this.r.zcard(keys.holds));
       return 0;

@@ -26,6 +26,14 @@ import { callIdOf, newRequestId } from '../../plugins/request-ids.js';
 const { redis, prefix } = await testRedis(t);
 const RETENTION = 3_600_000;
 
+/**
+ * A sweep of `billing` well before `now`, before the test places its holds: a new instance releases nothing until it
+ * has reached Redis for an instance timeout (10 s here), so its sweeps at `now` then release as an old one's would.
+ */
+async function heardLongAgo(billing: Billing, now: number): Promise<void> {
+  t.equal(await billing.sweep(now - 60_000), 0, 'a new instance releases nothing at its first sweep');
+}
+
 function fresh() {
   return `0x${randomBytes(20).toString('hex')}`;
 }
@@ -233,6 +241,7 @@ t.test(
     const billing = new Billing(redis, settings, metrics, log);
     const dead = new Billing(redis, settings, createMetrics(), log);
     const now = Date.now();
+    await heardLongAgo(billing, now);
     const past = now - 5_000;
     const expired = hold(account, 10_000n, { owner: billing.instance, now: past, ttlMs: 1_000 });
     const debitedMeanwhile = hold(account, 20_000n, { owner: billing.instance, now: past, ttlMs: 1_000 });
@@ -276,6 +285,7 @@ t.test('a hold whose release Redis refuses is logged and passed over: the sweep 
     },
   );
   const now = Date.now();
+  await heardLongAgo(billing, now);
   const broken = hold(account, 10_000n, { owner: billing.instance, now: now - 5_000, ttlMs: 1_000 });
   const fine = hold(account, 20_000n, { owner: billing.instance, now: now - 5_000, ttlMs: 1_000 });
   for (const h of [broken, fine]) t.ok((await placeHold(redis, h)).placed);
@@ -304,6 +314,7 @@ t.test(
       { error() {}, warn: (_o, m) => warned.push(m) },
     );
     const now = Date.now();
+    await heardLongAgo(billing, now);
     const placed = await billing.hold({
       requestId: newRequestId(),
       account,
@@ -580,6 +591,7 @@ t.test(
       { error() {}, warn() {} },
     );
     const now = Date.now();
+    await heardLongAgo(billing, now);
     /** A call the first layout's scripts left in `status`, with the wallet's amounts and indexes as they moved them. */
     const before = async (status: 'held' | 'pending', amount: bigint, o: Partial<HoldInput> = {}) => {
       const h = hold(account, amount, o);

@@ -94,3 +94,39 @@ t.test(
     await first.debit(mine, { usage: makeUsage({ output_tokens: 1 }), price: 1_000n });
   },
 );
+
+t.test(
+  'an instance that starts after the outage frees no running call of another either: it too waits a timeout',
+  async (t) => {
+    const account = `0x${randomBytes(20).toString('hex')}`;
+    await setSyncedBalance(redis, account, 'chain_a', 1_000_000n);
+    const running = new Billing(redis, settings, createMetrics(), log);
+    const { result, hold } = await running.hold({
+      requestId: newRequestId(),
+      account,
+      keyId: 'k',
+      chain: 'chain_a',
+      quote: { model: 'gamma-k3', amount: 600_000n },
+    });
+    t.ok(result.placed);
+    running.track(hold);
+    const t0 = Date.now();
+    await running.sweep(t0);
+
+    // Redis was away a minute (the running instance's heartbeat and renewals lapsed); a new instance starts.
+    const back = t0 + 60_000;
+    const started = new Billing(redis, settings, createMetrics(), log);
+    t.equal(await started.sweep(back), 0, "the new instance's first sweep frees nothing");
+    t.match(await getCallRecord(redis, hold.requestId), { status: 'held', released: null }, 'the call keeps its hold');
+    t.equal((await readWallet(redis, account, 'chain_a')).held, 600_000n, 'no room was freed for new holds');
+    // The running instance beats and renews again as usual; an instance timeout on, the new one finds it alive.
+    for (const at of [1_000, 4_000, 7_000, 9_500]) {
+      t.equal(await started.sweep(back + at), 0);
+      await running.sweep(back + at);
+    }
+    t.equal(await started.sweep(back + TIMEOUT), 0, 'nothing to free: the instance is alive');
+    t.match(await getCallRecord(redis, hold.requestId), { status: 'held' });
+    await running.debit(hold, { usage: makeUsage({ output_tokens: 1 }), price: 600_000n });
+    t.equal((await readWallet(redis, account, 'chain_a')).available, 400_000n, 'charged once, within the balance');
+  },
+);
