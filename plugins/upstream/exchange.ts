@@ -17,11 +17,6 @@ const ERROR_BODY_LIMIT = 64 * 1024;
 const ABORTED = new Error('caller went away');
 const TOO_LONG = new Error('call ran past its maximum duration');
 
-/** Whether an exchange's error is the gateway's cut at the call's maximum duration (not a provider failure). */
-export function cutForDuration(err: Error): boolean {
-  return err === TOO_LONG;
-}
-
 /** What the forward phase saw of the upstream exchange (a call keeps it as `call.exchange`; billing reads it). */
 export interface Exchange {
   /** HTTP status the upstream answered, or the gateway's own for a failure to reach it (502, 504). */
@@ -131,6 +126,11 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   /** The upstream failed after its answer began: true when the subclass has answered the caller itself. */
   protected failedMidAnswer(_err: Error): boolean {
     return false;
+  }
+
+  /** The caller's full socket holds the upstream back (write): it stopped reading, or reads slower than it is sent. */
+  protected get heldBackByCaller(): boolean {
+    return this.paused;
   }
 
   /** Write to the caller; a full socket pauses the upstream until it drains (backpressure). */

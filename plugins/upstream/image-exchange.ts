@@ -25,7 +25,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { ImageReservation, ImageStore } from '../store/image-store.js';
 import { GatewayError } from '../../policies/errors.js';
 import { IMAGE_MIME, type ImageFormat } from '../../policies/image-size.js';
-import { cutForDuration, sendUpstreamError, UpstreamExchange, type ExchangeOwner } from './exchange.js';
+import { sendUpstreamError, UpstreamExchange, type ExchangeOwner } from './exchange.js';
 import {
   Base64Bytes,
   ImageHeadProbe,
@@ -76,7 +76,7 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private heldChars = 0;
   /** convert: the head of the body, written with the first slice. */
   private prefix = '';
-  /** The image's string closed (convert, store). */
+  /** The image's string closed. */
   private imageDone = false;
   private format: ImageFormat | undefined;
   private bytes: Base64Bytes | undefined;
@@ -109,7 +109,9 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
           },
           // Written by data() with the chunk it came in, once the reader has seen it.
           piece: (b64) => this.handed(b64),
-          end() {},
+          end: () => {
+            this.imageDone = true;
+          },
         });
         return;
       case 'convert':
@@ -235,7 +237,8 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
           sendUpstreamError(this.reply, end.failure ?? noImage());
           return;
         }
-        if (end.image) this.exchange.delivered = 1;
+        // The image's string closed whole: the caller holds the whole image, even if the JSON around it broke off.
+        if (end.image || this.imageDone) this.exchange.delivered = 1;
         else this.exchange.imageBroken = true;
         res.end();
         return;
@@ -325,15 +328,20 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
       .send(JSON.stringify(body));
   }
 
-  protected override failedMidAnswer(err: Error): boolean {
+  protected override failedMidAnswer(_err: Error): boolean {
     if (this.delivery.kind === 'convert' && this.imageDone) {
       // The image is whole: the rest of the provider's answer (its usage) is not needed to deliver it.
       this.closeConverted(null);
       return true;
     }
-    // The provider broke off mid-image: what the caller got is not an image. A cut at the call's maximum duration is
-    // the gateway's, as for a caller that stopped reading: what was handed over stands.
-    if (!cutForDuration(err)) this.exchange.imageBroken = true;
+    // pass: the image's string closed whole before the provider broke off (or ran past its time): the caller holds
+    // the whole image, though not the JSON around it.
+    if (this.imageDone) return false;
+    // The provider broke off (or ran past its time) mid-image: what the caller got is not an image, and is free.
+    // Unless the caller's full socket was holding the provider back: then the caller's reading is what stopped the
+    // image (a provider that gives up on a stalled connection, or the call's time running out while it waits), and
+    // what was handed over stands, as for a caller that hangs up.
+    if (!this.heldBackByCaller) this.exchange.imageBroken = true;
     return false;
   }
 }

@@ -53,31 +53,63 @@ const slow = createServer((req, res) => {
 await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
 const slowUrl = `http://127.0.0.1:${(slow.address() as AddressInfo).port}`;
 
+// A provider that sends the whole image's string, then breaks off before the rest of its answer (the usage, the
+// closing brackets).
+const breaks = createServer((req, res) => {
+  req.resume();
+  const b64 = png.toString('base64');
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.write(
+    req.url!.includes(':generateContent')
+      ? `{"candidates":[{"content":{"role":"model","parts":[{"inlineData":{"mimeType":"image/png","data":"${b64}"}}`
+      : `{"created":1,"data":[{"b64_json":"${b64}"}`,
+    () => setTimeout(() => res.destroy(), 50),
+  );
+});
+await new Promise<void>((resolve) => breaks.listen(0, '127.0.0.1', resolve));
+const breaksUrl = `http://127.0.0.1:${(breaks.address() as AddressInfo).port}`;
+
 const h = await startHarness({
   chains: true,
   edit: (c) => {
     c.providers['slow-gemini'] = { protocol: 'gemini', base_url: `${slowUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' };
     c.providers['slow-openai'] = { protocol: 'openai', base_url: `${slowUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
+    // The same slow provider, cut by the gateway at 550 ms: in the middle of its image.
+    c.providers['short-gemini'] = { ...c.providers['slow-gemini'], max_duration_ms: 550 };
+    c.providers['short-openai'] = { ...c.providers['slow-openai'], max_duration_ms: 550 };
+    c.providers['breaks-gemini'] = { protocol: 'gemini', base_url: `${breaksUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' };
+    c.providers['breaks-openai'] = { protocol: 'openai', base_url: `${breaksUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
+    // The simulator, cut by the gateway at 1.5 s.
+    c.providers['sim-openai-short'] = { ...c.providers['sim-openai']!, max_duration_ms: 1_500 };
     // The operator declares every class for both; the provider answers a 256x256 image whatever is asked.
     const all = { sizes: ['1K', '2K', '4K'], aspect_ratios: ['1:1', '16:9'] };
-    c.models.push({ id: 'img-slow-g', family: 'img', provider: 'slow-gemini', ...all }, {
-      id: 'img-slow-o',
-      family: 'img',
-      provider: 'slow-openai',
-      ...all,
+    const classes = { '1K': '0.10', '2K': '0.20', '4K': '0.30' };
+    const image: Record<string, typeof classes> = {};
+    for (const [id, provider] of [
+      ['img-slow-g', 'slow-gemini'],
+      ['img-slow-o', 'slow-openai'],
+      ['img-short-g', 'short-gemini'],
+      ['img-short-o', 'short-openai'],
+      ['img-breaks-g', 'breaks-gemini'],
+      ['img-breaks-o', 'breaks-openai'],
+    ]) {
+      c.models.push({ id, family: 'img', provider, ...all } as never);
+      image[id] = classes;
+    }
+    c.models.push({
+      ...(c.models as { id: string }[]).find((m) => m.id === 'img-2')!,
+      id: 'img-2-short',
+      provider: 'sim-openai-short',
     } as never);
-    c.prices = {
-      image: {
-        'img-slow-g': { '1K': '0.10', '2K': '0.20', '4K': '0.30' },
-        'img-slow-o': { '1K': '0.10', '2K': '0.20', '4K': '0.30' },
-      },
-    };
+    image['img-2-short'] = classes;
+    c.prices = { image };
     c.limits = { families: { img: { key: { rpm: 1000, tpm: 1 } } } };
   },
 });
 t.teardown(async () => {
   await h.close();
   slow.close();
+  breaks.close();
   await closeDevChains();
 });
 await h.fund('chain_a', 20_000_000n);
@@ -417,3 +449,74 @@ t.test(
     t.equal(third.error && (third.error as { code: string }).code, 'rate_limited');
   },
 );
+
+t.test('a provider that breaks off after the whole image string: the caller holds the image, and pays for it', async (t) => {
+  for (const model of ['img-breaks-g', 'img-breaks-o']) {
+    const before = await available();
+    const res = await fetch(`${h.url}/v1/images/generations`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt: 'x' }),
+    });
+    t.equal(res.status, 200);
+    const text = await res.text().catch(() => null);
+    const b64 = png.toString('base64');
+    if (model === 'img-breaks-g') t.equal(JSON.parse(text!).data[0].b64_json, b64, 'Gemini: the answer is closed');
+    else t.equal(text, null, 'OpenAI: the answer is cut after the image');
+    t.match(
+      await settled(res.headers.get('x-request-id')!),
+      { status: /^(pending|settled)$/, priceAtomic: 100_000n },
+      `${model}: charged its 1K price`,
+    );
+    t.equal(before - (await available()), 100_000n);
+  }
+});
+
+t.test("the call's time running out while its caller reads: a cut image, free", async (t) => {
+  for (const model of ['img-short-g', 'img-short-o']) {
+    const before = await available();
+    const res = await fetch(`${h.url}/v1/images/generations`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model, prompt: 'x' }),
+    });
+    t.equal(res.status, 200, 'the image had begun');
+    await t.rejects(res.text(), 'the answer is cut');
+    t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n }, model);
+    t.equal(await available(), before);
+  }
+});
+
+t.test("the call's time running out while its caller does not read: what it was handed is paid for", async (t) => {
+  const before = await available();
+  const price2 = price('img-2-short', '4K');
+  // Reads 256 KiB of the 35 MB answer and stops, connection open, until the gateway cuts the call at 1.5 s.
+  const json = JSON.stringify({ model: 'img-2-short', prompt: 'a quay #sim:image=detailed', size: '4K' });
+  const socket = connect(Number(new URL(h.url).port), '127.0.0.1');
+  t.teardown(() => socket.destroy());
+  const head = await new Promise<string>((resolve, reject) => {
+    let buffered = Buffer.alloc(0);
+    socket.on('error', reject);
+    const onData = (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      const end = buffered.indexOf('\r\n\r\n');
+      if (end >= 0 && buffered.length - end > 256 * 1024) {
+        socket.off('data', onData);
+        socket.pause();
+        resolve(buffered.toString('latin1', 0, end));
+      }
+    };
+    socket.on('data', onData);
+    socket.write(
+      `POST /v1/images/generations HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(json)}\r\n\r\n${json}`,
+    );
+  });
+  t.match(head, /^HTTP\/1\.1 200 /);
+  const id = /x-request-id: (\S+)/i.exec(head)![1]!;
+  t.match(
+    await settled(id),
+    { status: /^(pending|settled)$/, priceAtomic: price2 },
+    'cut at its time with the caller holding the provider back: charged',
+  );
+  t.equal(before - (await available()), price2);
+});
