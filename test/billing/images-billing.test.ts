@@ -450,27 +450,30 @@ t.test(
   },
 );
 
-t.test('a provider that breaks off after the whole image string: the caller holds the image, and pays for it', async (t) => {
-  for (const model of ['img-breaks-g', 'img-breaks-o']) {
-    const before = await available();
-    const res = await fetch(`${h.url}/v1/images/generations`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model, prompt: 'x' }),
-    });
-    t.equal(res.status, 200);
-    const text = await res.text().catch(() => null);
-    const b64 = png.toString('base64');
-    if (model === 'img-breaks-g') t.equal(JSON.parse(text!).data[0].b64_json, b64, 'Gemini: the answer is closed');
-    else t.equal(text, null, 'OpenAI: the answer is cut after the image');
-    t.match(
-      await settled(res.headers.get('x-request-id')!),
-      { status: /^(pending|settled)$/, priceAtomic: 100_000n },
-      `${model}: charged its 1K price`,
-    );
-    t.equal(before - (await available()), 100_000n);
-  }
-});
+t.test(
+  'a provider that breaks off after the whole image string: the caller holds the image, and pays for it',
+  async (t) => {
+    for (const model of ['img-breaks-g', 'img-breaks-o']) {
+      const before = await available();
+      const res = await fetch(`${h.url}/v1/images/generations`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt: 'x' }),
+      });
+      t.equal(res.status, 200);
+      const text = await res.text().catch(() => null);
+      const b64 = png.toString('base64');
+      if (model === 'img-breaks-g') t.equal(JSON.parse(text!).data[0].b64_json, b64, 'Gemini: the answer is closed');
+      else t.equal(text, null, 'OpenAI: the answer is cut after the image');
+      t.match(
+        await settled(res.headers.get('x-request-id')!),
+        { status: /^(pending|settled)$/, priceAtomic: 100_000n },
+        `${model}: charged its 1K price`,
+      );
+      t.equal(before - (await available()), 100_000n);
+    }
+  },
+);
 
 t.test("the call's time running out while its caller reads: a cut image, free", async (t) => {
   for (const model of ['img-short-g', 'img-short-o']) {
