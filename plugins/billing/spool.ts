@@ -39,6 +39,7 @@ import {
 } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { CHAIN_NAMES, type ChainName } from '../chains/config.js';
 import type { Log } from '../log.js';
 import type { DebitInput, DebitResult } from './wallets.js';
 
@@ -227,7 +228,13 @@ export class DebitSpool {
     try {
       while (this.queue.length > taken) {
         const line = this.queue[taken]!;
-        const input: SpooledDebit = { ...line, price: BigInt(line.price) };
+        const input = debitOf(line);
+        if (input === null) {
+          // Not a debit (a hand edit): Redis being up or not changes nothing, and the debits behind it must go on.
+          this.setAsideUnreadable(line);
+          taken++;
+          continue;
+        }
         try {
           this.events.drained(await this.debit(input), input);
         } catch (err) {
@@ -276,6 +283,16 @@ export class DebitSpool {
   private append(line: Line): void {
     this.appendHere(this.file, line);
     this.queue.push(line);
+  }
+
+  /** Keep a line that is no debit in this instance's `.refused` file as it was, logged. */
+  private setAsideUnreadable(line: unknown): void {
+    this.log.error({ line }, 'a spooled line that is no debit is set aside; it is not charged');
+    try {
+      this.appendHere(`${this.file.slice(0, -'.jsonl'.length)}.refused`, { unreadable: line });
+    } catch (err) {
+      this.log.error({ err }, 'an unreadable spooled line could not be set aside');
+    }
   }
 
   /** Keep a debit Redis refused in this instance's `.refused` file, out of the queue's way. */
@@ -344,11 +361,14 @@ export class DebitSpool {
         .filter((l) => l.trim() !== '');
       if (lines.length > 0 && headerOf(lines[0]!)) lines.shift();
       for (const l of lines) {
+        let line: unknown;
         try {
-          this.append(JSON.parse(l) as Line);
-        } catch (err) {
-          this.log.error({ err, file: name }, 'unreadable spooled debit skipped');
+          line = JSON.parse(l);
+        } catch {
+          line = l;
         }
+        if (debitOf(line) === null) this.setAsideUnreadable(line);
+        else this.append(line as Line);
       }
       rmSync(claimed, { force: true });
       if (lines.length > 0)
@@ -404,6 +424,22 @@ export class DebitSpool {
       return `the file belongs to ${h.redis} with prefix "${h.prefix}"`;
     return undefined;
   }
+}
+
+/**
+ * The debit a spooled line holds, or null when it holds none the debit script could take: the fields it needs, of
+ * their types, and a price of decimal digits.
+ */
+function debitOf(line: unknown): SpooledDebit | null {
+  if (typeof line !== 'object' || line === null) return null;
+  const l = line as Partial<Record<keyof Line, unknown>>;
+  const text = (v: unknown) => typeof v === 'string' && v !== '';
+  if (!text(l.requestId) || !text(l.callId) || !text(l.account) || !text(l.owner)) return null;
+  if (!CHAIN_NAMES.includes(l.chain as ChainName) || typeof l.usageJson !== 'string') return null;
+  if (typeof l.price !== 'string' || !/^\d{1,78}$/.test(l.price)) return null;
+  if (typeof l.retentionMs !== 'number' || !Number.isSafeInteger(l.retentionMs) || l.retentionMs <= 0) return null;
+  if (l.keyId !== undefined && typeof l.keyId !== 'string') return null;
+  return { ...(line as Line), model: typeof l.model === 'string' ? l.model : '', price: BigInt(l.price) };
 }
 
 /** A spool file's header line as an object, or undefined when `line` is not one (a debit of an earlier version). */

@@ -346,6 +346,36 @@ t.test(
 );
 
 t.test(
+  'a spooled line that is no debit (a hand edit) is set aside, and the debits behind it are charged',
+  async (t) => {
+    const folder = join(dir, 'unreadable');
+    mkdirSync(folder, { mode: 0o700 });
+    const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'u:' };
+    const { price: _p, ...noPrice } = { ...debit(1), price: '1' };
+    const bad = [
+      JSON.stringify(noPrice),
+      JSON.stringify({ ...debit(2), price: '2.5' }),
+      JSON.stringify({ ...debit(3), price: '3', chain: 'chain_z' }),
+      '{"requestId":',
+    ];
+    writeFileSync(
+      join(folder, `${hostname()}-99999999-ffffff.jsonl`),
+      `${[JSON.stringify({ farebox_spool: 1, ...owner }), ...bad, JSON.stringify({ ...debit(4), price: '4' })].join('\n')}\n`,
+      { mode: 0o600 },
+    );
+    const { drained, errors } = await startAndDrain(t, folder, owner, 'abcdef');
+    t.same(drained, ['req_4'], 'the debit behind them reached Redis');
+    t.equal(errors.filter((e) => /no debit/.test(e)).length, 4, 'each logged at error');
+    const refused = readFileSync(join(folder, `${hostname()}-${process.pid}-abcdef.refused`), 'utf8')
+      .trim()
+      .split('\n')
+      .slice(1)
+      .map((l) => (JSON.parse(l) as { unreadable: unknown }).unreadable);
+    t.same(refused, [noPrice, { ...debit(2), price: '2.5' }, { ...debit(3), price: '3', chain: 'chain_z' }, bad[3]]);
+  },
+);
+
+t.test(
   "debits an earlier version left in its default folder (farebox-spool/<prefix>) are reported, not drained: they may be any Redis's",
   async (t) => {
     const base = mkdtempSync(join(dir, 'tmp-'));
