@@ -22,7 +22,7 @@ import { Lease } from '../store/lease.js';
 import { UpstreamRetry, type UpstreamJobState, type VideoJobProvider } from '../upstream/video-provider.js';
 import { UNLIMITED } from '../../policies/limits.js';
 import { makeUsage } from '../../pricing/index.js';
-import type { VideoJob, VideoOutcome, VideoStore } from './video-store.js';
+import { VIDEO_HOLD_MARGIN_MS, type VideoJob, type VideoOutcome, type VideoStore } from './video-store.js';
 
 /** How the poller paces itself. */
 export interface PollerSettings {
@@ -182,10 +182,13 @@ export class VideoPoller {
         now,
       );
     }
-    // Past its deadline the job's hold has expired (or is about to): whatever the provider says now, the job fails
-    // and costs nothing, so no wallet is ever charged beyond what it held; its render, if it still runs, is stopped.
-    if (now >= job.deadline) return this.end(job, deadlineFailure(job), now, true);
-    // The last poll comes at the deadline at the latest.
+    // The last poll comes at the deadline: a job it does not see completed fails and costs nothing, and its render,
+    // if it still runs, is stopped. Its hold lasts VIDEO_HOLD_MARGIN_MS past the deadline, so a clip seen completed
+    // then is charged within its hold (the store completes a job only while its hold is held). A poll that comes
+    // later than LAST_POLL_WITHIN_MS past the deadline (the poller was behind) would leave too little of that margin:
+    // the job fails without it, so no wallet is ever charged beyond what it held.
+    const last = now >= job.deadline;
+    if (last && now >= job.deadline + LAST_POLL_WITHIN_MS) return this.end(job, deadlineFailure(job), now, true);
     const next = (retryAfterMs?: number) =>
       Math.min(job.deadline, now + backoffMs(this.settings, job.polls + 1, retryAfterMs));
     let state: UpstreamJobState;
@@ -193,6 +196,7 @@ export class VideoPoller {
       state = await provider.poll(job.upstreamId);
     } catch (err) {
       this.metrics.videoPolls.inc({ provider: job.provider, result: 'error' });
+      if (last) return this.end(job, deadlineFailure(job), now, true);
       this.log.warn({ err, job: id }, 'video job poll failed; retrying later');
       await this.store.progress(
         id,
@@ -204,6 +208,7 @@ export class VideoPoller {
     }
     this.metrics.videoPolls.inc({ provider: job.provider, result: state.status });
     if (state.status === 'in_progress') {
+      if (last) return this.end(job, deadlineFailure(job), now, true);
       await this.store.progress(id, Math.max(job.progress, state.progress), job.polls + 1, next());
       return;
     }
@@ -240,6 +245,9 @@ export class VideoPoller {
     await this.store.holdClosed(job.id);
   }
 }
+
+/** How long past a job's deadline its last poll may start: a quarter of the hold's margin past it. */
+const LAST_POLL_WITHIN_MS = VIDEO_HOLD_MARGIN_MS / 4;
 
 function deadlineFailure(job: VideoJob): VideoOutcome {
   const minutes = Math.round((job.deadline - job.createdAt) / 60_000);
