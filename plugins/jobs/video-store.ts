@@ -83,8 +83,12 @@ export function newVideoId(): string {
 // Record a submitted job. KEYS: the record, videos-open, the hold's call record. ARGV: record ttl past the deadline
 // ms, first poll delay ms, deadline ms, hold margin ms, job id, then the record's field/value pairs. The job is
 // created now (Redis TIME); its deadline is its hold's placement plus the deadline (the hold's expiry minus the
-// margin), or now plus the deadline when nothing is held. Returns {created_at, deadline}.
+// margin), or now plus the deadline when nothing is held. Returns {created_at, deadline}. Run again (a write ioredis
+// sends again after a reconnect, the first having landed), it changes nothing, and answers as the first did: the job
+// may have ended meanwhile.
 const CREATE = new LuaScript(`
+local seen = redis.call('HMGET', KEYS[1], 'created_at', 'deadline')
+if seen[1] then return {tonumber(seen[1]), tonumber(seen[2])} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[3])

@@ -10,13 +10,13 @@ import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
 import { VideoJobs } from '../../plugins/jobs/video-jobs.js';
-import { VIDEO_HOLD_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
+import { newVideoId, VIDEO_HOLD_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
 import { Upstreams } from '../../plugins/upstream/pools.js';
 import { DEFAULT_PRICES } from '../../pricing/index.js';
-import { closeDevChains, dropPrefix, testPrefix, type Harness } from '../helpers/harness.js';
+import { closeDevChains, dropPrefix, testPrefix, testRedis, type Harness } from '../helpers/harness.js';
 import { probe } from '../helpers/media.js';
 import { outageRelay } from '../helpers/outage.js';
 import { until } from '../helpers/wait.js';
@@ -212,6 +212,41 @@ t.test('a job still rendering at its deadline is failed and free, and its render
   t.equal(deleted.headers.authorization, 'Bearer sim-key', "the operator's key asked the provider to stop it");
 });
 
+t.test(
+  'a clip that completes after the poll before the deadline is seen at the last poll, at the deadline',
+  async (t) => {
+    // Polls at 3 s (rendering), then at the deadline, 6 s (the backoff would say 7.5 s); the clip is done at 4 s.
+    const h = await videoHarness({
+      chains: true,
+      renderMs: 4_000,
+      videos: { deadline_ms: 6_000, poll_initial_ms: 3_000, poll_max_ms: 15_000 },
+    });
+    t.teardown(() => h.close());
+    await h.fund('chain_a', 5_000_000n);
+    const openai = sdk(h);
+    const { data: job, response } = await openai.videos
+      .create({ model: 'vidA-v6', prompt: 'done before its deadline', seconds: '4' })
+      .withResponse();
+    const v = await until(
+      'the job ended',
+      async () => {
+        const x = await openai.videos.retrieve(job.id);
+        return x.status === 'in_progress' ? null : x;
+      },
+      20_000,
+      100,
+    );
+    t.equal(v.status, 'completed', 'completed, not failed at its deadline');
+    const record = await recordOf(h, response.headers.get('x-request-id')!, 'settled');
+    t.equal(record.priceAtomic, usd(DEFAULT_PRICES.video['vidA-v6']!['4']!), 'charged its listed price');
+    const upstreamId = (await new VideoStore(h.redis, 0).get(job.id))!.upstreamId;
+    t.notOk(
+      h.sim.received.some((r) => r.method === 'DELETE' && r.url === `/v1/videos/${upstreamId}`),
+      'its clip was not deleted upstream',
+    );
+  },
+);
+
 /** Submit a 4 s vidA clip through the SDK and wait until the provider has rendered it (nothing polls it meanwhile). */
 async function submitRendered(h: Harness, one: ReturnType<typeof instanceOf>, prompt: string) {
   const { data: job, response } = await sdk(h).videos.create({ model: 'vidA-v6', prompt, seconds: '4' }).withResponse();
@@ -380,4 +415,35 @@ t.test('a poller whose Redis stops answering mid-pass still stops within its bou
   await jobs.stop();
   // The poller's bound is 2 s; before it had one, stop waited for the command to give up (20 reconnects, ~10 s).
   t.ok(Date.now() - started < 4_000, `stopped in ${Date.now() - started} ms`);
+});
+
+t.test("a job's record written again (a write sent again after a reconnect) leaves the job as it stands", async (t) => {
+  const { redis } = await testRedis(t);
+  const store = new VideoStore(redis, 3_600_000);
+  const job = {
+    id: newVideoId(),
+    account: '0xabc',
+    keyId: 'k',
+    model: 'vidA-v6',
+    family: 'vidA',
+    seconds: 4,
+    size: '1280x720',
+    prompt: 'p',
+    chain: undefined,
+    requestId: 'req_x',
+    callId: 'call_x',
+    held: 0n,
+    price: 0n,
+    provider: 'sim-openai',
+    upstreamModel: 'm',
+    upstreamId: 'u',
+  };
+  const first = await store.create(job, 60_000, 1_000);
+  t.equal(await store.finish(job.id, { status: 'failed', code: 'x', message: 'y' }, first.createdAt + 5), 'failed');
+  await store.holdClosed(job.id);
+  const again = await store.create(job, 60_000, 1_000);
+  t.same([again.createdAt, again.deadline], [first.createdAt, first.deadline], 'answered as the first write was');
+  const stored = await store.get(job.id);
+  t.equal(stored?.status, 'failed', 'the job stays ended');
+  t.equal(await store.openCount(), 0, 'and is not open again');
 });
