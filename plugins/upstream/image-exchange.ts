@@ -338,9 +338,10 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     // the whole image, though not the JSON around it.
     if (this.imageDone) return false;
     // The provider broke off (or ran past its time) mid-image: what the caller got is not an image, and is free.
-    // Unless the caller's full socket was holding the provider back: then the caller's reading is what stopped the
-    // image (a provider that gives up on a stalled connection, or the call's time running out while it waits), and
-    // what was handed over stands, as for a caller that hangs up.
+    // Unless the caller's full socket holds the provider back as the cut comes: then the caller's reading is what
+    // stopped the image (the call's time running out while it waits), and what was handed over stands, as for a
+    // caller that hangs up. (A provider that gives up on a stalled connection is seen only once the caller reads
+    // again, and is then free if the caller keeps up.)
     if (!this.heldBackByCaller) this.exchange.imageBroken = true;
     return false;
   }

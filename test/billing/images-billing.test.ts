@@ -1,6 +1,6 @@
 // What image calls cost (README "Images"): held at one image of the requested model and size, debited at exactly
 // that listed price once the image's delivery began, nothing otherwise; the wallet is read after each call.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { createServer } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
@@ -490,14 +490,15 @@ t.test("the call's time running out while its caller reads: a cut image, free", 
   }
 });
 
-t.test("the call's time running out while its caller does not read: what it was handed is paid for", async (t) => {
-  const before = await available();
-  const price2 = price('img-2-short', '4K');
-  // Reads 256 KiB of the 35 MB answer and stops, connection open, until the gateway cuts the call at 1.5 s.
-  const json = JSON.stringify({ model: 'img-2-short', prompt: 'a quay #sim:image=detailed', size: '4K' });
+/**
+ * Over a raw socket: send a generation, read its answer's head and 256 KiB of its body, then stop reading with the
+ * connection open (closed at the test's end). Resolves with the head.
+ */
+async function stallOpen(t: Test, body: Record<string, unknown>): Promise<string> {
+  const json = JSON.stringify(body);
   const socket = connect(Number(new URL(h.url).port), '127.0.0.1');
   t.teardown(() => socket.destroy());
-  const head = await new Promise<string>((resolve, reject) => {
+  return new Promise<string>((resolve, reject) => {
     let buffered = Buffer.alloc(0);
     socket.on('error', reject);
     const onData = (chunk: Buffer) => {
@@ -514,12 +515,19 @@ t.test("the call's time running out while its caller does not read: what it was 
       `POST /v1/images/generations HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(json)}\r\n\r\n${json}`,
     );
   });
+}
+
+t.test("the call's time running out while its caller does not read: what it was handed is paid for", async (t) => {
+  const before = await available();
+  const charged = price('img-2-short', '4K');
+  // The 35 MB answer: its caller reads 256 KiB and stops, connection open, until the gateway cuts the call at 1.5 s.
+  const head = await stallOpen(t, { model: 'img-2-short', prompt: 'a quay #sim:image=detailed', size: '4K' });
   t.match(head, /^HTTP\/1\.1 200 /);
   const id = /x-request-id: (\S+)/i.exec(head)![1]!;
   t.match(
     await settled(id),
-    { status: /^(pending|settled)$/, priceAtomic: price2 },
+    { status: /^(pending|settled)$/, priceAtomic: charged },
     'cut at its time with the caller holding the provider back: charged',
   );
-  t.equal(before - (await available()), price2);
+  t.equal(before - (await available()), charged);
 });
