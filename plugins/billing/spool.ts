@@ -437,7 +437,8 @@ function debitOf(line: unknown): SpooledDebit | null {
   if (!text(l.requestId) || !text(l.callId) || !text(l.account) || !text(l.owner)) return null;
   if (!CHAIN_NAMES.includes(l.chain as ChainName) || typeof l.usageJson !== 'string') return null;
   if (typeof l.price !== 'string' || !/^\d{1,78}$/.test(l.price)) return null;
-  if (typeof l.retentionMs !== 'number' || !Number.isSafeInteger(l.retentionMs) || l.retentionMs <= 0) return null;
+  // Fractional days of retention give a fractional count of ms: the debit script rounds it.
+  if (typeof l.retentionMs !== 'number' || !Number.isFinite(l.retentionMs) || l.retentionMs <= 0) return null;
   if (l.keyId !== undefined && typeof l.keyId !== 'string') return null;
   return { ...(line as Line), model: typeof l.model === 'string' ? l.model : '', price: BigInt(l.price) };
 }

@@ -79,8 +79,8 @@ const h = await startHarness({
     c.providers['short-openai'] = { ...c.providers['slow-openai'], max_duration_ms: 550 };
     c.providers['breaks-gemini'] = { protocol: 'gemini', base_url: `${breaksUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' };
     c.providers['breaks-openai'] = { protocol: 'openai', base_url: `${breaksUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
-    // The simulator, cut by the gateway at 1.5 s.
-    c.providers['sim-openai-short'] = { ...c.providers['sim-openai']!, max_duration_ms: 1_500 };
+    // The simulator, cut by the gateway at 6 s (its 35 MB image starts well before).
+    c.providers['sim-openai-short'] = { ...c.providers['sim-openai']!, max_duration_ms: 6_000 };
     // The operator declares every class for both; the provider answers a 256x256 image whatever is asked.
     const all = { sizes: ['1K', '2K', '4K'], aspect_ratios: ['1:1', '16:9'] };
     const classes = { '1K': '0.10', '2K': '0.20', '4K': '0.30' };
@@ -511,6 +511,8 @@ async function stallOpen(t: Test, body: Record<string, unknown>): Promise<string
       }
     };
     socket.on('data', onData);
+    // An answer that ends first (a refusal, a cut before the image) fails the test now, not at its timeout.
+    socket.once('end', () => reject(new Error(`the answer ended first: ${buffered.toString('latin1', 0, 300)}`)));
     socket.write(
       `POST /v1/images/generations HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(json)}\r\n\r\n${json}`,
     );
@@ -520,7 +522,7 @@ async function stallOpen(t: Test, body: Record<string, unknown>): Promise<string
 t.test("the call's time running out while its caller does not read: what it was handed is paid for", async (t) => {
   const before = await available();
   const charged = price('img-2-short', '4K');
-  // The 35 MB answer: its caller reads 256 KiB and stops, connection open, until the gateway cuts the call at 1.5 s.
+  // The 35 MB answer: its caller reads 256 KiB and stops, connection open, until the gateway cuts the call at 6 s.
   const head = await stallOpen(t, { model: 'img-2-short', prompt: 'a quay #sim:image=detailed', size: '4K' });
   t.match(head, /^HTTP\/1\.1 200 /);
   const id = /x-request-id: (\S+)/i.exec(head)![1]!;

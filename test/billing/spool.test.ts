@@ -528,3 +528,17 @@ t.test(
     }
   },
 );
+
+t.test('a debit whose retention is a fractional count of ms (retention_days 0.7) is a debit', async (t) => {
+  const folder = join(dir, 'fraction');
+  mkdirSync(folder, { mode: 0o700 });
+  const owner = { redis: 'redis://127.0.0.1:6379/0', prefix: 'f:' };
+  writeFileSync(
+    join(folder, `${hostname()}-99999999-fedcba.jsonl`),
+    `${JSON.stringify({ farebox_spool: 1, ...owner })}\n${JSON.stringify({ ...debit(6), price: '6', retentionMs: 0.7 * 86_400_000 })}\n`,
+    { mode: 0o600 },
+  );
+  const { drained, errors } = await startAndDrain(t, folder, owner, 'fedcba');
+  t.same(drained, ['req_6']);
+  t.same(errors, []);
+});
