@@ -63,6 +63,12 @@ export function exchangeImage(
   return new ImageExchange(upstreams, reply, call, { delivered: 0 }, req, metrics, delivery, price).dispatch();
 }
 
+/**
+ * The most of a passed answer held before its image's string begins: an ImagesResponse puts a few small fields
+ * (created, background, a revised prompt) before `data[0].b64_json`. Past it the provider is broken: 502.
+ */
+const PASS_HEAD_MAX_BYTES = 1024 * 1024;
+
 class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   private reader: ImageAnswerReader | undefined;
   /** The image's signature was read (pass, convert): its head waits for its pixels. */
@@ -72,6 +78,8 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
   /** pass: the upstream's head, and its bytes not yet written. convert: the image's base64 not yet written. */
   private upstreamHeaders: IncomingHttpHeaders | null = null;
   private held: Buffer[] = [];
+  /** pass: bytes in `held` before the image's string began (PASS_HEAD_MAX_BYTES). */
+  private headBytes = 0;
   /** Image characters in `held`: handed to the caller (imageChars) when the head goes out. */
   private heldChars = 0;
   /** convert: the head of the body, written with the first slice. */
@@ -224,7 +232,18 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
       return;
     }
     this.held.push(chunk);
-    this.beginWhenSized();
+    if (!this.imageSeen) {
+      this.headBytes += chunk.length;
+      // A provider whose answer runs on without its image: not held until the call's time runs out. Nothing was
+      // written, so the caller gets a 502 and pays nothing.
+      if (this.headBytes > PASS_HEAD_MAX_BYTES) {
+        this.held = [];
+        this.controller?.abort(new Error(`no image in the first ${PASS_HEAD_MAX_BYTES} bytes of the answer`));
+        return;
+      }
+    }
+    // Once the image's string has closed, its pixels are as known as they will be: what follows is not held.
+    this.beginWhenSized(this.imageDone);
   }
 
   protected end(): void {

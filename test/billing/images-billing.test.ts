@@ -69,6 +69,35 @@ const breaks = createServer((req, res) => {
 await new Promise<void>((resolve) => breaks.listen(0, '127.0.0.1', resolve));
 const breaksUrl = `http://127.0.0.1:${(breaks.address() as AddressInfo).port}`;
 
+// A provider whose answer runs on, 64 KiB of a field every 5 ms until the gateway hangs up: without reaching its
+// image, or (prompt `tiny`) after an image string too short for its header to tell its size.
+let runsOnClosed: Promise<number> = Promise.resolve(0);
+const runsOn = createServer(async (req, res) => {
+  let body = '';
+  for await (const chunk of req) body += chunk;
+  res.writeHead(200, { 'content-type': 'application/json' });
+  const tiny = png.subarray(0, 20).toString('base64');
+  res.write(
+    JSON.parse(body).prompt === 'tiny'
+      ? `{"created":1,"data":[{"b64_json":"${tiny}"}],"note":"`
+      : '{"created":1,"revised_prompt":"',
+  );
+  const filler = 'x'.repeat(64 * 1024);
+  let sent = 0;
+  const timer = setInterval(() => {
+    res.write(filler);
+    sent += filler.length;
+  }, 5);
+  runsOnClosed = new Promise((resolve) =>
+    res.on('close', () => {
+      clearInterval(timer);
+      resolve(sent);
+    }),
+  );
+});
+await new Promise<void>((resolve) => runsOn.listen(0, '127.0.0.1', resolve));
+const runsOnUrl = `http://127.0.0.1:${(runsOn.address() as AddressInfo).port}`;
+
 const h = await startHarness({
   chains: true,
   edit: (c) => {
@@ -79,6 +108,8 @@ const h = await startHarness({
     c.providers['short-openai'] = { ...c.providers['slow-openai'], max_duration_ms: 550 };
     c.providers['breaks-gemini'] = { protocol: 'gemini', base_url: `${breaksUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' };
     c.providers['breaks-openai'] = { protocol: 'openai', base_url: `${breaksUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
+    c.providers['runs-on-openai'] = { protocol: 'openai', base_url: `${runsOnUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
+    c.providers['runs-on-short'] = { ...c.providers['runs-on-openai'], max_duration_ms: 3_000 };
     // The simulator, cut by the gateway at 6 s (its 35 MB image starts well before).
     c.providers['sim-openai-short'] = { ...c.providers['sim-openai']!, max_duration_ms: 6_000 };
     // The operator declares every class for both; the provider answers a 256x256 image whatever is asked.
@@ -92,6 +123,8 @@ const h = await startHarness({
       ['img-short-o', 'short-openai'],
       ['img-breaks-g', 'breaks-gemini'],
       ['img-breaks-o', 'breaks-openai'],
+      ['img-runs-on-o', 'runs-on-openai'],
+      ['img-runs-on-short', 'runs-on-short'],
     ]) {
       c.models.push({ id, family: 'img', provider, ...all } as never);
       image[id] = classes;
@@ -110,6 +143,7 @@ t.teardown(async () => {
   await h.close();
   slow.close();
   breaks.close();
+  runsOn.close();
   await closeDevChains();
 });
 await h.fund('chain_a', 20_000_000n);
@@ -474,6 +508,36 @@ t.test(
     }
   },
 );
+
+t.test(
+  'a provider whose answer runs on without its image: a 502 past 1 MiB, free, the provider hung up on',
+  async (t) => {
+    const before = await available();
+    const err = (await openai.images
+      .generate({ model: 'img-runs-on-o', prompt: 'x' })
+      .catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+    t.equal(err.status, 502);
+    t.equal((err.error as { code?: string } | undefined)?.code, 'upstream_error');
+    t.ok(err.headers?.get('x-request-id'), 'with its request id');
+    const sent = await runsOnClosed;
+    t.ok(sent >= 1024 * 1024 && sent < 8 * 1024 * 1024, `the provider's connection closed after ${sent} bytes`);
+    t.match(await settled(err.headers!.get('x-request-id')!), { status: 'free', priceAtomic: 0n });
+    t.equal(await available(), before);
+  },
+);
+
+t.test('an image string too short to size, then an answer that runs on: the head goes out, not held', async (t) => {
+  const before = await available();
+  const res = await fetch(`${h.url}/v1/images/generations`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'img-runs-on-short', prompt: 'tiny' }),
+  });
+  t.equal(res.status, 200, 'answered once the string closed, not at the 3 s cut');
+  await t.rejects(res.text(), "cut at the call's time");
+  t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n }, 'no image: free');
+  t.equal(await available(), before);
+});
 
 t.test("the call's time running out while its caller reads: a cut image, free", async (t) => {
   for (const model of ['img-short-g', 'img-short-o']) {
