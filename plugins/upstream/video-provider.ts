@@ -83,8 +83,9 @@ export interface UpstreamAnswer {
 const MAX_ANSWER_BYTES = 1024 * 1024;
 
 /**
- * Longest wait for a poll's answer: a provider that hangs on one job must not hold the poller's slot for the
- * provider's whole timeout_ms (it may be minutes, for submits that upload images).
+ * Longest a poll (or a cancel) may take, from its request to its answer's last byte: a provider that hangs on one
+ * job, or trickles its answer, must not hold the poller's slot for the provider's whole timeout_ms (it may be
+ * minutes, for submits that upload images), nor a job's last poll until its hold runs out.
  */
 export const POLL_TIMEOUT_MS = 30_000;
 
@@ -97,39 +98,61 @@ export async function exchange(
     method: 'GET' | 'POST' | 'DELETE';
     headers: Record<string, string>;
     body?: string | Buffer;
-    /** Default: the provider's timeout_ms. */
+    /** Longest wait for the answer to start, and longest silence inside it. Default: the provider's timeout_ms. */
     timeoutMs?: number;
+    /** Longest the whole exchange may take, its answer read to the end. Default: no bound beyond timeoutMs's. */
+    deadlineMs?: number;
   },
 ): Promise<UpstreamAnswer> {
   const { pool, path } = upstreams.target(req.url);
   const timeout = req.timeoutMs ?? provider.timeout_ms;
-  let res;
-  try {
-    res = await pool.request({
-      path,
-      method: req.method,
-      headers: req.headers,
-      body: req.body ?? null,
-      headersTimeout: timeout,
-      bodyTimeout: timeout,
-    });
-  } catch (err) {
+  const deadline = req.deadlineMs === undefined ? undefined : new AbortController();
+  const timer =
+    deadline && setTimeout(() => deadline.abort(new Error(`past ${req.deadlineMs} ms`)), req.deadlineMs).unref();
+  const failed = (err: unknown) => {
     const code = (err as { code?: string }).code ?? '';
-    throw new GatewayError(code.includes('TIMEOUT') ? 'upstream_timeout' : 'upstream_error', { cause: err });
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of res.body as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > MAX_ANSWER_BYTES) {
-      res.body.destroy();
-      throw new GatewayError('upstream_error', {
-        cause: new Error(`${provider.name}: answer over ${MAX_ANSWER_BYTES} bytes`),
+    return new GatewayError(
+      deadline?.signal.aborted || code.includes('TIMEOUT') ? 'upstream_timeout' : 'upstream_error',
+      {
+        cause: err,
+      },
+    );
+  };
+  try {
+    let res;
+    try {
+      res = await pool.request({
+        path,
+        method: req.method,
+        headers: req.headers,
+        body: req.body ?? null,
+        headersTimeout: timeout,
+        bodyTimeout: timeout,
+        signal: deadline?.signal,
       });
+    } catch (err) {
+      throw failed(err);
     }
-    chunks.push(chunk);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    try {
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > MAX_ANSWER_BYTES) {
+          res.body.destroy();
+          throw new GatewayError('upstream_error', {
+            cause: new Error(`${provider.name}: answer over ${MAX_ANSWER_BYTES} bytes`),
+          });
+        }
+        chunks.push(chunk);
+      }
+    } catch (err) {
+      throw err instanceof GatewayError ? err : failed(err);
+    }
+    return { status: res.statusCode, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') };
+  } finally {
+    clearTimeout(timer);
   }
-  return { status: res.statusCode, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') };
 }
 
 /** The JSON object of a 2xx answer; anything else is the provider's failure. */

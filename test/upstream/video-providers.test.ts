@@ -3,6 +3,8 @@
 // states, failures and refusals, how each stops a job, and the MP4 pass-through (ranges, a redirect whose target
 // never gets the key).
 import t from 'tap';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { ProviderConfig } from '../../policies/catalog.js';
 import { GatewayError } from '../../policies/errors.js';
@@ -355,6 +357,42 @@ t.test(
     t.equal(seen.length, before, 'no request');
   },
 );
+
+t.test("a poll that trickles its answer ends at the poll's bound: a timeout, the provider hung up on", async (t) => {
+  // Its answer's head at once, then one byte every 50 ms: never silent for the provider's timeout_ms (500 ms).
+  let closed!: (sent: number) => void;
+  const hungUp = () => new Promise<number>((resolve) => (closed = resolve));
+  const body = JSON.stringify({ id: 'video_abc', object: 'video', status: 'in_progress', name: 'x', done: false });
+  const trickle = createServer((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(body.length) });
+    let sent = 0;
+    const timer = setInterval(() => res.write(body[sent++]!), 50);
+    res.on('close', () => {
+      clearInterval(timer);
+      closed(sent);
+    });
+  });
+  await new Promise<void>((resolve) => trickle.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => trickle.close());
+  const url = `http://127.0.0.1:${(trickle.address() as AddressInfo).port}`;
+  const slow = (protocol: 'openai' | 'gemini', path: string) => ({
+    ...cfg(protocol, `${url}${path}`),
+    timeout_ms: 500,
+  });
+  const polls: [string, () => Promise<unknown>][] = [
+    ['OpenAI', () => openaiVideos(upstreams, slow('openai', '/v1')).poll('video_abc')],
+    ['Gemini', () => geminiVideos(upstreams, slow('gemini', '/v1beta')).poll('models/veo/operations/op1')],
+    ['OpenAI cancel', () => openaiVideos(upstreams, slow('openai', '/v1')).cancel('video_abc')],
+  ];
+  for (const [name, poll] of polls) {
+    const sent = hungUp();
+    const err = await poll().catch((e: unknown) => e);
+    t.ok(err instanceof GatewayError && err.code === 'upstream_timeout', `${name}: upstream_timeout`);
+    const n = await sent;
+    t.ok(n < body.length, `${name}: hung up on after ${n} of ${body.length} bytes`);
+  }
+});
 
 t.test('content: ranges passed through; a redirect is followed and its target never gets the key', async (t) => {
   const app = Fastify({ logger: false });

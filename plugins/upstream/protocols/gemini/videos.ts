@@ -79,7 +79,13 @@ export function geminiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
     async poll(name: string): Promise<UpstreamJobState> {
       // The operation's name is a path under the API base (models/{model}/operations/{id}); each segment stays as named.
       const url = `${provider.base_url}/${name.split('/').map(encodeURIComponent).join('/')}`;
-      const a = await exchange(upstreams, provider, { url, method: 'GET', headers: auth, timeoutMs: pollTimeout });
+      const a = await exchange(upstreams, provider, {
+        url,
+        method: 'GET',
+        headers: auth,
+        timeoutMs: pollTimeout,
+        deadlineMs: pollTimeout,
+      });
       if (a.status < 200 || a.status >= 300) return pollFailure(provider, a);
       const op = answerJson(provider, a);
       if (op.done !== true) {

@@ -81,6 +81,7 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
         method: 'GET',
         headers: { ...auth, accept: 'application/json' },
         timeoutMs: pollTimeout,
+        deadlineMs: pollTimeout,
       });
       if (a.status < 200 || a.status >= 300) return pollFailure(provider, a);
       const v = answerJson(provider, a);
@@ -117,6 +118,7 @@ export function openaiVideos(upstreams: Upstreams, provider: ProviderConfig): Vi
         method: 'DELETE',
         headers: { ...auth, accept: 'application/json' },
         timeoutMs: pollTimeout,
+        deadlineMs: pollTimeout,
       });
       if (a.status < 200 || a.status >= 300) return cancelFailure(provider, a);
       // `deleted: false` is the provider keeping the job.
