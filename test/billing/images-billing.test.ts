@@ -70,16 +70,18 @@ await new Promise<void>((resolve) => breaks.listen(0, '127.0.0.1', resolve));
 const breaksUrl = `http://127.0.0.1:${(breaks.address() as AddressInfo).port}`;
 
 // A provider whose answer runs on, 64 KiB of a field every 5 ms until the gateway hangs up: without reaching its
-// image, or (prompt `tiny`) after an image string too short for its header to tell its size.
+// image, or (prompt `unsized`) after a whole image whose header does not tell its size (a PNG whose IHDR checksum
+// is wrong).
+const unsized = Buffer.from(await referencePng(64, 64));
+unsized[29]! ^= 0xff;
 let runsOnClosed: Promise<number> = Promise.resolve(0);
 const runsOn = createServer(async (req, res) => {
   let body = '';
   for await (const chunk of req) body += chunk;
   res.writeHead(200, { 'content-type': 'application/json' });
-  const tiny = png.subarray(0, 20).toString('base64');
   res.write(
-    JSON.parse(body).prompt === 'tiny'
-      ? `{"created":1,"data":[{"b64_json":"${tiny}"}],"note":"`
+    JSON.parse(body).prompt === 'unsized'
+      ? `{"created":1,"data":[{"b64_json":"${unsized.toString('base64')}"}],"note":"`
       : '{"created":1,"revised_prompt":"',
   );
   const filler = 'x'.repeat(64 * 1024);
@@ -108,8 +110,13 @@ const h = await startHarness({
     c.providers['short-openai'] = { ...c.providers['slow-openai'], max_duration_ms: 550 };
     c.providers['breaks-gemini'] = { protocol: 'gemini', base_url: `${breaksUrl}/v1beta`, key_env: 'FAREBOX_SIM_KEY' };
     c.providers['breaks-openai'] = { protocol: 'openai', base_url: `${breaksUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
-    c.providers['runs-on-openai'] = { protocol: 'openai', base_url: `${runsOnUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
-    c.providers['runs-on-short'] = { ...c.providers['runs-on-openai'], max_duration_ms: 3_000 };
+    // Cut at 3 s: the gateway hangs up on the first at 1 MiB, well before; the second's head goes out at once.
+    c.providers['runs-on-openai'] = {
+      protocol: 'openai',
+      base_url: `${runsOnUrl}/v1`,
+      key_env: 'FAREBOX_SIM_KEY',
+      max_duration_ms: 3_000,
+    };
     // The simulator, cut by the gateway at 6 s (its 35 MB image starts well before).
     c.providers['sim-openai-short'] = { ...c.providers['sim-openai']!, max_duration_ms: 6_000 };
     // The operator declares every class for both; the provider answers a 256x256 image whatever is asked.
@@ -124,7 +131,6 @@ const h = await startHarness({
       ['img-breaks-g', 'breaks-gemini'],
       ['img-breaks-o', 'breaks-openai'],
       ['img-runs-on-o', 'runs-on-openai'],
-      ['img-runs-on-short', 'runs-on-short'],
     ]) {
       c.models.push({ id, family: 'img', provider, ...all } as never);
       image[id] = classes;
@@ -526,18 +532,27 @@ t.test(
   },
 );
 
-t.test('an image string too short to size, then an answer that runs on: the head goes out, not held', async (t) => {
-  const before = await available();
-  const res = await fetch(`${h.url}/v1/images/generations`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'img-runs-on-short', prompt: 'tiny' }),
-  });
-  t.equal(res.status, 200, 'answered once the string closed, not at the 3 s cut');
-  await t.rejects(res.text(), "cut at the call's time");
-  t.match(await settled(res.headers.get('x-request-id')!), { status: 'free', priceAtomic: 0n }, 'no image: free');
-  t.equal(await available(), before);
-});
+t.test(
+  'a whole image its header does not size, then an answer that runs on: the head goes out, not held',
+  async (t) => {
+    t.ok(unsized.toString('base64').length > 1024, 'more of an image than is free');
+    const before = await available();
+    const res = await fetch(`${h.url}/v1/images/generations`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${h.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'img-runs-on-o', prompt: 'unsized' }),
+    });
+    t.equal(res.status, 200, 'answered once the string closed, not at the 3 s cut');
+    t.equal(res.headers.get('x-gw-price'), '0.100000', 'priced at the class asked for');
+    await t.rejects(res.text(), "cut at the call's time");
+    t.match(
+      await settled(res.headers.get('x-request-id')!),
+      { status: /^(pending|settled)$/, priceAtomic: 100_000n },
+      'the caller holds the whole image: charged, as after any image whose string closed',
+    );
+    t.equal(before - (await available()), 100_000n);
+  },
+);
 
 t.test("the call's time running out while its caller reads: a cut image, free", async (t) => {
   for (const model of ['img-short-g', 'img-short-o']) {

@@ -367,7 +367,10 @@ t.test("a poll that trickles its answer ends at the poll's bound: a timeout, the
     req.resume();
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(body.length) });
     let sent = 0;
-    const timer = setInterval(() => res.write(body[sent++]!), 50);
+    const timer = setInterval(() => {
+      if (sent < body.length) res.write(body[sent++]!);
+      else res.end();
+    }, 50);
     res.on('close', () => {
       clearInterval(timer);
       closed(sent);
