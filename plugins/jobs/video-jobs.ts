@@ -4,6 +4,7 @@
  * lease. The submit endpoint records jobs here; the poll and content routes read them.
  */
 import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import type { Admission } from '../billing/admission.js';
 import type { FareboxConfig } from '../config.js';
@@ -16,8 +17,12 @@ import { cancelWithRetries } from './video-cancel.js';
 import { VideoPoller } from './video-poller.js';
 import { VideoStore } from './video-store.js';
 
-/** How long stop() waits for cancels in flight, ms. */
+/** How long stop() waits for cancels and accepts in flight, ms. */
 const CANCEL_DRAIN_MS = 2_000;
+/** How long an accept is tried again while Redis is away, ms; a job never accepted fails at its deadline, free. */
+const ACCEPT_TRIES_MS = 5 * 60_000;
+/** The longest wait between two tries of an accept, ms. */
+const ACCEPT_RETRY_MAX_MS = 15_000;
 
 /** What VideoJobs is built from. */
 export interface VideoJobsOptions {
@@ -38,6 +43,7 @@ export class VideoJobs {
   /** Runs on this instance only when config `videos.poller` says so (start). */
   readonly poller: VideoPoller;
   private readonly adapters = new Map<string, VideoJobProvider>();
+  /** Cancels and accepts in flight (stop waits for them). */
   private readonly cancels = new Set<Promise<void>>();
   private readonly stopping = new AbortController();
 
@@ -101,6 +107,34 @@ export class VideoJobs {
         }
       })
       .catch((err: unknown) => this.opts.log.error({ ...log, err }, 'cancelling an abandoned video job failed'));
+    const tracked: Promise<void> = run.finally(() => this.cancels.delete(tracked));
+    this.cancels.add(tracked);
+  }
+
+  /**
+   * Mark a job's submit answered (VideoStore.accept), once its 200 has gone out: from then on the job may complete.
+   * Tried again while Redis is away, for up to ACCEPT_TRIES_MS; not once the instance stops.
+   */
+  accept(id: string, context: { readonly requestId: string; readonly account: string }): void {
+    const run = (async () => {
+      const since = Date.now();
+      for (let wait = 500; ; wait = Math.min(wait * 2, ACCEPT_RETRY_MAX_MS)) {
+        try {
+          await this.store.accept(id);
+          return;
+        } catch (err) {
+          if (this.stopping.signal.aborted || Date.now() - since + wait > ACCEPT_TRIES_MS) {
+            this.opts.log.error(
+              { ...context, job: id, err },
+              'a video job could not be accepted: it fails at its deadline, free',
+            );
+            return;
+          }
+          this.opts.log.warn({ ...context, job: id, err }, 'accepting a video job failed; trying again');
+        }
+        await sleep(wait, undefined, { ref: false, signal: this.stopping.signal }).catch(() => {});
+      }
+    })();
     const tracked: Promise<void> = run.finally(() => this.cancels.delete(tracked));
     this.cancels.add(tracked);
   }

@@ -212,6 +212,12 @@ export class VideoPoller {
       await this.store.progress(id, Math.max(job.progress, state.progress), job.polls + 1, next());
       return;
     }
+    if (state.status === 'completed' && job.pending) {
+      // Its submit's answer was not seen to go out (yet): it completes once accepted, or fails at its deadline.
+      if (last) return this.end(job, deadlineFailure(job), now, true);
+      await this.store.progress(id, job.progress, job.polls + 1, next());
+      return;
+    }
     const outcome: VideoOutcome =
       state.status === 'completed'
         ? { status: 'completed', contentUrl: state.content.url, expiresAt: state.content.expiresAt }

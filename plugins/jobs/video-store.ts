@@ -8,7 +8,10 @@
  * Status moves once, from in_progress to completed or failed, in one script that checks it is still in progress, so
  * two instances that see the end of a job at once cannot both move it. A job completes only while its hold is still
  * held: one whose hold was released (its submit failed after the record was written, its caller left, or the
- * sweeper found it past its deadline) fails instead, and no wallet is charged beyond what it holds.
+ * sweeper found it past its deadline) fails instead, and no wallet is charged beyond what it holds. A job is recorded
+ * `pending` and completes only once its submit's 200 has gone out (accept): a submit answered 503 after its record
+ * landed (the write's reply lost) leaves a job that fails at its deadline, free, even if its hold's release is still
+ * waiting in a spool when the render ends.
  * Times are on Redis's clock: the deadline is the hold's placement plus `deadline_ms`, and the hold outlives it by
  * VIDEO_HOLD_MARGIN_MS, the time the poller has to close the hold of a job it saw end at its last poll. The job stays in
  * `videos-open` until its hold is debited (completed) or released (failed): a poller that stops between the two
@@ -65,6 +68,8 @@ export interface VideoJob extends NewVideoJob {
   readonly polls: number;
   /** The hold was debited or released. */
   readonly holdClosed: boolean;
+  /** Its submit's answer has not been seen to go out (VideoStore.accept): it may not complete. */
+  readonly pending: boolean;
 }
 
 /** How a job ended. */
@@ -85,7 +90,7 @@ export function newVideoId(): string {
 // created now (Redis TIME); its deadline is its hold's placement plus the deadline (the hold's expiry minus the
 // margin), or now plus the deadline when nothing is held. Returns {created_at, deadline}. Run again (a write ioredis
 // sends again after a reconnect, the first having landed), it changes nothing, and answers as the first did: the job
-// may have ended meanwhile.
+// may have ended meanwhile, or been accepted. A new job is pending until accepted.
 const CREATE = new LuaScript(`
 local seen = redis.call('HMGET', KEYS[1], 'created_at', 'deadline')
 if seen[1] then return {tonumber(seen[1]), tonumber(seen[2])} end
@@ -96,7 +101,8 @@ local deadline = now + tonumber(ARGV[3])
 local e = redis.call('HMGET', KEYS[3], 'e', 'expires')
 local expires = tonumber(e[1] or e[2] or '')
 if expires and expires - tonumber(ARGV[4]) < deadline then deadline = expires - tonumber(ARGV[4]) end
-redis.call('HSET', KEYS[1], 'created_at', now, 'deadline', deadline, 'status', 'in_progress', 'progress', 0, 'polls', 0, unpack(ARGV, 6))
+redis.call('HSET', KEYS[1], 'created_at', now, 'deadline', deadline, 'status', 'in_progress', 'progress', 0, 'polls', 0,
+  'pending', 1, unpack(ARGV, 6))
 redis.call('PEXPIRE', KEYS[1], math.max(1, deadline - now + tonumber(ARGV[1])))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[5])
 return {now, deadline}
@@ -163,6 +169,8 @@ function toJob(h: Record<string, string>): VideoJob | null {
     expiresAt: num(h.expires_at),
     polls: Number(h.polls ?? '0'),
     holdClosed: h.hold_closed === '1',
+    // A record of a gateway before `pending` has none: its submit was answered.
+    pending: h.pending === '1',
   };
 }
 
@@ -211,7 +219,13 @@ export class VideoStore {
       expiresAt: null,
       polls: 0,
       holdClosed: false,
+      pending: true,
     };
+  }
+
+  /** The job's submit was answered: it may complete from now on. */
+  async accept(id: string): Promise<void> {
+    await this.r.hdel(keys.video(id), 'pending');
   }
 
   /** A job by id (one HGETALL), or null. */

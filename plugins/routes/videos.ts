@@ -216,6 +216,8 @@ export const videos: Endpoint<VideoPoliced> = {
     }
     exchange.status = 200;
     ctx.metrics.videoJobs.inc({ model: job.model, status: 'submitted' });
+    // The job may complete once its answer has gone out: a caller that never got the id is never charged for it.
+    reply.raw.once('finish', () => ctx.videos.accept(job.id, { requestId: call.id, account: call.identity!.account }));
     return reply
       .code(200)
       .type('application/json')

@@ -44,8 +44,9 @@
  *   video:<id>               hash    one job (video-store.ts): account, key_id, model, family, seconds, size, prompt,
  *                                    chain, request_id and call_id of its hold, held, price, provider, upstream_model,
  *                                    upstream_id, status, progress, created_at, deadline, completed_at, error_code,
- *                                    error_message, content_url, expires_at, polls, hold_closed; kept videos.record_days
- *                                    after it ends (longer while its MP4 is downloadable)
+ *                                    error_message, content_url, expires_at, polls, hold_closed, pending (until its
+ *                                    submit's answer went out); kept videos.record_days after it ends (longer while its
+ *                                    MP4 is downloadable)
  *   videos-open              zset    job id by its next upstream poll (ms): jobs not yet ended, or whose hold is not yet closed
  *   video-poller-lease       string  the instance polling upstream jobs (video-poller.ts; a lease, lease.ts)
  * Chains (plugins/settlement/)

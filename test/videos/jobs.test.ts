@@ -12,6 +12,7 @@ import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
 import { VideoJobs } from '../../plugins/jobs/video-jobs.js';
 import { newVideoId, VIDEO_HOLD_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
+import { keys } from '../../plugins/store/keys.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
 import { closeRedis, connectRedis } from '../../plugins/store/redis.js';
 import { Upstreams } from '../../plugins/upstream/pools.js';
@@ -292,6 +293,32 @@ t.test('a clip seen completed after its hold was released fails, free: no wallet
   t.same([after.synced, after.pending, after.held], [before.synced, 0n, 0n], 'nothing charged');
 });
 
+t.test(
+  "a job whose submit's answer never went out is not completed by its render: it fails at its deadline, free",
+  async (t) => {
+    const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
+    t.teardown(() => h.close());
+    await h.fund('chain_a', 5_000_000n);
+    const before = await readWallet(h.redis, h.account, 'chain_a');
+    const one = instanceOf(h, 'one');
+    const { job, requestId } = await submitRendered(h, one, 'unanswered');
+    await until('accepted once its answer went out', async () => (await one.store.get(job.id))?.pending === false);
+    // As a submit answered 503 leaves its job: the record written (the write's reply lost), never accepted, its hold's
+    // release still waiting in the gateway's spool.
+    await h.redis.hset(keys.video(job.id), 'pending', '1');
+    await one.poller.follow(job.id, await redisNow(h.redis));
+    t.match(await one.store.get(job.id), { status: 'in_progress', pending: true }, 'rendered, not completed');
+    t.equal((await getCallRecord(h.redis, requestId))?.status, 'held', 'its hold untouched');
+    await one.poller.follow(job.id, (await one.store.get(job.id))!.deadline);
+    const v = await sdk(h).videos.retrieve(job.id);
+    t.equal(v.status, 'failed');
+    t.equal(v.error?.code, 'deadline_exceeded');
+    t.match(await getCallRecord(h.redis, requestId), { status: 'free', priceAtomic: 0n });
+    const after = await readWallet(h.redis, h.account, 'chain_a');
+    t.same([after.synced, after.pending, after.held], [before.synced, 0n, 0n], 'nothing charged');
+  },
+);
+
 t.test('a job whose debit cannot reach Redis stays open and its hold is closed by a later pass, once', async (t) => {
   const h = await videoHarness({ chains: true, renderMs: 300, videos: { poller: false } });
   t.teardown(() => h.close());
@@ -446,4 +473,56 @@ t.test("a job's record written again (a write sent again after a reconnect) leav
   const stored = await store.get(job.id);
   t.equal(stored?.status, 'failed', 'the job stays ended');
   t.equal(await store.openCount(), 0, 'and is not open again');
+});
+
+t.test('an accept that finds Redis away is tried again until it lands', async (t) => {
+  const h = await videoHarness({ videos: { poller: false } });
+  t.teardown(() => h.close());
+  const relay = await outageRelay();
+  t.teardown(() => relay.close());
+  const conn = connectRedis({ url: relay.url, prefix: h.redis.options.keyPrefix!, failFast: true });
+  conn.on('error', () => {});
+  t.teardown(() => conn.disconnect());
+  let failed!: () => void;
+  const firstFailure = new Promise<void>((resolve) => (failed = resolve));
+  const jobs = new VideoJobs({
+    redis: conn,
+    config: h.config,
+    upstreams: new Upstreams(),
+    admission: {} as Admission,
+    metrics: createMetrics({ defaults: false }),
+    log: { ...quiet, warn: () => failed() },
+    instance: 'accepting',
+  });
+  const store = new VideoStore(h.redis, 3_600_000);
+  const job = await store.create(
+    {
+      id: newVideoId(),
+      account: '0xabc',
+      keyId: 'k',
+      model: 'vidA-v6',
+      family: 'vidA',
+      seconds: 4,
+      size: '1280x720',
+      prompt: 'p',
+      chain: undefined,
+      requestId: 'req_accept',
+      callId: 'call_accept',
+      held: 0n,
+      price: 0n,
+      provider: 'sim-openai',
+      upstreamModel: 'm',
+      upstreamId: 'u',
+    },
+    60_000,
+    1_000,
+  );
+  t.equal(job.pending, true, 'a new job is pending');
+  relay.down();
+  jobs.accept(job.id, { requestId: 'req_accept', account: '0xabc' });
+  await firstFailure;
+  t.equal((await store.get(job.id))?.pending, true, 'not accepted while Redis is away');
+  relay.up();
+  await until('accepted once Redis is back', async () => (await store.get(job.id))?.pending === false);
+  await jobs.stop();
 });
