@@ -40,7 +40,12 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
     // The Anthropic SDK reads its own request-id header (error.requestID, message._request_id).
     if (call.protocol === 'anthropic') reply.header('request-id', call.id);
     // One listener per call: metrics for every answer (refusals included), then the end of the call.
-    reply.raw.once('close', () => {
+    const res = reply.raw;
+    const socket = request.raw.socket;
+    const end = () => {
+      if (call.ended) return;
+      res.off('close', end);
+      socket.off('close', end);
       call.ended = true;
       call.clientAborted = !reply.raw.writableFinished;
       if (call.clientAborted) call.exchange?.abort?.();
@@ -48,7 +53,10 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
       metrics.requests.inc({ route, model: call.policed?.route.model.id ?? 'none', status: String(reply.statusCode) });
       metrics.requestDuration.observe({ route }, Number(process.hrtime.bigint() - call.startedAt) / 1e9);
       onEnd(call);
-    });
+    };
+    res.once('close', end);
+    // An answer queued behind another on a pipelined connection sees no close of its own when the connection closes.
+    socket.once('close', end);
     // RFC 9112 3.2: an HTTP/1.1 request without Host is refused (Node's own refusal is off: fareboxServerOptions).
     if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
       done(new GatewayError('malformed_request', { message: 'An HTTP/1.1 request needs a Host header.' }));

@@ -196,28 +196,42 @@ export const videos: Endpoint<VideoPoliced> = {
       abandon();
       throw err;
     }
-    if (call.ended) {
-      // The caller left while the job was being recorded: it never learned the id. The job fails, free.
-      exchange.status = 499;
+    /** The job fails, free, and its render is stopped: its id never reached the caller. */
+    const unanswered = () => {
       abandon();
-      await ctx.videos.store
+      return ctx.videos.store
         .finish(
           job.id,
           { status: 'failed', code: 'client_disconnected', message: 'The caller left before the job was accepted.' },
           job.createdAt,
         )
         .catch((err: unknown) =>
-          reply.log.warn(
-            { err, job: job.id },
-            'a job whose caller left could not be failed; its released hold fails it',
-          ),
+          reply.log.warn({ err, job: job.id }, 'a job whose caller left could not be failed; it fails at its deadline'),
         );
+    };
+    if (call.ended) {
+      // The caller left while the job was being recorded: its hold is released now (bill).
+      exchange.status = 499;
+      await unanswered();
       return reply.send();
     }
     exchange.status = 200;
     ctx.metrics.videoJobs.inc({ model: job.model, status: 'submitted' });
-    // The job may complete once its answer has gone out: a caller that never got the id is never charged for it.
-    reply.raw.once('finish', () => ctx.videos.accept(job.id, { requestId: call.id, account: call.identity!.account }));
+    // The job may complete once its 200 has left for the caller's socket (accepted). One whose connection closed
+    // first (the answer waiting behind another on it: a queued answer sees no close of its own) fails; the poller
+    // then releases its hold.
+    const res = reply.raw;
+    const socket = reply.request.raw.socket;
+    const answered = () => {
+      socket.off('close', closed);
+      ctx.videos.accept(job.id, { requestId: call.id, account: call.identity!.account });
+    };
+    const closed = () => {
+      res.off('finish', answered);
+      if (!res.writableFinished) void unanswered();
+    };
+    res.once('finish', answered);
+    socket.once('close', closed);
     return reply
       .code(200)
       .type('application/json')

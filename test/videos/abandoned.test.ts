@@ -3,6 +3,7 @@
 // nothing and leaves no job; text and image calls abandoned before anything billable reached the caller stay free.
 // Each is counted per account (farebox_abandoned_calls_total). Driven through the official openai SDK, aborted.
 import t from 'tap';
+import { connect } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
@@ -106,6 +107,94 @@ t.test(
       'the wallet as it was',
     );
     t.equal(await abandoned('videos'), counted + 1, 'farebox_abandoned_calls_total counted the account');
+  },
+);
+
+t.test(
+  'a video 200 that never left for the caller (queued behind a slow answer on its connection when the caller hung up): the job fails, its render is stopped, nothing charged',
+  async (t) => {
+    const before = await readWallet(h.redis, h.account, 'chain_a');
+    const seen = h.sim.received.length;
+    const u = new URL(h.url);
+    const post = (path: string, body: unknown) => {
+      const b = JSON.stringify(body);
+      return `POST ${path} HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
+    };
+    // Two requests pipelined on one connection: the submit's answer waits behind the slow chat answer.
+    const socket = connect(Number(u.port), u.hostname);
+    socket.on('error', () => {});
+    t.teardown(() => socket.destroy());
+    let received = 0;
+    socket.on('data', (d: Buffer) => (received += d.length));
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(
+      post('/v1/chat/completions', {
+        model: 'beta-5.5',
+        messages: [{ role: 'user', content: 'slow #sim:delay_ms=5000' }],
+      }) + post('/v1/videos', { model: 'vidA-v6', prompt: 'queued', seconds: '4' }),
+    );
+    const jobId = await until('the job recorded', async () => {
+      const records = await listCallRecords(h.redis, h.account, 5);
+      const id = records.find((r) => r.owner.startsWith('job:'))?.owner.slice(4);
+      return id !== undefined && (await h.redis.exists(keys.video(id))) === 1 ? id : null;
+    });
+    socket.destroy();
+    t.equal(received, 0, 'the caller got nothing');
+    const del = await until('the provider is asked to delete the job', async () =>
+      h.sim.received.slice(seen).find((r) => r.method === 'DELETE'),
+    );
+    t.match(del.url, /^\/v1\/videos\/video_/, 'DELETE /v1/videos/{id}');
+    const job = await sdk(h).videos.retrieve(jobId);
+    t.equal(job.status, 'failed');
+    t.equal(job.error?.code, 'client_disconnected');
+    const record = await until("the job's hold released", async () => {
+      const records = await listCallRecords(h.redis, h.account, 5);
+      const r = records.find((x) => x.owner === `job:${jobId}`);
+      return r && r.status !== 'held' ? r : null;
+    });
+    t.match(record, { status: 'free', priceAtomic: 0n });
+    const after = await until('the wallet as it was', async () => {
+      const w = await readWallet(h.redis, h.account, 'chain_a');
+      return w.held === before.held ? w : null;
+    });
+    t.same([after.pending, after.available], [before.pending, before.available]);
+  },
+);
+
+t.test(
+  'calls pipelined on one connection whose caller hangs up all end: the queued one too, no hold left held',
+  async (t) => {
+    const u = new URL(h.url);
+    const post = (body: unknown) => {
+      const b = JSON.stringify(body);
+      return `POST /v1/chat/completions HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
+    };
+    const socket = connect(Number(u.port), u.hostname);
+    socket.on('error', () => {});
+    t.teardown(() => socket.destroy());
+    await new Promise((resolve) => socket.once('connect', resolve));
+    const prompts = ['first, slow #sim:delay_ms=5000', 'second, queued behind it'];
+    socket.write(prompts.map((content) => post({ model: 'beta-5.5', messages: [{ role: 'user', content }] })).join(''));
+    const mine = async () =>
+      (await listCallRecords(h.redis, h.account, 10)).filter((r) => r.model === 'beta-5.5').slice(0, 2);
+    await until('both held', async () => {
+      const rs = await mine();
+      return rs.length === 2 && rs.every((r) => r.status === 'held') ? true : null;
+    });
+    // The second's answer is written into its response, queued behind the first's, which has not begun.
+    await until('the second answered upstream', async () =>
+      h.sim.received.some((r) => JSON.stringify(r.body ?? '').includes('queued behind it')) ? true : null,
+    );
+    socket.destroy();
+    const records = await until('both ended', async () => {
+      const rs = await mine();
+      return rs.every((r) => r.status !== 'held') ? rs : null;
+    });
+    t.equal(records.length, 2);
+    t.ok(
+      records.some((r) => r.status === 'free' && r.priceAtomic === 0n),
+      'the first, left before its answer: free',
+    );
   },
 );
 
