@@ -10,7 +10,7 @@ import { getCallRecord } from '../../plugins/billing/call-records.js';
 import { RateLimiter } from '../../plugins/billing/rate-limit.js';
 import { readWallet, redisNow } from '../../plugins/billing/wallets.js';
 import { VideoJobs } from '../../plugins/jobs/video-jobs.js';
-import { newVideoId, VIDEO_HOLD_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
+import { newVideoId, type NewVideoJob, VIDEO_HOLD_MARGIN_MS, VideoStore } from '../../plugins/jobs/video-store.js';
 import { createMetrics } from '../../plugins/metrics/metrics.js';
 import { keys } from '../../plugins/store/keys.js';
 import { startSimulator } from '../../plugins/simulator/index.js';
@@ -444,10 +444,9 @@ t.test('a poller whose Redis stops answering mid-pass still stops within its bou
   t.ok(Date.now() - started < 4_000, `stopped in ${Date.now() - started} ms`);
 });
 
-t.test("a job's record written again (a write sent again after a reconnect) leaves the job as it stands", async (t) => {
-  const { redis } = await testRedis(t);
-  const store = new VideoStore(redis, 3_600_000);
-  const job = {
+/** A job written straight to the store: no hold, no upstream job. */
+function storeOnlyJob(name: string): NewVideoJob {
+  return {
     id: newVideoId(),
     account: '0xabc',
     keyId: 'k',
@@ -457,14 +456,20 @@ t.test("a job's record written again (a write sent again after a reconnect) leav
     size: '1280x720',
     prompt: 'p',
     chain: undefined,
-    requestId: 'req_x',
-    callId: 'call_x',
+    requestId: `req_${name}`,
+    callId: `call_${name}`,
     held: 0n,
     price: 0n,
     provider: 'sim-openai',
     upstreamModel: 'm',
     upstreamId: 'u',
   };
+}
+
+t.test("a job's record written again (a write sent again after a reconnect) leaves the job as it stands", async (t) => {
+  const { redis } = await testRedis(t);
+  const store = new VideoStore(redis, 3_600_000);
+  const job = storeOnlyJob('x');
   const first = await store.create(job, 60_000, 1_000);
   t.equal(await store.finish(job.id, { status: 'failed', code: 'x', message: 'y' }, first.createdAt + 5), 'failed');
   await store.holdClosed(job.id);
@@ -495,28 +500,7 @@ t.test('an accept that finds Redis away is tried again until it lands', async (t
     instance: 'accepting',
   });
   const store = new VideoStore(h.redis, 3_600_000);
-  const job = await store.create(
-    {
-      id: newVideoId(),
-      account: '0xabc',
-      keyId: 'k',
-      model: 'vidA-v6',
-      family: 'vidA',
-      seconds: 4,
-      size: '1280x720',
-      prompt: 'p',
-      chain: undefined,
-      requestId: 'req_accept',
-      callId: 'call_accept',
-      held: 0n,
-      price: 0n,
-      provider: 'sim-openai',
-      upstreamModel: 'm',
-      upstreamId: 'u',
-    },
-    60_000,
-    1_000,
-  );
+  const job = await store.create(storeOnlyJob('accept'), 60_000, 1_000);
   t.equal(job.pending, true, 'a new job is pending');
   relay.down();
   jobs.accept(job.id, { requestId: 'req_accept', account: '0xabc' });
