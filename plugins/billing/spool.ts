@@ -426,17 +426,22 @@ export class DebitSpool {
   }
 }
 
+/** The largest amount a Redis script takes (a Lua number that holds every integer below it). */
+const MAX_AMOUNT = BigInt(Number.MAX_SAFE_INTEGER);
+
 /**
  * The debit a spooled line holds, or null when it holds none the debit script could take: the fields it needs, of
- * their types, and a price of decimal digits.
+ * their types, and a price of decimal digits within the script's range.
  */
+
 function debitOf(line: unknown): SpooledDebit | null {
   if (typeof line !== 'object' || line === null) return null;
   const l = line as Partial<Record<keyof Line, unknown>>;
   const text = (v: unknown) => typeof v === 'string' && v !== '';
   if (!text(l.requestId) || !text(l.callId) || !text(l.account) || !text(l.owner)) return null;
   if (!CHAIN_NAMES.includes(l.chain as ChainName) || typeof l.usageJson !== 'string') return null;
-  if (typeof l.price !== 'string' || !/^\d{1,78}$/.test(l.price)) return null;
+  // The debit script takes amounts up to 2^53 - 1 (wallets.ts amountLua): a larger one would be retried for good.
+  if (typeof l.price !== 'string' || !/^\d{1,16}$/.test(l.price) || BigInt(l.price) > MAX_AMOUNT) return null;
   // Fractional days of retention give a fractional count of ms: the debit script rounds it.
   if (typeof l.retentionMs !== 'number' || !Number.isFinite(l.retentionMs) || l.retentionMs <= 0) return null;
   if (l.keyId !== undefined && typeof l.keyId !== 'string') return null;

@@ -357,6 +357,7 @@ t.test(
       JSON.stringify({ ...debit(2), price: '2.5' }),
       JSON.stringify({ ...debit(3), price: '3', chain: 'chain_z' }),
       '{"requestId":',
+      JSON.stringify({ ...debit(5), price: '9007199254740992' }),
     ];
     writeFileSync(
       join(folder, `${hostname()}-99999999-ffffff.jsonl`),
@@ -365,13 +366,19 @@ t.test(
     );
     const { drained, errors } = await startAndDrain(t, folder, owner, 'abcdef');
     t.same(drained, ['req_4'], 'the debit behind them reached Redis');
-    t.equal(errors.filter((e) => /no debit/.test(e)).length, 4, 'each logged at error');
+    t.equal(errors.filter((e) => /no debit/.test(e)).length, 5, 'each logged at error');
     const refused = readFileSync(join(folder, `${hostname()}-${process.pid}-abcdef.refused`), 'utf8')
       .trim()
       .split('\n')
       .slice(1)
       .map((l) => (JSON.parse(l) as { unreadable: unknown }).unreadable);
-    t.same(refused, [noPrice, { ...debit(2), price: '2.5' }, { ...debit(3), price: '3', chain: 'chain_z' }, bad[3]]);
+    t.same(refused, [
+      noPrice,
+      { ...debit(2), price: '2.5' },
+      { ...debit(3), price: '3', chain: 'chain_z' },
+      bad[3],
+      { ...debit(5), price: '9007199254740992' },
+    ]);
   },
 );
 
