@@ -4,10 +4,12 @@
  * it: settlement is farebox's work); this process (the load generator), the simulator, the dev chains and a local
  * Redis to core 0 (Redis's CPU mask is put back at the end), so the measured server has a core to itself.
  *
- * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500),
+ * Environment: BENCH_DURATION (s per cell, 15), BENCH_WARMUP (s, 3), BENCH_SEQUENTIAL (requests, 500, one at a time
+ * after BENCH_SEQUENTIAL_WARMUP_MS (2000) of unmeasured ones),
  * BENCH_CONCURRENCY (50,200), REDIS_URL (redis://127.0.0.1:6379), BENCH_PROFILE=<scenario> (instead: a CPU
  * profile of farebox's main thread under that load at 50 connections, a real-traffic scenario at its own;
- * BENCH_PROFILE_PROCESS=settle, chains or sim: of the settle process's, the dev chains' or the simulator's instead).
+ * BENCH_PROFILE_PROCESS=settle, chains or sim: of the settle process's, the dev chains' or the simulator's instead;
+ * BENCH_PROFILE_CONNECTIONS=1: one call at a time).
  * Writes bench/results/latest.{json,md}; with BENCH_PROFILE, bench/results/profile.{md,cpuprofile} (the
  * .cpuprofile opens in Chrome DevTools).
  * Scenarios: chat-json, chat-stream, messages-stream, and video-poll (GET /v1/videos/{id} of one submitted job, on
@@ -151,6 +153,8 @@ const connectionsOf = (s: Scenario): number[] => {
 const warmupOf = (s: Scenario): number => (REAL_TRAFFIC[s] ? REAL_WARMUP : WARMUP);
 /** Seconds per load cell of a scenario. */
 const durationOf = (s: Scenario): number => (REAL_TRAFFIC[s] ? REAL_DURATION : DURATION);
+/** One-at-a-time runs warm up for this long at least (bench/sequential.ts runSequential says why). */
+const SEQUENTIAL_WARMUP_MS = intEnv('BENCH_SEQUENTIAL_WARMUP_MS', 2000);
 /** Calls of a scenario's one-at-a-time run, and the unmeasured ones before them. */
 const sequentialOf = (s: Scenario): { count: number; warmup: number } => {
   const count = REAL_TRAFFIC[s] ? REAL_SEQUENTIAL : SEQUENTIAL;
@@ -347,7 +351,7 @@ async function profileOnly(scenario: Scenario, prefix: string, key: string): Pro
   if (!(await sanity([fb], s.simUrl, key, problems, [scenario])).has(`${scenario}/farebox`))
     throw new Error(problems.join('\n'));
   const spec = requestFor(scenario, fb, s.simUrl, key);
-  const connections = REAL_TRAFFIC[scenario]?.connections ?? 50;
+  const connections = intEnv('BENCH_PROFILE_CONNECTIONS', REAL_TRAFFIC[scenario]?.connections ?? 50);
   if (WARMUP) await runLoad(spec, connections, WARMUP);
   log(`profiling ${PROCESS_NAME} under ${scenario} at ${connections} connections for ${DURATION} s`);
   const file = join(RESULTS, 'profile.cpuprofile');
@@ -448,11 +452,20 @@ async function quickRun(scenarios: Scenario[], prefix: string, key: string): Pro
       if (!ok.has(`${scenario}/farebox`)) continue;
       for (let i = 0; i < REPEAT; i++) {
         const n = sequentialOf(scenario);
-        const d = await runSequential(requestFor(scenario, direct, s.simUrl, key), n.count, n.warmup);
-        const f = await runSequential(requestFor(scenario, fb, s.simUrl, key), n.count, n.warmup, [
-          s.fb.pid,
-          s.settle.pid,
-        ]);
+        const d = await runSequential(
+          requestFor(scenario, direct, s.simUrl, key),
+          n.count,
+          n.warmup,
+          [],
+          SEQUENTIAL_WARMUP_MS,
+        );
+        const f = await runSequential(
+          requestFor(scenario, fb, s.simUrl, key),
+          n.count,
+          n.warmup,
+          [s.fb.pid, s.settle.pid],
+          SEQUENTIAL_WARMUP_MS,
+        );
         if (!d.total || !f.total) continue;
         const added = [round(f.total.p50 - d.total.p50, 2), round(f.total.p99 - d.total.p99, 2)];
         const line = `| ${scenario} | ${d.total.p50} / ${d.total.p99} | ${f.total.p50} / ${f.total.p99} | ${added.join(' / ')} | ${f.ttfb ? `${f.ttfb.p50} / ${f.ttfb.p99}` : '-'} | ${f.serverCpuMsPerReq ?? '-'} |`;
@@ -542,7 +555,13 @@ async function fullRun(prefix: string, key: string, redis: Redis): Promise<void>
       const n = sequentialOf(scenario);
       // CPU as under load: direct's is the simulator's, farebox's its gateway's and settle process's.
       const pids = t.name === 'farebox' ? [t.pid, s.settle.pid] : [t.pid];
-      const r = await runSequential(requestFor(scenario, t, s.simUrl, key), n.count, n.warmup, pids);
+      const r = await runSequential(
+        requestFor(scenario, t, s.simUrl, key),
+        n.count,
+        n.warmup,
+        pids,
+        SEQUENTIAL_WARMUP_MS,
+      );
       sequential.push({ scenario, target: t.name, ...r });
     }
   }

@@ -56,32 +56,36 @@ export function sendOnce(spec: RequestSpec, agent: Agent, timeoutMs = 10_000, ke
 }
 
 /**
- * `warmup` unmeasured requests, then `count` measured ones, strictly one after the other; with `cpuPids`, their CPU
- * over the measured ones.
+ * Unmeasured requests until `warmup` of them have run and `warmupMs` has passed, then `count` measured ones, strictly
+ * one after the other; with `cpuPids`, their CPU over the measured ones. The time matters on a VM: for about the
+ * first second of back-to-back calls, every wake-up of a process on the other core costs more (direct's p50 about
+ * twice its later one), and a call through a gateway has more wake-ups than a direct one.
  */
 export async function runSequential(
   spec: RequestSpec,
   count: number,
   warmup: number,
   cpuPids: number[] = [],
+  warmupMs = 0,
 ): Promise<SequentialResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   const total = new Sample();
   const ttfb = new Sample();
   const cpu = () => cpuPids.reduce((a, pid) => a + cpuMsOf(pid), 0);
-  let cpu0 = 0;
   let failed = 0;
+  let cpuMs = 0;
   try {
-    for (let i = 0; i < warmup + count; i++) {
-      if (i === warmup) cpu0 = cpu();
+    const warmUntil = performance.now() + warmupMs;
+    for (let i = 0; i < warmup || performance.now() < warmUntil; i++) await sendOnce(spec, agent).catch(() => null);
+    const cpu0 = cpu();
+    for (let i = 0; i < count; i++) {
       let t: Timing;
       try {
         t = await sendOnce(spec, agent);
       } catch {
-        if (i >= warmup) failed++;
+        failed++;
         continue;
       }
-      if (i < warmup) continue;
       if (t.status < 200 || t.status > 299) {
         failed++;
         continue;
@@ -89,10 +93,10 @@ export async function runSequential(
       total.push(t.totalMs);
       ttfb.push(t.ttfbMs);
     }
+    cpuMs = cpuPids.length ? cpu() - cpu0 : 0;
   } finally {
     agent.destroy();
   }
-  const cpuMs = cpuPids.length ? cpu() - cpu0 : 0;
   return {
     requests: count,
     failed,
