@@ -58,6 +58,11 @@ export interface Call {
   ended: boolean;
   /** The caller went away before the whole answer was written. */
   clientAborted: boolean;
+  /**
+   * Nothing of the answer reached the caller's connection: it waited behind another answer on a pipelined connection
+   * that closed first (what was written into it never left the process).
+   */
+  unsent: boolean;
   /** finish has run. */
   finished: boolean;
 }

@@ -3,7 +3,8 @@
  * the call delivered and admission debits its hold at that price (0 for a failed call), or a job keeps the hold.
  * A billed call whose caller left before anything billable reached it costs nothing, whatever the upstream did; it
  * is counted per account (farebox_abandoned_calls_total), so an operator sees who makes providers work for free.
- * A call whose answer showed its price (showBill) is debited the bill shown, not one computed again at the end.
+ * A call whose answer showed its price (showBill) is debited the bill shown, not one computed again at the end. An
+ * answer that never reached its connection (queued behind another on a pipelined connection that closed) is free.
  */
 import type { Admission } from '../billing/admission.js';
 import { debitedPrice, FREE, type Bill } from '../billing/billing.js';
@@ -53,6 +54,8 @@ export class Finisher {
       bill = FREE;
     }
     if (bill === null) return;
+    // Whatever was metered or shown as written, none of it left the process.
+    if (call.unsent) bill = FREE;
     // Counted only where the provider was asked (an exchange began): a caller that left during the gate or prepare
     // made no one work.
     if (call.clientAborted && bill.price === 0n && call.admitted.hold && call.exchange !== undefined) {

@@ -33,6 +33,7 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
       json: undefined,
       ended: false,
       clientAborted: false,
+      unsent: false,
       finished: false,
     };
     request.farebox = call;
@@ -47,7 +48,10 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
       res.off('close', end);
       socket.off('close', end);
       call.ended = true;
-      call.clientAborted = !reply.raw.writableFinished;
+      call.clientAborted = !res.writableFinished;
+      // A response gets its connection once the answers before it on the connection are written; until then what it
+      // is written waits in the process.
+      call.unsent = call.clientAborted && res.socket === null;
       if (call.clientAborted) call.exchange?.abort?.();
       const route = endpoint?.name ?? 'other';
       metrics.requests.inc({ route, model: call.policed?.route.model.id ?? 'none', status: String(reply.statusCode) });

@@ -3,6 +3,7 @@
 // nothing and leaves no job; text and image calls abandoned before anything billable reached the caller stay free.
 // Each is counted per account (farebox_abandoned_calls_total). Driven through the official openai SDK, aborted.
 import t from 'tap';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
@@ -162,38 +163,48 @@ t.test(
 );
 
 t.test(
-  'calls pipelined on one connection whose caller hangs up all end: the queued one too, no hold left held',
+  'calls pipelined on one connection whose caller hangs up all end, free: the first before its answer, the queued one whose whole answer never left the process',
   async (t) => {
     const u = new URL(h.url);
     const post = (body: unknown) => {
       const b = JSON.stringify(body);
       return `POST /v1/chat/completions HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
     };
+    // The responses of this connection's requests, in order, as the gateway's server makes them.
+    const responses: ServerResponse[] = [];
+    const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+      if (req.socket.remotePort === socket.localPort) responses.push(res);
+    };
+    h.app.server.on('request', onRequest);
+    t.teardown(() => void h.app.server.off('request', onRequest));
     const socket = connect(Number(u.port), u.hostname);
     socket.on('error', () => {});
     t.teardown(() => socket.destroy());
+    let received = 0;
+    socket.on('data', (d: Buffer) => (received += d.length));
     await new Promise((resolve) => socket.once('connect', resolve));
     const prompts = ['first, slow #sim:delay_ms=5000', 'second, queued behind it'];
     socket.write(prompts.map((content) => post({ model: 'beta-5.5', messages: [{ role: 'user', content }] })).join(''));
     const mine = async () =>
       (await listCallRecords(h.redis, h.account, 10)).filter((r) => r.model === 'beta-5.5').slice(0, 2);
-    await until('both held', async () => {
-      const rs = await mine();
-      return rs.length === 2 && rs.every((r) => r.status === 'held') ? true : null;
-    });
-    // The second's answer is written into its response, queued behind the first's, which has not begun.
-    await until('the second answered upstream', async () =>
-      h.sim.received.some((r) => JSON.stringify(r.body ?? '').includes('queued behind it')) ? true : null,
+    // The second's whole answer, with its price, is written into its response, queued behind the first's.
+    const queued = await until('the second answer written', async () =>
+      responses[1]?.writableEnded ? responses[1] : null,
     );
+    t.equal(queued.socket, null, 'still waiting for the connection');
     socket.destroy();
     const records = await until('both ended', async () => {
       const rs = await mine();
-      return rs.every((r) => r.status !== 'held') ? rs : null;
+      return rs.length === 2 && rs.every((r) => r.status !== 'held') ? rs : null;
     });
-    t.equal(records.length, 2);
-    t.ok(
-      records.some((r) => r.status === 'free' && r.priceAtomic === 0n),
-      'the first, left before its answer: free',
+    t.equal(received, 0, 'the caller got nothing');
+    t.same(
+      records.map((r) => [r.status, r.priceAtomic]),
+      [
+        ['free', 0n],
+        ['free', 0n],
+      ],
+      'both free',
     );
   },
 );
