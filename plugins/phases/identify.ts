@@ -3,6 +3,7 @@
  * (x-api-key or Authorization: Bearer) resolved to its account: 401 when missing or invalid, 403 when the account is
  * not active (SPEC Authentication).
  */
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import type { KeyResolver } from '../accounts/key-resolver.js';
 import { presentedKey } from '../accounts/key-resolver.js';
@@ -42,11 +43,11 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
     if (call.protocol === 'anthropic') reply.header('request-id', call.id);
     // One listener per call: metrics for every answer (refusals included), then the end of the call.
     const res = reply.raw;
-    const socket = request.raw.socket;
+    const onConnection = callsOf(request.raw.socket);
     const end = () => {
       if (call.ended) return;
       res.off('close', end);
-      socket.off('close', end);
+      onConnection.delete(end);
       call.ended = true;
       call.clientAborted = !res.writableFinished;
       // A response gets its connection once the answers before it on the connection are written; until then what it
@@ -60,7 +61,7 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
     };
     res.once('close', end);
     // An answer queued behind another on a pipelined connection sees no close of its own when the connection closes.
-    socket.once('close', end);
+    onConnection.add(end);
     // RFC 9112 3.2: an HTTP/1.1 request without Host is refused (Node's own refusal is off: fareboxServerOptions).
     if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
       done(new GatewayError('malformed_request', { message: 'An HTTP/1.1 request needs a Host header.' }));
@@ -68,6 +69,26 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
     }
     done();
   };
+}
+
+/** The ends of the calls open on a connection. */
+const CALLS = Symbol('farebox.calls');
+
+/**
+ * The ends of the calls open on `socket`, which its close runs: one listener for the connection, however many calls a
+ * pipelining client has open on it.
+ */
+function callsOf(socket: Socket & { [CALLS]?: Set<() => void> }): Set<() => void> {
+  let calls = socket[CALLS];
+  if (calls === undefined) {
+    const open = new Set<() => void>();
+    socket.once('close', () => {
+      for (const end of open) end();
+    });
+    socket[CALLS] = open;
+    calls = open;
+  }
+  return calls;
 }
 
 /**

@@ -209,6 +209,43 @@ t.test(
   },
 );
 
+t.test('twelve calls pipelined on one connection: no listener warning, all end free when it closes', async (t) => {
+  const u = new URL(h.url);
+  const warnings: string[] = [];
+  const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+  process.on('warning', onWarning);
+  t.teardown(() => void process.off('warning', onWarning));
+  const socket = connect(Number(u.port), u.hostname);
+  socket.on('error', () => {});
+  t.teardown(() => socket.destroy());
+  await new Promise((resolve) => socket.once('connect', resolve));
+  const posts = Array.from({ length: 12 }, (_, i) => {
+    const b = JSON.stringify({
+      model: 'beta-5.5',
+      messages: [{ role: 'user', content: i === 0 ? 'pipelined, slow #sim:delay_ms=5000' : `pipelined ${i}` }],
+    });
+    return `POST /v1/chat/completions HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
+  });
+  const seen = h.sim.received.length;
+  socket.write(posts.join(''));
+  await until('all twelve upstream', async () =>
+    h.sim.received.slice(seen).filter((r) => JSON.stringify(r.body ?? '').includes('pipelined')).length === 12
+      ? true
+      : null,
+  );
+  socket.destroy();
+  const records = await until('all ended', async () => {
+    const rs = (await listCallRecords(h.redis, h.account, 40)).filter((r) => r.model === 'beta-5.5').slice(0, 12);
+    return rs.every((r) => r.status !== 'held') ? rs : null;
+  });
+  t.equal(records.length, 12);
+  t.ok(
+    records.every((r) => r.status === 'free' && r.priceAtomic === 0n),
+    'none charged',
+  );
+  t.same(warnings, [], 'no warning');
+});
+
 t.test(
   'Gemini has no cancel for video operations: nothing is sent, the render is counted as not stopped; the caller still pays nothing',
   async (t) => {
