@@ -41,9 +41,17 @@ const gateway = () =>
     },
   });
 
-/** Streams of `tokens` tokens 100 ms apart; resolves with each one's request id and whether it ended whole. */
-function streams(g: Harness, n: number, tokens: number): { ids: Promise<string>[]; done: Promise<boolean>[] } {
+/**
+ * Streams of `tokens` tokens 100 ms apart: each one's request id, its first event's arrival (the answer is under way),
+ * and whether it ended whole.
+ */
+function streams(
+  g: Harness,
+  n: number,
+  tokens: number,
+): { ids: Promise<string>[]; started: Promise<void>[]; done: Promise<boolean>[] } {
   const ids: Promise<string>[] = [];
+  const started: Promise<void>[] = [];
   const done: Promise<boolean>[] = [];
   for (let i = 0; i < n; i++) {
     const res = fetch(`${g.url}/v1/chat/completions`, {
@@ -56,9 +64,21 @@ function streams(g: Harness, n: number, tokens: number): { ids: Promise<string>[
       }),
     });
     ids.push(res.then((r) => r.headers.get('x-request-id')!));
-    done.push(res.then(async (r) => (await r.text()).includes('[DONE]')));
+    let first: () => void;
+    started.push(new Promise<void>((resolve) => (first = resolve)));
+    done.push(
+      res.then(async (r) => {
+        const decoder = new TextDecoder();
+        let text = '';
+        for await (const chunk of r.body!) {
+          first();
+          text += decoder.decode(chunk, { stream: true });
+        }
+        return text.includes('[DONE]');
+      }),
+    );
   }
-  return { ids, done };
+  return { ids, started, done };
 }
 
 async function charged(ids: string[]): Promise<CallRecord[]> {
@@ -94,9 +114,9 @@ async function onchainOnce(t: Test, g: Harness, ids: string[]): Promise<void> {
 t.test('calls answered while Redis is away for 8 s are charged once it is back, each exactly once', async (t) => {
   const g = await gateway();
   await g.fund('chain_a', 5_000_000n);
-  const { ids, done } = streams(g, 5, 25);
+  const { ids, started, done } = streams(g, 5, 25);
   const requestIds = await Promise.all(ids);
-  await new Promise((r) => setTimeout(r, 500));
+  await Promise.all(started);
   relay.down();
   t.same(await Promise.all(done), [true, true, true, true, true], 'every answer arrived whole, Redis gone');
   await until('the debits spooled', async () => (await g.metrics.debitsSpooled.get()).values[0]?.value === 5);
@@ -132,9 +152,9 @@ t.test('calls answered while Redis is away for 8 s are charged once it is back, 
 t.test('a gateway restarted during the outage charges what the one before it spooled', async (t) => {
   const first = await gateway();
   await first.fund('chain_a', 5_000_000n);
-  const { ids, done } = streams(first, 3, 15);
+  const { ids, started, done } = streams(first, 3, 15);
   const requestIds = await Promise.all(ids);
-  await new Promise((r) => setTimeout(r, 300));
+  await Promise.all(started);
   relay.down();
   t.same(await Promise.all(done), [true, true, true]);
   await until('spooled', async () => (await first.metrics.debitsSpooled.get()).values[0]?.value === 3);
