@@ -79,8 +79,12 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   private errorSize = 0;
   private retryAfter: string | undefined;
   private paused = false;
+  /** When the current hold began (performance.now()), and the longest one that ended, ms. */
+  private pausedAt = 0;
+  private longestPause = 0;
   private readonly resume = () => {
     this.paused = false;
+    this.longestPause = Math.max(this.longestPause, performance.now() - this.pausedAt);
     this.controller?.resume();
   };
 
@@ -133,11 +137,20 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
     return this.paused;
   }
 
+  /**
+   * The longest the caller's full socket has held the upstream back at one time, ms (one still going: so far). The
+   * upstream is not read meanwhile, so a provider that gave up on the stalled connection is seen only after it.
+   */
+  protected get longestHoldMs(): number {
+    return this.paused ? Math.max(this.longestPause, performance.now() - this.pausedAt) : this.longestPause;
+  }
+
   /** Write to the caller; a full socket pauses the upstream until it drains (backpressure). */
   protected write(data: Buffer | string): void {
     const res = this.reply.raw;
     if (!res.write(data) && !this.paused && !res.destroyed) {
       this.paused = true;
+      this.pausedAt = performance.now();
       this.controller?.pause();
       res.once('drain', this.resume);
     }

@@ -357,14 +357,22 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     // the whole image, though not the JSON around it.
     if (this.imageDone) return false;
     // The provider broke off (or ran past its time) mid-image: what the caller got is not an image, and is free.
-    // Unless the caller's full socket holds the provider back as the cut comes: then the caller's reading is what
-    // stopped the image (the call's time running out while it waits), and what was handed over stands, as for a
-    // caller that hangs up. (A provider that gives up on a stalled connection is seen only once the caller reads
-    // again, and is then free if the caller keeps up.)
-    if (!this.heldBackByCaller) this.exchange.imageBroken = true;
+    // Unless the caller's reading stopped it: its full socket holds the provider back as the cut comes (the call's
+    // time running out while it waits), or held it back for CALLER_STALL_MS or more at one time before (a provider
+    // gives up on a connection it cannot write to, and that is seen only once the caller reads again). Then what was
+    // handed over stands, as for a caller that hangs up.
+    if (!this.heldBackByCaller && this.longestHoldMs < CALLER_STALL_MS) this.exchange.imageBroken = true;
     return false;
   }
 }
+
+/**
+ * A caller that stops reading an image for this long takes the image as it stands: a provider that then breaks off
+ * may have given up on the stalled connection (servers drop a connection they cannot write to, commonly after
+ * 30-60 s), and a reader that stalls just before the end of an image would otherwise get it all but its last rows,
+ * free. Readers that keep up stall milliseconds.
+ */
+export const CALLER_STALL_MS = 5_000;
 
 function noImage(): GatewayError {
   return new GatewayError('upstream_error', { message: 'The model provider answered without an image.' });

@@ -3,7 +3,7 @@
 import t, { type Test } from 'tap';
 import { createServer } from 'node:http';
 import { connect } from 'node:net';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { getCallRecord, listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
@@ -11,6 +11,7 @@ import { formatUsd, publishPrices, parseUsd } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { referencePng } from '../helpers/media.js';
 import { until } from '../helpers/wait.js';
+import { CALLER_STALL_MS } from '../../plugins/upstream/image-exchange.js';
 
 // A provider that sends its answer slowly, in pieces: the caller can leave in the middle of the image. Its first
 // piece ends FIRST_IMAGE_CHARS into the image's base64, a pause follows, then 2,000 characters every 20 ms for the
@@ -100,6 +101,39 @@ const runsOn = createServer(async (req, res) => {
 await new Promise<void>((resolve) => runsOn.listen(0, '127.0.0.1', resolve));
 const runsOnUrl = `http://127.0.0.1:${(runsOn.address() as AddressInfo).port}`;
 
+// A provider that gives up on a connection it cannot write to: an image answer of some 40 MB of base64 (a PNG's
+// signature and header, then filler) sent as fast as it is read, dropped once a write has waited 1 s for room.
+let gaveUp: Promise<void> = new Promise(() => {});
+const givesUp = createServer((req, res) => {
+  req.resume();
+  let dropped: () => void;
+  gaveUp = new Promise((resolve) => (dropped = resolve));
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.write(`{"created":1,"data":[{"b64_json":"${png.subarray(0, 36).toString('base64')}`);
+  const filler = 'A'.repeat(64 * 1024);
+  let left = 640;
+  const pump = () => {
+    for (; left > 0; left--) {
+      if (!res.write(filler)) {
+        left--;
+        const timer = setTimeout(() => {
+          res.destroy();
+          dropped();
+        }, 1_000);
+        res.once('drain', () => {
+          clearTimeout(timer);
+          pump();
+        });
+        return;
+      }
+    }
+    res.end('"}]}');
+  };
+  pump();
+});
+await new Promise<void>((resolve) => givesUp.listen(0, '127.0.0.1', resolve));
+const givesUpUrl = `http://127.0.0.1:${(givesUp.address() as AddressInfo).port}`;
+
 const h = await startHarness({
   chains: true,
   edit: (c) => {
@@ -117,6 +151,7 @@ const h = await startHarness({
       key_env: 'FAREBOX_SIM_KEY',
       max_duration_ms: 3_000,
     };
+    c.providers['gives-up-openai'] = { protocol: 'openai', base_url: `${givesUpUrl}/v1`, key_env: 'FAREBOX_SIM_KEY' };
     // The simulator, cut by the gateway at 6 s (its 35 MB image starts well before).
     c.providers['sim-openai-short'] = { ...c.providers['sim-openai']!, max_duration_ms: 6_000 };
     // The operator declares every class for both; the provider answers a 256x256 image whatever is asked.
@@ -131,6 +166,7 @@ const h = await startHarness({
       ['img-breaks-g', 'breaks-gemini'],
       ['img-breaks-o', 'breaks-openai'],
       ['img-runs-on-o', 'runs-on-openai'],
+      ['img-gives-up-o', 'gives-up-openai'],
     ]) {
       c.models.push({ id, family: 'img', provider, ...all } as never);
       image[id] = classes;
@@ -150,6 +186,7 @@ t.teardown(async () => {
   slow.close();
   breaks.close();
   runsOn.close();
+  givesUp.close();
   await closeDevChains();
 });
 await h.fund('chain_a', 20_000_000n);
@@ -573,10 +610,13 @@ t.test("the call's time running out while its caller reads: a cut image, free", 
  * Over a raw socket: send a generation, read its answer's head and 256 KiB of its body, then stop reading with the
  * connection open (closed at the test's end). Resolves with the head.
  */
+const stalledSockets: Socket[] = [];
+
 async function stallOpen(t: Test, body: Record<string, unknown>): Promise<string> {
   const json = JSON.stringify(body);
   const socket = connect(Number(new URL(h.url).port), '127.0.0.1');
   t.teardown(() => socket.destroy());
+  stalledSockets.push(socket);
   return new Promise<string>((resolve, reject) => {
     let buffered = Buffer.alloc(0);
     socket.on('error', reject);
@@ -612,3 +652,26 @@ t.test("the call's time running out while its caller does not read: what it was 
   );
   t.equal(before - (await available()), charged);
 });
+
+t.test(
+  'a caller that stops reading mid-image until the provider gives up on it pays for what it was handed, though it reads the rest',
+  async (t) => {
+    const before = await available();
+    const charged = price('img-gives-up-o', '1K');
+    const head = await stallOpen(t, { model: 'img-gives-up-o', prompt: 'x', response_format: 'b64_json' });
+    const stalled = Date.now();
+    t.match(head, /^HTTP\/1\.1 200 /);
+    const id = /x-request-id: (\S+)/i.exec(head)![1]!;
+    await gaveUp;
+    // The stall's length is what is tested: no event can stand for it.
+    await new Promise((r) => setTimeout(r, Math.max(0, CALLER_STALL_MS + 500 - (Date.now() - stalled))));
+    // The caller reads again, and keeps up: it gets what the buffers held, then the cut.
+    const socket = stalledSockets.at(-1)!;
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    socket.on('data', () => {});
+    socket.resume();
+    await closed;
+    t.match(await settled(id), { status: /^(pending|settled)$/, priceAtomic: charged }, 'charged');
+    t.equal(before - (await available()), charged);
+  },
+);
