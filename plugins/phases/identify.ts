@@ -43,11 +43,11 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
     if (call.protocol === 'anthropic') reply.header('request-id', call.id);
     // One listener per call: metrics for every answer (refusals included), then the end of the call.
     const res = reply.raw;
-    const onConnection = callsOf(request.raw.socket);
+    let offConnection: (() => void) | undefined;
     const end = () => {
       if (call.ended) return;
       res.off('close', end);
-      onConnection.delete(end);
+      offConnection?.();
       call.ended = true;
       call.clientAborted = !res.writableFinished;
       // A response gets its connection once the answers before it on the connection are written; until then what it
@@ -61,7 +61,8 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
     };
     res.once('close', end);
     // An answer queued behind another on a pipelined connection sees no close of its own when the connection closes.
-    onConnection.add(end);
+    // (An HTTP/2 stream's answer closes with its stream.)
+    if (request.raw.httpVersionMajor === 1) offConnection = onConnectionClose(reply, end);
     // RFC 9112 3.2: an HTTP/1.1 request without Host is refused (Node's own refusal is off: fareboxServerOptions).
     if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
       done(new GatewayError('malformed_request', { message: 'An HTTP/1.1 request needs a Host header.' }));
@@ -75,10 +76,17 @@ export function identifyCall(metrics: Metrics, onEnd: (call: Call) => void): OnR
 const CALLS = Symbol('farebox.calls');
 
 /**
- * The ends of the calls open on `socket`, which its close runs: one listener for the connection, however many calls a
- * pipelining client has open on it.
+ * Run `fn` when the connection of `reply` closes, unless the returned function is called first. HTTP/1.1: the
+ * connection's one listener runs it, with those of every call open on it (a pipelining client has several, and an
+ * answer queued behind another sees no close of its own). HTTP/2: its stream's close (the socket the compatibility
+ * API shows is the session's, shared by every stream).
  */
-function callsOf(socket: Socket & { [CALLS]?: Set<() => void> }): Set<() => void> {
+export function onConnectionClose(reply: FastifyReply, fn: () => void): () => void {
+  if (reply.request.raw.httpVersionMajor !== 1) {
+    reply.raw.once('close', fn);
+    return () => void reply.raw.off('close', fn);
+  }
+  const socket: Socket & { [CALLS]?: Set<() => void> } = reply.request.raw.socket;
   let calls = socket[CALLS];
   if (calls === undefined) {
     const open = new Set<() => void>();
@@ -88,7 +96,9 @@ function callsOf(socket: Socket & { [CALLS]?: Set<() => void> }): Set<() => void
     socket[CALLS] = open;
     calls = open;
   }
-  return calls;
+  calls.add(fn);
+  const open = calls;
+  return () => void open.delete(fn);
 }
 
 /**

@@ -17,6 +17,7 @@ import { newVideoId, VIDEO_HOLD_MARGIN_MS } from '../jobs/video-store.js';
 import { decodeImage, decodeInOrder } from '../intake/images.js';
 import { VIDEO_UPLOAD } from '../intake/limits.js';
 import { isMultipartRequest, readUpload, type UploadedImage } from '../intake/multipart.js';
+import { onConnectionClose } from '../phases/identify.js';
 import type { Exchange } from '../upstream/exchange.js';
 import { prepareImage, type ImageFit, type PreparedImage } from '../upstream/reference-images.js';
 import type { ModelRoute, VideoModel } from '../../policies/catalog.js';
@@ -221,9 +222,8 @@ export const videos: Endpoint<VideoPoliced> = {
     // first (the answer waiting behind another on it: a queued answer sees no close of its own) fails; the poller
     // then releases its hold.
     const res = reply.raw;
-    const socket = reply.request.raw.socket;
     const answered = () => {
-      socket.off('close', closed);
+      offConnection();
       ctx.videos.accept(job.id, { requestId: call.id, account: call.identity!.account });
     };
     const closed = () => {
@@ -231,7 +231,7 @@ export const videos: Endpoint<VideoPoliced> = {
       if (!res.writableFinished) void unanswered();
     };
     res.once('finish', answered);
-    socket.once('close', closed);
+    const offConnection = onConnectionClose(reply, closed);
     return reply
       .code(200)
       .type('application/json')

@@ -167,6 +167,8 @@ export async function startHarness(
     videoRenderMs?: number;
     /** Run as the embedded default (true, the default) or as an operator's config would. */
     embedded?: boolean;
+    /** Serve HTTP/2 (cleartext, prior knowledge), as a host app's server may. */
+    http2?: boolean;
   } = {},
 ): Promise<Harness> {
   const sim = opts.sim ?? (await startSimulator({ host: '127.0.0.1', port: 0, videoRenderMs: opts.videoRenderMs }));
@@ -185,7 +187,9 @@ export async function startHarness(
   const config = buildConfig(input, env, opts.embedded ?? true);
   // As the plugin opens its own: commands fail at once while Redis is away.
   const redis = connectRedis({ ...config.redis, failFast: true });
-  const app = Fastify({ logger: false });
+  const app = opts.http2
+    ? (Fastify({ logger: false, http2: true }) as unknown as FastifyInstance)
+    : Fastify({ logger: false });
   await opts.configure?.(app);
   const metrics = createMetrics();
   await app.register(farebox, { config, redis, env, metrics });
