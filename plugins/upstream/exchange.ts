@@ -14,6 +14,13 @@ import type { Meter } from './metering.js';
 import type { Upstreams } from './pools.js';
 
 const ERROR_BODY_LIMIT = 64 * 1024;
+
+/**
+ * A caller that stops reading for this long has stalled (UpstreamExchange.stalledJustBefore): servers drop a
+ * connection they cannot write to (commonly after 30-60 s). Readers that keep up hold a provider back for
+ * milliseconds at a time; a slow link's for a second or two.
+ */
+export const CALLER_STALL_MS = 5_000;
 const ABORTED = new Error('caller went away');
 const TOO_LONG = new Error('call ran past its maximum duration');
 
@@ -79,12 +86,13 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   private errorSize = 0;
   private retryAfter: string | undefined;
   private paused = false;
-  /** When the current hold began (performance.now()), and the longest one that ended, ms. */
+  /** When the current hold began, and when the last one of CALLER_STALL_MS or more ended (performance.now()). */
   private pausedAt = 0;
-  private longestPause = 0;
+  private stallEndedAt = Number.NEGATIVE_INFINITY;
   private readonly resume = () => {
     this.paused = false;
-    this.longestPause = Math.max(this.longestPause, performance.now() - this.pausedAt);
+    const now = performance.now();
+    if (now - this.pausedAt >= CALLER_STALL_MS) this.stallEndedAt = now;
     this.controller?.resume();
   };
 
@@ -138,11 +146,12 @@ export abstract class UpstreamExchange<R extends ExchangeRequest = ExchangeReque
   }
 
   /**
-   * The longest the caller's full socket has held the upstream back at one time, ms (one still going: so far). The
-   * upstream is not read meanwhile, so a provider that gave up on the stalled connection is seen only after it.
+   * The caller's full socket held the upstream back for CALLER_STALL_MS or more at one time, and that ended less than
+   * CALLER_STALL_MS ago. The upstream is not read meanwhile, so a provider that gave up on the stalled connection is
+   * seen only after it, as the caller reads what was left in the buffers.
    */
-  protected get longestHoldMs(): number {
-    return this.paused ? Math.max(this.longestPause, performance.now() - this.pausedAt) : this.longestPause;
+  protected get stalledJustBefore(): boolean {
+    return performance.now() - this.stallEndedAt < CALLER_STALL_MS;
   }
 
   /** Write to the caller; a full socket pauses the upstream until it drains (backpressure). */

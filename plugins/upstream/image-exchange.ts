@@ -258,14 +258,14 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
         }
         // The image's string closed whole: the caller holds the whole image, even if the JSON around it broke off.
         if (end.image || this.imageDone) this.exchange.delivered = 1;
-        else this.exchange.imageBroken = true;
+        else if (this.brokenByProvider) this.exchange.imageBroken = true;
         res.end();
         return;
       case 'convert':
         if (this.imageDone) {
           this.closeConverted(end);
         } else if (this.began) {
-          this.exchange.imageBroken = true;
+          if (this.brokenByProvider) this.exchange.imageBroken = true;
           res.destroy();
         } else {
           sendUpstreamError(this.reply, end.failure ?? noImage());
@@ -356,23 +356,22 @@ class ImageExchange extends UpstreamExchange<ImageUpstreamRequest> {
     // pass: the image's string closed whole before the provider broke off (or ran past its time): the caller holds
     // the whole image, though not the JSON around it.
     if (this.imageDone) return false;
-    // The provider broke off (or ran past its time) mid-image: what the caller got is not an image, and is free.
-    // Unless the caller's reading stopped it: its full socket holds the provider back as the cut comes (the call's
-    // time running out while it waits), or held it back for CALLER_STALL_MS or more at one time before (a provider
-    // gives up on a connection it cannot write to, and that is seen only once the caller reads again). Then what was
-    // handed over stands, as for a caller that hangs up.
-    if (!this.heldBackByCaller && this.longestHoldMs < CALLER_STALL_MS) this.exchange.imageBroken = true;
+    // The provider broke off (or ran past its time) mid-image: what the caller got is not an image, and is free,
+    // unless the caller's reading stopped it (brokenByProvider).
+    if (this.brokenByProvider) this.exchange.imageBroken = true;
     return false;
   }
-}
 
-/**
- * A caller that stops reading an image for this long takes the image as it stands: a provider that then breaks off
- * may have given up on the stalled connection (servers drop a connection they cannot write to, commonly after
- * 30-60 s), and a reader that stalls just before the end of an image would otherwise get it all but its last rows,
- * free. Readers that keep up stall milliseconds.
- */
-export const CALLER_STALL_MS = 5_000;
+  /**
+   * An answer that stops mid-image now is the provider's doing: not while the caller's full socket holds it back
+   * (the call's time running out while the caller waits), nor just after the caller stalled (a provider gives up on
+   * a connection it cannot write to, seen only once the caller reads again). Otherwise what was handed over stands,
+   * as for a caller that hangs up: a reader that stalls just before an image's end would get all but its last rows.
+   */
+  private get brokenByProvider(): boolean {
+    return !this.heldBackByCaller && !this.stalledJustBefore;
+  }
+}
 
 function noImage(): GatewayError {
   return new GatewayError('upstream_error', { message: 'The model provider answered without an image.' });

@@ -11,7 +11,7 @@ import { formatUsd, publishPrices, parseUsd } from '../../pricing/index.js';
 import { closeDevChains, startHarness } from '../helpers/harness.js';
 import { referencePng } from '../helpers/media.js';
 import { until } from '../helpers/wait.js';
-import { CALLER_STALL_MS } from '../../plugins/upstream/image-exchange.js';
+import { CALLER_STALL_MS } from '../../plugins/upstream/exchange.js';
 
 // A provider that sends its answer slowly, in pieces: the caller can leave in the middle of the image. Its first
 // piece ends FIRST_IMAGE_CHARS into the image's base64, a pause follows, then 2,000 characters every 20 ms for the
