@@ -29,6 +29,11 @@ function stream(session: ReturnType<typeof connect>, content: string): Promise<{
     req.on('data', (chunk: string) => (body += chunk));
     req.on('end', () => resolve({ id, body }));
     req.on('error', reject);
+    // An answer that never ends fails the test, which then cleans up, rather than hanging it.
+    req.setTimeout(10_000, () => {
+      req.close();
+      reject(new Error(`no end within 10 s: ${body.slice(0, 200)}`));
+    });
     req.end(JSON.stringify({ model: 'gamma-k3', stream: true, messages: [{ role: 'user', content }] }));
   });
 }
