@@ -2,9 +2,9 @@
 // cancelled (OpenAI: DELETE /videos/{id}; the Gemini API has no cancel for its operations: counted, not sent), pays
 // nothing and leaves no job; text and image calls abandoned before anything billable reached the caller stay free.
 // Each is counted per account (farebox_abandoned_calls_total). Driven through the official openai SDK, aborted.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { listCallRecords, type CallRecord } from '../../plugins/billing/call-records.js';
 import { readWallet } from '../../plugins/billing/wallets.js';
@@ -111,28 +111,48 @@ t.test(
   },
 );
 
+/**
+ * A raw connection to the gateway, for pipelining: its socket (connected; destroyed at the test's end), the bytes it
+ * received, and the gateway's responses to its requests, in order, as the gateway's server makes them.
+ */
+async function pipelining(t: Test): Promise<{ socket: Socket; received: () => number; responses: ServerResponse[] }> {
+  const u = new URL(h.url);
+  const responses: ServerResponse[] = [];
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    if (req.socket.remotePort === socket.localPort) responses.push(res);
+  };
+  h.app.server.on('request', onRequest);
+  t.teardown(() => void h.app.server.off('request', onRequest));
+  const socket = connect(Number(u.port), u.hostname);
+  socket.on('error', () => {});
+  t.teardown(() => socket.destroy());
+  let received = 0;
+  socket.on('data', (d: Buffer) => (received += d.length));
+  await new Promise((resolve) => socket.once('connect', resolve));
+  return { socket, received: () => received, responses };
+}
+
+/** A POST of `body` to `path` as raw HTTP/1.1 with the harness key. */
+function rawPost(path: string, body: unknown): string {
+  const b = JSON.stringify(body);
+  return `POST ${path} HTTP/1.1\r\nhost: ${new URL(h.url).host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
+}
+
+/** A chat completions request as raw HTTP/1.1 with the harness key. */
+function chatPost(model: string, content: string): string {
+  return rawPost('/v1/chat/completions', { model, messages: [{ role: 'user', content }] });
+}
+
 t.test(
   'a video 200 that never left for the caller (queued behind a slow answer on its connection when the caller hung up): the job fails, its render is stopped, nothing charged',
   async (t) => {
     const before = await readWallet(h.redis, h.account, 'chain_a');
     const seen = h.sim.received.length;
-    const u = new URL(h.url);
-    const post = (path: string, body: unknown) => {
-      const b = JSON.stringify(body);
-      return `POST ${path} HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
-    };
     // Two requests pipelined on one connection: the submit's answer waits behind the slow chat answer.
-    const socket = connect(Number(u.port), u.hostname);
-    socket.on('error', () => {});
-    t.teardown(() => socket.destroy());
-    let received = 0;
-    socket.on('data', (d: Buffer) => (received += d.length));
-    await new Promise((resolve) => socket.once('connect', resolve));
+    const { socket, received } = await pipelining(t);
     socket.write(
-      post('/v1/chat/completions', {
-        model: 'beta-5.5',
-        messages: [{ role: 'user', content: 'slow #sim:delay_ms=5000' }],
-      }) + post('/v1/videos', { model: 'vidA-v6', prompt: 'queued', seconds: '4' }),
+      chatPost('beta-5.5', 'slow #sim:delay_ms=5000') +
+        rawPost('/v1/videos', { model: 'vidA-v6', prompt: 'queued', seconds: '4' }),
     );
     const jobId = await until('the job recorded', async () => {
       const records = await listCallRecords(h.redis, h.account, 5);
@@ -140,7 +160,7 @@ t.test(
       return id !== undefined && (await h.redis.exists(keys.video(id))) === 1 ? id : null;
     });
     socket.destroy();
-    t.equal(received, 0, 'the caller got nothing');
+    t.equal(received(), 0, 'the caller got nothing');
     const del = await until('the provider is asked to delete the job', async () =>
       h.sim.received.slice(seen).find((r) => r.method === 'DELETE'),
     );
@@ -165,26 +185,10 @@ t.test(
 t.test(
   'calls pipelined on one connection whose caller hangs up all end, free: the first before its answer, the queued one whose whole answer never left the process',
   async (t) => {
-    const u = new URL(h.url);
-    const post = (body: unknown) => {
-      const b = JSON.stringify(body);
-      return `POST /v1/chat/completions HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
-    };
-    // The responses of this connection's requests, in order, as the gateway's server makes them.
-    const responses: ServerResponse[] = [];
-    const onRequest = (req: IncomingMessage, res: ServerResponse) => {
-      if (req.socket.remotePort === socket.localPort) responses.push(res);
-    };
-    h.app.server.on('request', onRequest);
-    t.teardown(() => void h.app.server.off('request', onRequest));
-    const socket = connect(Number(u.port), u.hostname);
-    socket.on('error', () => {});
-    t.teardown(() => socket.destroy());
-    let received = 0;
-    socket.on('data', (d: Buffer) => (received += d.length));
-    await new Promise((resolve) => socket.once('connect', resolve));
-    const prompts = ['first, slow #sim:delay_ms=5000', 'second, queued behind it'];
-    socket.write(prompts.map((content) => post({ model: 'beta-5.5', messages: [{ role: 'user', content }] })).join(''));
+    const { socket, received, responses } = await pipelining(t);
+    socket.write(
+      chatPost('beta-5.5', 'first, slow #sim:delay_ms=5000') + chatPost('beta-5.5', 'second, queued behind it'),
+    );
     const mine = async () =>
       (await listCallRecords(h.redis, h.account, 10)).filter((r) => r.model === 'beta-5.5').slice(0, 2);
     // The second's whole answer, with its price, is written into its response, queued behind the first's.
@@ -197,7 +201,7 @@ t.test(
       const rs = await mine();
       return rs.length === 2 && rs.every((r) => r.status !== 'held') ? rs : null;
     });
-    t.equal(received, 0, 'the caller got nothing');
+    t.equal(received(), 0, 'the caller got nothing');
     t.same(
       records.map((r) => [r.status, r.priceAtomic]),
       [
@@ -210,28 +214,14 @@ t.test(
 );
 
 t.test('twelve calls pipelined on one connection: no listener warning, all end free when it closes', async (t) => {
-  const u = new URL(h.url);
   const warnings: string[] = [];
   const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
   process.on('warning', onWarning);
   t.teardown(() => void process.off('warning', onWarning));
-  const responses: ServerResponse[] = [];
-  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
-    if (req.socket.remotePort === socket.localPort) responses.push(res);
-  };
-  h.app.server.on('request', onRequest);
-  t.teardown(() => void h.app.server.off('request', onRequest));
-  const socket = connect(Number(u.port), u.hostname);
-  socket.on('error', () => {});
-  t.teardown(() => socket.destroy());
-  await new Promise((resolve) => socket.once('connect', resolve));
-  const posts = Array.from({ length: 12 }, (_, i) => {
-    const b = JSON.stringify({
-      model: 'beta-5.5',
-      messages: [{ role: 'user', content: i === 0 ? 'pipelined, slow #sim:delay_ms=5000' : `pipelined ${i}` }],
-    });
-    return `POST /v1/chat/completions HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${h.key}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
-  });
+  const { socket, responses } = await pipelining(t);
+  const posts = Array.from({ length: 12 }, (_, i) =>
+    chatPost('beta-5.5', i === 0 ? 'pipelined, slow #sim:delay_ms=5000' : `pipelined ${i}`),
+  );
   socket.write(posts.join(''));
   // The eleven answers after the first are written whole into their responses, queued behind the first's.
   await until('eleven answers queued', async () =>
