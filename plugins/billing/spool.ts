@@ -433,7 +433,6 @@ const MAX_AMOUNT = BigInt(Number.MAX_SAFE_INTEGER);
  * The debit a spooled line holds, or null when it holds none the debit script could take: the fields it needs, of
  * their types, and a price of decimal digits within the script's range.
  */
-
 function debitOf(line: unknown): SpooledDebit | null {
   if (typeof line !== 'object' || line === null) return null;
   const l = line as Partial<Record<keyof Line, unknown>>;
